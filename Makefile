@@ -1,0 +1,40 @@
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+.PHONY: help setup demo test lint bench bench-quick check clean
+
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+# Spark otherwise binds to whatever the hostname resolves to, which breaks in containers and CI.
+export SPARK_LOCAL_IP ?= 127.0.0.1
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup:  ## check Java 17 / redis-server, build .venv and .venv-stream (no-op when up to date)
+	@bash scripts/setup.sh
+
+demo: setup  ## run the end-to-end demo
+	$(PY) -m pipelines.demo
+
+test: setup  ## run the test suite (extra args: PYTEST_ARGS="-k foo -x")
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: setup  ## ruff + mypy (strict, platform/quiver)
+	.venv/bin/ruff check platform pipelines monitoring dags benchmarks tests
+	.venv/bin/mypy platform/quiver
+
+# Scripts starting with "_" are shared helpers, not benchmarks.
+BENCHES = $(filter-out benchmarks/_%,$(wildcard benchmarks/*.py))
+
+bench: setup  ## run every benchmark at full size
+	@set -e; for b in $(BENCHES); do echo "== $$b"; $(PY) $$b; done
+
+bench-quick: setup  ## run every benchmark with --quick
+	@set -e; for b in $(BENCHES); do echo "== $$b --quick"; $(PY) $$b --quick; done
+
+check: lint test  ## lint + test
+
+clean:  ## remove data/ and caches (keeps the venvs)
+	rm -rf data .pytest_cache .mypy_cache .ruff_cache build dist
+	find . -path ./.venv -prune -o -path ./.venv-stream -prune -o -name __pycache__ -type d -print0 \
+	  | xargs -0 rm -rf

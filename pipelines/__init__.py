@@ -1,0 +1,1 @@
+"""Data pipelines: demo data generation and batch/stream jobs."""

@@ -1,0 +1,213 @@
+"""The Python vocabulary for registering features: plain, declarative, module-level objects.
+
+A definition is a frozen dataclass. Creating one records the file and line that created it, so every
+validation error can point at the user's code. Nothing here touches an engine, a store or the network.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from quiver.catalog.types import Int64, duration_label, parse_duration
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a definition was created: the user's file and line."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def _caller_location() -> Location:
+    # Walk out of quiver's own frames: the first foreign frame is the user's definition.
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return Location("<unknown>", 0)
+    return Location(frame.f_code.co_filename, frame.f_lineno)
+
+
+def _located(obj: object) -> None:
+    object.__setattr__(obj, "location", _caller_location())
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A thing features describe, identified by one or more join keys.
+
+    `join_keys` is a list of key columns (all of type `dtype`) or a mapping key → dtype.
+    """
+
+    name: str
+    join_keys: Sequence[str] | Mapping[str, str]
+    dtype: str = Int64
+    description: str = ""
+    owner: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+
+    @property
+    def keys(self) -> dict[str, str]:
+        """Join key → logical dtype, in declaration order."""
+        if isinstance(self.join_keys, Mapping):
+            return dict(self.join_keys)
+        if isinstance(self.join_keys, str):  # a lone string is a common slip; treat it as one key
+            return {self.join_keys: self.dtype}
+        return {key: self.dtype for key in self.join_keys}
+
+
+@dataclass(frozen=True)
+class StreamBinding:
+    """Where fresh events of a source arrive: a Kafka topic in production, a local directory of files here."""
+
+    path: str = ""
+    format: str = "json"
+    kafka_topic: str = ""
+    kafka_bootstrap_servers: str = ""
+    watermark_delay: timedelta | str = "5s"
+    allowed_lateness: timedelta | str = "0s"
+
+
+@dataclass(frozen=True)
+class Source:
+    """An event table: Parquet files (path or glob, relative to the project root) with an event-time column."""
+
+    name: str
+    path: str
+    timestamp_field: str = "event_ts"
+    stream: StreamBinding | None = None
+    description: str = ""
+    owner: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A last-value feature: the column's value in the latest event before the request time.
+
+    `column` defaults to `name`; `dtype` is checked against the source's Parquet schema.
+    """
+
+    name: str
+    dtype: str
+    column: str = ""
+    description: str = ""
+
+    @property
+    def source_column(self) -> str:
+        return self.column or self.name
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A windowed aggregate `fn(column)` over the events in the window; `name` defaults to column_fn_window."""
+
+    column: str
+    fn: str
+    window: timedelta | str
+    name: str = ""
+    description: str = ""
+
+    @property
+    def window_delta(self) -> timedelta:
+        return parse_duration(self.window)
+
+    @property
+    def feature_name(self) -> str:
+        if self.name:
+            return self.name
+        # Keep the user's spelling ("24h" stays 24h); a timedelta gets its shortest exact label.
+        label = self.window.replace(" ", "").lower() if isinstance(self.window, str) else ""
+        return f"{self.column}_{self.fn}_{label or duration_label(self.window_delta)}"
+
+
+@dataclass(frozen=True)
+class FeatureView:
+    """Features of one or more entities computed from one source.
+
+    Either `schema` (last-value `Field`s, bounded by `ttl`) or `aggregations` (windowed, tiled by `tile`;
+    the default tile comes from the smallest window).
+    """
+
+    name: str
+    entities: Sequence[Entity]
+    source: Source
+    schema: Sequence[Field] = ()
+    aggregations: Sequence[Aggregation] = ()
+    ttl: timedelta | str | None = None
+    tile: timedelta | str | None = None
+    online: bool = True
+    description: str = ""
+    owner: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+        object.__setattr__(self, "entities", tuple(self.entities))
+        object.__setattr__(self, "schema", tuple(self.schema))
+        object.__setattr__(self, "aggregations", tuple(self.aggregations))
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.schema] + [a.feature_name for a in self.aggregations]
+
+    @property
+    def join_keys(self) -> dict[str, str]:
+        keys: dict[str, str] = {}
+        for entity in self.entities:
+            keys.update(entity.keys)
+        return keys
+
+
+@dataclass(frozen=True)
+class FeatureService:
+    """A named set of features ("view:feature" references or whole views) served together to a model."""
+
+    name: str
+    features: Sequence[str | FeatureView]
+    description: str = ""
+    owner: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+
+    @property
+    def references(self) -> list[str]:
+        refs: list[str] = []
+        for item in self.features:
+            if isinstance(item, FeatureView):
+                refs.extend(f"{item.name}:{name}" for name in item.feature_names)
+            else:
+                refs.append(item)
+        return refs
+
+
+Definition = Entity | Source | FeatureView | FeatureService
+KIND_OF: dict[type[Any], str] = {
+    Entity: "entity",
+    Source: "source",
+    FeatureView: "feature_view",
+    FeatureService: "feature_service",
+}

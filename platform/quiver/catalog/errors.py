@@ -1,0 +1,33 @@
+"""Errors that point at the user's definition: kind, name, file and line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quiver.catalog.definitions import Location
+
+
+class QuiverError(Exception):
+    """Base class for errors caused by user input (the CLI prints them as one line, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class DefinitionProblem:
+    """One thing wrong with one definition."""
+
+    kind: str
+    name: str
+    location: Location
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.kind.replace('_', ' ')} {self.name!r}: {self.message}"
+
+
+class CatalogError(QuiverError):
+    """The catalog is invalid; `problems` lists every problem found, each naming its definition and file."""
+
+    def __init__(self, problems: list[DefinitionProblem]):
+        self.problems = problems
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(f"invalid catalog ({count}):\n" + "\n".join(f"  {p}" for p in problems))

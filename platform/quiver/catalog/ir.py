@@ -1,0 +1,185 @@
+"""The Catalog IR: validated, normalized definitions every compiler and store reads.
+
+The IR is plain frozen data with durations in microseconds and names resolved, so compilers never
+re-derive defaults. `Catalog.to_dict()` is canonical (sorted, location-free): its hash is the version key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from quiver.catalog.definitions import Location
+
+
+@dataclass(frozen=True)
+class EntitySpec:
+    name: str
+    keys: tuple[tuple[str, str], ...]
+    description: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location("<unknown>", 0), compare=False)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    path: str
+    format: str
+    kafka_topic: str
+    kafka_bootstrap_servers: str
+    watermark_delay_us: int
+    allowed_lateness_us: int
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    path: str
+    timestamp_field: str
+    columns: tuple[tuple[str, str], ...]
+    stream: StreamSpec | None = None
+    description: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location("<unknown>", 0), compare=False)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    column: str
+    dtype: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    name: str
+    column: str
+    fn: str
+    window_us: int
+    input_dtype: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """A validated feature view. `kind` is 'last' (last-value fields) or 'agg' (tiled aggregations)."""
+
+    name: str
+    entities: tuple[str, ...]
+    keys: tuple[tuple[str, str], ...]
+    source: str
+    timestamp_field: str
+    fields: tuple[FieldSpec, ...] = ()
+    aggregations: tuple[AggSpec, ...] = ()
+    ttl_us: int | None = None
+    tile_us: int | None = None
+    online: bool = True
+    description: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location("<unknown>", 0), compare=False)
+
+    @property
+    def kind(self) -> str:
+        return "agg" if self.aggregations else "last"
+
+    @property
+    def key_names(self) -> list[str]:
+        return [name for name, _ in self.keys]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.fields] + [a.name for a in self.aggregations]
+
+    @property
+    def max_window_us(self) -> int:
+        return max((a.window_us for a in self.aggregations), default=0)
+
+    def feature_dtype(self, feature: str) -> str:
+        for f in self.fields:
+            if f.name == feature:
+                return f.dtype
+        from quiver.compile.aggregations import output_dtype  # the fn table owns result types
+
+        for agg in self.aggregations:
+            if agg.name == feature:
+                return output_dtype(agg.fn, agg.input_dtype)
+        raise KeyError(feature)
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    name: str
+    features: tuple[str, ...]
+    description: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location("<unknown>", 0), compare=False)
+
+
+SPEC_KINDS = ("entity", "source", "feature_view", "feature_service")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A complete, validated set of definitions."""
+
+    entities: Mapping[str, EntitySpec]
+    sources: Mapping[str, SourceSpec]
+    views: Mapping[str, ViewSpec]
+    services: Mapping[str, ServiceSpec]
+
+    def view(self, name: str) -> ViewSpec:
+        try:
+            return self.views[name]
+        except KeyError:
+            raise KeyError(f"unknown feature view {name!r}; known: {', '.join(sorted(self.views))}") from None
+
+    def by_kind(self) -> dict[str, Mapping[str, Any]]:
+        return {
+            "entity": self.entities,
+            "source": self.sources,
+            "feature_view": self.views,
+            "feature_service": self.services,
+        }
+
+    def to_dict(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Canonical, JSON-ready form (no file locations): equal catalogs give equal dicts."""
+        return {
+            kind: {name: spec_to_dict(spec) for name, spec in sorted(specs.items())}
+            for kind, specs in self.by_kind().items()
+        }
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.to_dict())
+
+
+def spec_to_dict(spec: Any) -> dict[str, Any]:
+    """One definition as plain JSON data, without its location."""
+    out: dict[str, Any] = {}
+    for name in spec.__dataclass_fields__:
+        if name == "location":
+            continue
+        out[name] = _plain(getattr(spec, name))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return spec_to_dict(value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def content_hash(data: Any) -> str:
+    """sha256 of canonical JSON."""
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()

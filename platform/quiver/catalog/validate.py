@@ -1,0 +1,346 @@
+"""Validate user definitions and resolve them into the Catalog IR.
+
+Every check reports the definition's kind, name, file and line; all problems are collected before
+raising, so one `quiver apply` shows everything that needs fixing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from pathlib import Path
+
+from quiver.catalog.definitions import (
+    Aggregation,
+    Entity,
+    FeatureService,
+    FeatureView,
+    Field,
+    Location,
+    Source,
+    StreamBinding,
+)
+from quiver.catalog.errors import CatalogError, DefinitionProblem, QuiverError
+from quiver.catalog.ir import (
+    AggSpec,
+    Catalog,
+    EntitySpec,
+    FieldSpec,
+    ServiceSpec,
+    SourceSpec,
+    StreamSpec,
+    ViewSpec,
+)
+from quiver.catalog.schema import read_source_schema
+from quiver.catalog.types import DTYPES, is_identifier, parse_duration, to_micros
+from quiver.compile.aggregations import AGG_FUNCTIONS, accepts
+
+SchemaReader = Callable[[Source], dict[str, str | None]]
+RESERVED = frozenset({"n_events", "tile_start", "event_ts_us"})
+TILE_CHOICES = [timedelta(minutes=m) for m in (1, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)]
+
+
+def default_tile(windows: list[timedelta]) -> timedelta:
+    """About a twelfth of the smallest window, from a list of round sizes, dividing every window."""
+    smallest = min(windows)
+    fitting = [t for t in TILE_CHOICES if t <= smallest / 12 and all(w % t == timedelta(0) for w in windows)]
+    if fitting:
+        return fitting[-1]
+    seconds = [int(w.total_seconds()) for w in windows]
+    from math import gcd
+
+    common = seconds[0]
+    for s in seconds[1:]:
+        common = gcd(common, s)
+    return timedelta(seconds=max(common, 1))
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[DefinitionProblem] = []
+
+    def add(self, kind: str, name: object, location: Location, message: str) -> None:
+        self.items.append(DefinitionProblem(kind, str(name), location, message))
+
+
+def build_catalog(
+    definitions: Iterable[object], root: Path | None = None, schema_reader: SchemaReader | None = None
+) -> Catalog:
+    """Validate definitions and return the Catalog IR; raise CatalogError listing every problem.
+
+    `schema_reader` returns a source's columns → dtypes (default: the real Parquet footers under `root`).
+    """
+    root = root or Path.cwd()
+    reader = schema_reader or (lambda source: read_source_schema(source.path, root))
+    problems = _Problems()
+    defs = list(definitions)
+    entities = [d for d in defs if isinstance(d, Entity)]
+    sources = [d for d in defs if isinstance(d, Source)]
+    views = [d for d in defs if isinstance(d, FeatureView)]
+    services = [d for d in defs if isinstance(d, FeatureService)]
+    # Views may reference entities/sources not bound at module level: they are still part of the catalog.
+    for view in views:
+        entities.extend(e for e in view.entities if isinstance(e, Entity) and e not in entities)
+        if isinstance(view.source, Source) and view.source not in sources:
+            sources.append(view.source)
+
+    _check_names(problems, [("entity", e) for e in entities] + [("source", s) for s in sources]
+                 + [("feature_view", v) for v in views] + [("feature_service", s) for s in services])
+    entity_specs = {e.name: _entity_spec(problems, e) for e in entities}
+    _check_key_types(problems, entities)
+    source_specs = {s.name: _source_spec(problems, s, reader) for s in sources}
+    view_specs = {v.name: _view_spec(problems, v, source_specs) for v in views}
+    service_specs = {s.name: _service_spec(problems, s, view_specs) for s in services}
+    if problems.items:
+        raise CatalogError(problems.items)
+    return Catalog(
+        entities={k: v for k, v in entity_specs.items() if v},
+        sources={k: v for k, v in source_specs.items() if v},
+        views={k: v for k, v in view_specs.items() if v},
+        services={k: v for k, v in service_specs.items() if v},
+    )
+
+
+def _check_names(problems: _Problems, named: list[tuple[str, Entity | Source | FeatureView | FeatureService]]) -> None:
+    seen: dict[str, tuple[str, Location]] = {}
+    for kind, obj in named:
+        if not is_identifier(obj.name):
+            problems.add(kind, obj.name, obj.location, "name must be a plain identifier (letters, digits, _)")
+            continue
+        if obj.name in seen:
+            other_kind, other_loc = seen[obj.name]
+            problems.add(kind, obj.name, obj.location,
+                         f"name clashes with {other_kind.replace('_', ' ')} {obj.name!r} defined at {other_loc}")
+        else:
+            seen[obj.name] = (kind, obj.location)
+
+
+def _entity_spec(problems: _Problems, entity: Entity) -> EntitySpec | None:
+    keys = entity.keys
+    if not keys:
+        problems.add("entity", entity.name, entity.location, "needs at least one join key")
+    for key, dtype in keys.items():
+        if not is_identifier(key):
+            problems.add("entity", entity.name, entity.location, f"join key {key!r} is not a plain identifier")
+        if dtype not in DTYPES or dtype in ("float64", "timestamp"):
+            problems.add("entity", entity.name, entity.location,
+                         f"join key {key!r} has type {dtype!r}; keys must be int64, string or bool")
+    return EntitySpec(entity.name, tuple(keys.items()), entity.description, entity.owner,
+                      tuple(sorted(entity.tags.items())), entity.location)
+
+
+def _check_key_types(problems: _Problems, entities: list[Entity]) -> None:
+    first: dict[str, tuple[str, Entity]] = {}
+    for entity in entities:
+        for key, dtype in entity.keys.items():
+            if key in first and first[key][0] != dtype:
+                other = first[key][1]
+                problems.add("entity", entity.name, entity.location,
+                             f"join key {key!r} is {dtype} here but {first[key][0]} in entity "
+                             f"{other.name!r} ({other.location})")
+            first.setdefault(key, (dtype, entity))
+
+
+def _duration(problems: _Problems, kind: str, name: str, loc: Location, what: str,
+              value: object) -> timedelta | None:
+    try:
+        delta = parse_duration(value)  # type: ignore[arg-type]
+    except ValueError as exc:
+        problems.add(kind, name, loc, f"{what}: {exc}")
+        return None
+    if delta <= timedelta(0):
+        problems.add(kind, name, loc, f"{what} must be positive, got {value!r}")
+        return None
+    return delta
+
+
+def _source_spec(problems: _Problems, source: Source, reader: SchemaReader) -> SourceSpec | None:
+    loc = source.location
+    if not is_identifier(source.timestamp_field):
+        problems.add("source", source.name, loc, f"timestamp_field {source.timestamp_field!r} is not a plain identifier")
+        return None
+    try:
+        columns = reader(source)
+    except QuiverError as exc:
+        problems.add("source", source.name, loc, str(exc))
+        return None
+    ts_type = columns.get(source.timestamp_field, "missing")
+    if ts_type == "missing":
+        problems.add("source", source.name, loc,
+                     f"timestamp_field {source.timestamp_field!r} is not a column of {source.path!r} "
+                     f"(columns: {', '.join(columns)})")
+    elif ts_type != "timestamp":
+        problems.add("source", source.name, loc,
+                     f"timestamp_field {source.timestamp_field!r} has type {ts_type}, expected a timestamp")
+    for column in columns:
+        if not is_identifier(column):
+            problems.add("source", source.name, loc, f"column {column!r} is not a plain identifier")
+    stream = _stream_spec(problems, source, source.stream) if source.stream else None
+    return SourceSpec(source.name, source.path, source.timestamp_field,
+                      tuple((c, t or "unsupported") for c, t in columns.items()), stream,
+                      source.description, source.owner, tuple(sorted(source.tags.items())), loc)
+
+
+def _stream_spec(problems: _Problems, source: Source, stream: StreamBinding) -> StreamSpec | None:
+    loc = source.location
+    if not stream.path and not stream.kafka_topic:
+        problems.add("source", source.name, loc, "stream binding needs a local path or a kafka_topic")
+    if stream.format not in ("json", "csv"):
+        problems.add("source", source.name, loc, f"stream format {stream.format!r} is not json or csv")
+    delay = _duration_or_zero(problems, source, "watermark_delay", stream.watermark_delay)
+    late = _duration_or_zero(problems, source, "allowed_lateness", stream.allowed_lateness)
+    return StreamSpec(stream.path, stream.format, stream.kafka_topic, stream.kafka_bootstrap_servers,
+                      to_micros(delay), to_micros(late))
+
+
+def _duration_or_zero(problems: _Problems, source: Source, what: str, value: object) -> timedelta:
+    try:
+        delta = parse_duration(value)  # type: ignore[arg-type]
+    except ValueError as exc:
+        problems.add("source", source.name, source.location, f"{what}: {exc}")
+        return timedelta(0)
+    if delta < timedelta(0):
+        problems.add("source", source.name, source.location, f"{what} must not be negative")
+    return delta
+
+
+def _view_spec(problems: _Problems, view: FeatureView, sources: dict[str, SourceSpec | None]) -> ViewSpec | None:
+    loc, name = view.location, view.name
+    add = lambda message: problems.add("feature_view", name, loc, message)  # noqa: E731
+    if not isinstance(view.source, Source):
+        add(f"source must be a Source, got {type(view.source).__name__}")
+        return None
+    if not view.entities or not all(isinstance(e, Entity) for e in view.entities):
+        add("entities must be a non-empty list of Entity")
+        return None
+    if not view.schema and not view.aggregations:
+        add("defines no features: give schema=[Field(...)] or aggregations=[Aggregation(...)]")
+    if view.schema and view.aggregations:
+        add("mixes last-value fields and aggregations; split them into two views (they store differently)")
+    source = sources.get(view.source.name)
+    columns = dict(source.columns) if source else {}
+    keys = view.join_keys
+    for key, dtype in keys.items():
+        if source and key not in columns:
+            add(f"join key {key!r} is not a column of source {view.source.name!r}")
+        elif source and columns[key] != dtype:
+            add(f"join key {key!r} is {dtype} in its entity but {columns[key]} in source {view.source.name!r}")
+    feature_names: list[str] = []
+    fields = tuple(_field_spec(add, f, columns, source is not None) for f in view.schema)
+    aggs = tuple(_agg_spec(add, a, columns, source is not None) for a in view.aggregations)
+    feature_names = [f.name for f in fields if f] + [a.name for a in aggs if a]
+    for feature in feature_names:
+        if feature_names.count(feature) > 1:
+            add(f"feature {feature!r} is defined twice")
+            break
+    for feature in feature_names:
+        if feature in keys or feature in RESERVED:
+            add(f"feature name {feature!r} clashes with a join key or a reserved column")
+    ttl = _duration(problems, "feature_view", name, loc, "ttl", view.ttl) if view.ttl is not None else None
+    tile = _tiles(add, problems, view, ttl)
+    if not source or None in fields or None in aggs:
+        return None
+    return ViewSpec(
+        name, tuple(e.name for e in view.entities), tuple(keys.items()), source.name, source.timestamp_field,
+        tuple(f for f in fields if f), tuple(a for a in aggs if a),
+        to_micros(ttl) if ttl else None, to_micros(tile) if tile else None, view.online,
+        view.description, view.owner, tuple(sorted(view.tags.items())), loc,
+    )
+
+
+def _tiles(add: Callable[[str], None], problems: _Problems, view: FeatureView,
+           ttl: timedelta | None) -> timedelta | None:
+    windows = []
+    for agg in view.aggregations:
+        window = _duration(problems, "feature_view", view.name, view.location,
+                           f"window of {agg.column}/{agg.fn}", agg.window)
+        if window:
+            windows.append(window)
+    if not view.aggregations:
+        if view.tile is not None:
+            add("tile is only meaningful for aggregations")
+        return None
+    if not windows:
+        return None
+    if view.tile is not None:
+        tile = _duration(problems, "feature_view", view.name, view.location, "tile", view.tile)
+        if tile is None:
+            return None
+    else:
+        tile = default_tile(windows)
+    if timedelta(days=1) % tile != timedelta(0):
+        add(f"tile {view.tile!r} must divide one day so tiles align to the epoch and to date partitions")
+    for window in windows:
+        if window % tile != timedelta(0):
+            add(f"window {window} is not a whole multiple of the tile size {tile}")
+    if ttl is not None and ttl < max(windows):
+        add(f"ttl {ttl} is shorter than the longest window {max(windows)}: window values would expire early")
+    return tile
+
+
+def _field_spec(add: Callable[[str], None], f: Field, columns: dict[str, str],
+                has_source: bool) -> FieldSpec | None:
+    if not isinstance(f, Field):
+        add(f"schema entries must be Field(...), got {f!r}")
+        return None
+    if not is_identifier(f.name) or not is_identifier(f.source_column):
+        add(f"field {f.name!r} (column {f.source_column!r}) is not a plain identifier")
+        return None
+    if f.dtype not in DTYPES:
+        add(f"field {f.name!r} has unknown dtype {f.dtype!r}; use one of {', '.join(sorted(DTYPES))}")
+        return None
+    if has_source and f.source_column not in columns:
+        add(f"field {f.name!r} reads column {f.source_column!r}, which the source does not have")
+        return None
+    if has_source and columns[f.source_column] != f.dtype:
+        add(f"field {f.name!r} is declared {f.dtype} but column {f.source_column!r} is {columns[f.source_column]}")
+        return None
+    return FieldSpec(f.name, f.source_column, f.dtype, f.description)
+
+
+def _agg_spec(add: Callable[[str], None], agg: Aggregation, columns: dict[str, str],
+              has_source: bool) -> AggSpec | None:
+    if not isinstance(agg, Aggregation):
+        add(f"aggregations entries must be Aggregation(...), got {agg!r}")
+        return None
+    if not is_identifier(agg.column):
+        add(f"aggregation column {agg.column!r} is not a plain identifier")
+        return None
+    if agg.fn not in AGG_FUNCTIONS:
+        add(f"aggregation fn {agg.fn!r} is unknown; use one of {', '.join(AGG_FUNCTIONS)}")
+        return None
+    try:
+        window = agg.window_delta
+    except ValueError:
+        return None  # reported by _tiles with the window's context
+    if not is_identifier(agg.feature_name):
+        add(f"feature name {agg.feature_name!r} is not a plain identifier")
+        return None
+    dtype = columns.get(agg.column)
+    if has_source and dtype is None:
+        add(f"aggregation {agg.feature_name!r} reads column {agg.column!r}, which the source does not have")
+        return None
+    if has_source and dtype and not accepts(agg.fn, dtype):
+        add(f"aggregation {agg.feature_name!r}: {agg.fn} needs a numeric column, {agg.column!r} is {dtype}")
+        return None
+    if window <= timedelta(0):
+        return None
+    return AggSpec(agg.feature_name, agg.column, agg.fn, to_micros(window), dtype or "float64", agg.description)
+
+
+def _service_spec(problems: _Problems, service: FeatureService,
+                  views: dict[str, ViewSpec | None]) -> ServiceSpec | None:
+    refs = service.references
+    if not refs:
+        problems.add("feature_service", service.name, service.location, "lists no features")
+    for ref in refs:
+        view_name, _, feature = ref.partition(":")
+        view = views.get(view_name)
+        if view_name not in views:
+            problems.add("feature_service", service.name, service.location,
+                         f"feature {ref!r} names unknown view {view_name!r}")
+        elif view and feature not in view.feature_names:
+            problems.add("feature_service", service.name, service.location,
+                         f"feature {ref!r}: view {view_name!r} has no feature {feature!r}")
+    return ServiceSpec(service.name, tuple(refs), service.description, service.owner,
+                       tuple(sorted(service.tags.items())), service.location)

@@ -1,0 +1,1 @@
+"""Online store: Redis layout, writer and reader."""

@@ -1,0 +1,1 @@
+"""Serving: SDK entry point and HTTP feature server."""

@@ -1,0 +1,80 @@
+"""Shared fixtures: a real redis-server and a throwaway PostgreSQL cluster, started by the tests themselves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import PostgresCluster, RedisServer, ServiceError, find_postgres_bin, postgres_run_as
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        # Fail, never skip: the online store is the product; `make setup` installs redis-server.
+        pytest.fail("redis-server not found on PATH: run `make setup` (or apt-get install redis-server)",
+                    pytrace=False)
+    server = RedisServer(binary, tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    # A test that stopped the server and failed before restarting it must not break the next one.
+    redis_server.start()
+    with redis_server.client() as c:
+        c.flushall()
+    return redis_server.url
+
+
+def _no_postgres(reason: str) -> None:
+    # Locally a missing PostgreSQL is a visible skip; in CI (.ci/run installs it) it must not pass silently.
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresCluster]:
+    bindir = find_postgres_bin()
+    if bindir is None:
+        _no_postgres("PostgreSQL binaries not found (apt-get install postgresql): no initdb in "
+                     "/usr/lib/postgresql/*/bin or on PATH")
+        return
+    try:
+        cluster = PostgresCluster(bindir, run_as=postgres_run_as())
+    except ServiceError as e:
+        _no_postgres(f"cannot run PostgreSQL here: {e}")
+        return
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        cluster.cleanup()
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresCluster) -> Iterator[str]:
+    name = postgres_server.create_database()
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/registry.db"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def registry_url(request: pytest.FixtureRequest) -> str:
+    # Resolved lazily so the sqlite case never starts PostgreSQL, and the postgres case skips cleanly.
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(fixture))

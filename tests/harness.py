@@ -1,0 +1,175 @@
+"""Throwaway Redis and PostgreSQL servers for tests (stdlib + redis only).
+
+Each server gets its own free port on 127.0.0.1 and its own directory, so tests never touch a
+developer's services and parallel workers (pytest-xdist) never collide.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+
+class ServiceError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class RedisServer:
+    def __init__(self, binary: str, directory: Path, port: int | None = None) -> None:
+        self.binary = binary
+        self.dir = directory
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        log = self.dir / "redis.log"
+        # No persistence: a restart test must see an empty server, and nothing is written to disk.
+        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+               "--save", "", "--appendonly", "no", "--logfile", str(log)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                self.proc = None
+                raise ServiceError(f"redis-server exited on port {self.port}:\n{_tail(log)}")
+            try:
+                with self.client() as c:
+                    if c.ping():
+                        return
+            except redis.exceptions.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServiceError(f"redis-server did not answer PING within {timeout}s:\n{_tail(log)}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+def find_postgres_bin() -> Path | None:
+    """Newest /usr/lib/postgresql/N/bin (Debian layout), else whatever initdb is on PATH."""
+    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                  key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
+    if dirs:
+        return Path(dirs[-1]).parent
+    found = shutil.which("initdb")
+    return Path(found).resolve().parent if found else None
+
+
+class PostgresCluster:
+    """A private cluster: trust auth, 127.0.0.1 only, unix socket inside its own directory.
+
+    PostgreSQL refuses to run as root, so as root every server command runs as `run_as`
+    (an unprivileged user, `postgres` from the Debian package) who owns the directory.
+    """
+
+    superuser = "quiver"
+
+    def __init__(self, bindir: Path, run_as: str | None = None, port: int | None = None) -> None:
+        self.bindir = bindir
+        self.run_as = run_as
+        self.port = port or free_port()
+        # Not under pytest's tmp dir: that is root-only (0700), and the server user must reach its files.
+        self.dir = Path(tempfile.mkdtemp(prefix="quiver-pg-"))
+        self.data = self.dir / "data"
+        self.sock = self.dir / "sock"
+        self.log = self.dir / "postgres.log"
+        self.sock.mkdir()
+        if run_as:
+            pw = pwd.getpwnam(run_as)
+            for p in (self.dir, self.sock):
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+
+    def _run(self, *args: str, timeout: float = 120) -> None:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.run_as:
+            cmd = [shutil.which("runuser") or "/usr/sbin/runuser", "-u", self.run_as, "--", *cmd]
+        res = subprocess.run(cmd, cwd=self.dir, capture_output=True, text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise ServiceError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout}{res.stderr}\n"
+                               f"{_tail(self.log)}")
+
+    def start(self) -> None:
+        if not (self.data / "PG_VERSION").exists():
+            self._run("initdb", "-D", str(self.data), "-U", self.superuser, "--auth=trust",
+                      "-E", "UTF8", "--locale=C", "--no-sync")
+        # Durability is pointless for a throwaway cluster; turning it off makes DDL-heavy tests fast.
+        opts = (f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start")
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql+psycopg://{self.superuser}@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.superuser, name)
+        return name
+
+    def drop_database(self, name: str) -> None:
+        # --force: a test that leaked a connection pool must not make teardown fail.
+        self._run("dropdb", "--force", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.superuser, name)
+
+
+def postgres_run_as() -> str | None:
+    """None when not root; else the unprivileged account to run the server as (raises if none)."""
+    if os.geteuid() != 0:
+        return None
+    for user in (os.environ.get("QUIVER_PG_USER"), "postgres"):
+        if user:
+            try:
+                pwd.getpwnam(user)
+                return user
+            except KeyError:
+                continue
+    raise ServiceError("running as root but no unprivileged user 'postgres' exists "
+                       "(apt-get install postgresql creates it, or set QUIVER_PG_USER)")

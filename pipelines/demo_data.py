@@ -83,6 +83,12 @@ class GenerationSummary:
     def drift_date(self) -> date | None:
         return None if self.drift_from_day is None else self.start + timedelta(days=self.drift_from_day)
 
+    def __str__(self) -> str:
+        return self.format_table()
+
+    def __rich__(self) -> str:  # rich (the quiver CLI) would otherwise pretty-print the dataclass fields
+        return self.format_table()
+
     def format_table(self) -> str:
         lines = [f"{'table':<16}{'files':>7}{'rows':>13}"]
         lines += [f"{t:<16}{len(self.paths[t]):>7}{n:>13,}" for t, n in self.rows.items()]
@@ -139,9 +145,12 @@ def _recent_counts(user: np.ndarray, ts: np.ndarray, prev_user: np.ndarray, prev
     """Per row, the same user's transactions in the preceding window (including yesterday's tail)."""
     base = day_us - _BURST_WINDOW_US
     span = US_PER_DAY + 2 * _BURST_WINDOW_US  # keeps users' key ranges disjoint
-    keys = np.sort(np.concatenate([prev_user, user]) * span + (np.concatenate([prev_ts, ts]) - base))
-    key = user * span + (ts - base)
-    return np.asarray(np.searchsorted(keys, key) - np.searchsorted(keys, key - _BURST_WINDOW_US))
+    keys = np.concatenate([prev_user, user]) * span + (np.concatenate([prev_ts, ts]) - base)
+    order = np.argsort(keys)
+    ks = keys[order]  # sorted queries make searchsorted much faster
+    counts = np.empty_like(keys)
+    counts[order] = np.searchsorted(ks, ks) - np.searchsorted(ks, ks - _BURST_WINDOW_US)
+    return np.asarray(counts[len(prev_user):])
 
 
 def _atomic_parquet(table: pa.Table, path: Path) -> Path:
@@ -339,7 +348,9 @@ def _apply_defects(rng: np.random.Generator, tx: dict[str, np.ndarray], tx_ids: 
         "merchant_id": pa.array(tx["merchant"] + 1, pa.int64()), "amount": pa.array(amount, pa.float64()),
         "category": _lookup((*CATEGORIES, UNKNOWN_CATEGORY), cat), "is_online": pa.array(tx["online"], pa.bool_()),
         "event_ts": _ts(ts)})
-    on_time = np.setdiff1d(np.arange(n), late_idx)
+    is_late = np.zeros(n, bool)
+    is_late[late_idx] = True
+    on_time = np.flatnonzero(~is_late)
     # Re-sort on the defective timestamps, so far-future rows sit at the end of the on-time block.
     on_time = on_time[np.argsort(ts[on_time], kind="stable")]
     return table.take(on_time), table.take(late_idx), kinds
@@ -388,22 +399,17 @@ def write_stream_files(events: pa.Table, stream_dir: str | Path, *, rows_per_fil
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: generate, then print the summary table."""
     p = argparse.ArgumentParser(prog="python -m pipelines.demo_data", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="data", help="output directory")
-    p.add_argument("--days", type=int, default=7)
     p.add_argument("--start", type=date.fromisoformat, default=date(2026, 11, 1), help="YYYY-MM-DD")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--users", type=int, default=2_000)
-    p.add_argument("--merchants", type=int, default=200)
-    p.add_argument("--transactions-per-day", type=int, default=20_000)
-    p.add_argument("--drift-from-day", type=int, default=None)
-    p.add_argument("--late-fraction", type=float, default=0.0)
-    p.add_argument("--malformed-fraction", type=float, default=0.0)
-    a = p.parse_args(argv)
+    for flag, kind, default in (("days", int, 7), ("seed", int, 7), ("users", int, 2_000), ("merchants", int, 200),
+                                ("transactions-per-day", int, 20_000), ("drift-from-day", int, None),
+                                ("late-fraction", float, 0.0), ("malformed-fraction", float, 0.0)):
+        p.add_argument(f"--{flag}", type=kind, default=default)
+    args = vars(p.parse_args(argv))
     t0 = time.perf_counter()
-    summary = generate(a.out, days=a.days, start=a.start, users=a.users, merchants=a.merchants,
-                       transactions_per_day=a.transactions_per_day, seed=a.seed, drift_from_day=a.drift_from_day,
-                       late_fraction=a.late_fraction, malformed_fraction=a.malformed_fraction)
+    summary = generate(args.pop("out"), **args)
     print(summary.format_table())
     print(f"took {time.perf_counter() - t0:.2f} s")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,18 +15,22 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import CatalogError, QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.loader import load_catalog
-from quiver.catalog.types import duration_label
+from quiver.catalog.types import duration_label, is_identifier
 from quiver.config import CONFIG_FILE, DEFAULT_CONFIG_TEXT, Config, load_config
 
 app = typer.Typer(help="Quiver: define features once; backfill, stream and serve them.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (scripts, CI logs) gets Rich's 80 columns, which truncates names in tables: use a wide line
+# there unless COLUMNS says otherwise.
+_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="quiver.yaml (default: ./quiver.yaml)")]
 CatalogOption = Annotated[Path | None, typer.Option("--catalog", help="catalog directory (default: from config)")]
@@ -41,13 +46,19 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except CatalogError as exc:
             for problem in exc.problems:
-                err_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+                _error(str(problem))
             raise typer.Exit(2) from None
         except QuiverError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            _error(str(exc))
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _error(message: str) -> None:
+    # User text ("[/x]" in a name) must not be read as Rich markup; one problem is one line.
+    err_console.print(f"[red]error:[/red] {escape(' '.join(message.splitlines()))}", highlight=False,
+                      soft_wrap=True)
 
 
 def open_project(config_path: Path | None, catalog_dir: Path | None = None) -> tuple[Config, Catalog]:
@@ -68,6 +79,8 @@ def open_registry(config: Config) -> Any:
 def init(directory: Annotated[Path, typer.Argument(help="project directory")] = Path("."),
          project: Annotated[str, typer.Option(help="project name")] = "default") -> None:
     """Create quiver.yaml and an empty feature_defs/ in DIRECTORY."""
+    if not is_identifier(project):
+        raise QuiverError(f"project name {project!r} must be a plain identifier (letters, digits, _)")
     directory.mkdir(parents=True, exist_ok=True)
     config_file = directory / CONFIG_FILE
     if config_file.exists():
@@ -82,8 +95,13 @@ def init(directory: Annotated[Path, typer.Argument(help="project directory")] = 
 def plan(config: ConfigOption = None, catalog: CatalogOption = None) -> None:
     """Validate the catalog and show what `apply` would change, without writing."""
     cfg, cat = open_project(config, catalog)
-    diff = open_registry(cfg).plan(cat)
+    registry = open_registry(cfg)
+    diff = registry.plan(cat)
     _print_diff(diff)
+    if not diff.is_empty:
+        current = registry.latest()
+        console.print(f"`quiver apply` would store catalog version {(current[0] if current else 0) + 1} "
+                      f"of project {cfg.project!r}", highlight=False)
 
 
 @app.command()
@@ -177,7 +195,7 @@ def _print_diff(diff: Any) -> None:
         return
     colors = {"added": "green", "removed": "red", "changed": "yellow"}
     for change in diff.changes:
-        console.print(f"[{colors[change.action]}]{change}[/]", highlight=False)
+        console.print(f"[{colors[change.action]}]{escape(str(change))}[/]", highlight=False, soft_wrap=True)
 
 
 def _micros_label(value: int | None) -> str:
@@ -190,7 +208,7 @@ def _register_optional_commands() -> None:
     # Batch, online and streaming commands live beside their code; absent modules simply add nothing.
     import importlib
 
-    for module in ("quiver.offline.cli", "quiver.online.cli"):
+    for module in ("quiver.offline.cli", "quiver.online.cli", "quiver.monitoring_cli"):
         try:
             importlib.import_module(module).register(app)
         except ModuleNotFoundError as exc:
@@ -205,4 +223,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

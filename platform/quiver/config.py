@@ -7,7 +7,7 @@ so commands behave the same from any working directory.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ class Config:
     engine: str = "duckdb"
     spark_master: str = "local[2]"
     redis_timeout_s: float = 1.0
+    api_key: str = ""  # feature server key (better: QUIVER_API_KEY in the environment)
 
     @property
     def catalog_dir(self) -> Path:
@@ -44,11 +45,11 @@ class Config:
     @property
     def registry(self) -> str:
         """The registry URL with a relative SQLite path made absolute against the project root."""
-        prefix = "sqlite:///"
-        if self.registry_url.startswith(prefix) and not self.registry_url.startswith(prefix + "/"):
-            relative = self.registry_url[len(prefix):]
-            if relative and relative != ":memory:":
-                return prefix + str(self._path(relative))
+        scheme, sep, rest = self.registry_url.partition(":///")
+        # sqlite:///rel.db and sqlite+pysqlite:///rel.db are relative; sqlite:////abs.db is absolute.
+        sqlite = sep and (scheme == "sqlite" or scheme.startswith("sqlite+"))
+        if sqlite and rest and not rest.startswith(("/", ":memory:", "?")):
+            return f"{scheme}:///{self._path(rest)}"
         return self.registry_url
 
     def _path(self, value: str) -> Path:
@@ -58,18 +59,26 @@ class Config:
 
 _ENV_PREFIX = "QUIVER_"
 _KEYS = {f.name for f in fields(Config)} - {"root"}
+_FLOAT_KEYS = {f.name for f in fields(Config) if f.type in ("float", float)}
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """Read `path` (default: ./quiver.yaml when present) and apply QUIVER_* environment overrides."""
+    """Read `path` (default: ./quiver.yaml when present) and apply QUIVER_* environment overrides.
+
+    `path` may also be a project directory holding quiver.yaml.
+    """
     explicit = path is not None
-    config_path = Path(path) if path else Path.cwd() / CONFIG_FILE
+    config_path = Path(path).expanduser() if path else Path.cwd() / CONFIG_FILE
+    if config_path.is_dir():
+        config_path = config_path / CONFIG_FILE
     values: dict[str, Any] = {}
     if config_path.exists():
         try:
             loaded = yaml.safe_load(config_path.read_text()) or {}
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise QuiverError(f"{config_path}: not valid YAML: {exc}") from None
+        except OSError as exc:
+            raise QuiverError(f"cannot read config file {config_path}: {exc}") from None
         if not isinstance(loaded, dict):
             raise QuiverError(f"{config_path}: expected a mapping of settings at the top level")
         values.update(loaded)
@@ -81,14 +90,34 @@ def load_config(path: str | Path | None = None) -> Config:
             values[key] = env
     unknown = set(values) - _KEYS
     if unknown:
-        raise QuiverError(f"{config_path}: unknown setting(s) {', '.join(sorted(unknown))}; "
+        raise QuiverError(f"{config_path}: unknown setting(s) {', '.join(sorted(map(str, unknown)))}; "
                           f"known: {', '.join(sorted(_KEYS))}")
+    for key, value in values.items():
+        values[key] = _typed(config_path, key, value)
     config = Config(root=config_path.resolve().parent, **values)
     if config.engine not in ("duckdb", "spark"):
         raise QuiverError(f"{config_path}: engine must be duckdb or spark, got {config.engine!r}")
     if not is_identifier(config.project):
         raise QuiverError(f"{config_path}: project {config.project!r} must be a plain identifier")
-    return replace(config, redis_timeout_s=float(config.redis_timeout_s))
+    if config.redis_timeout_s <= 0:
+        raise QuiverError(f"{config_path}: redis_timeout_s must be positive, got {config.redis_timeout_s}")
+    return config
+
+
+def _typed(config_path: Path, key: str, value: Any) -> Any:
+    # YAML and the environment both hand in loose types; a wrong one must be a clear error, not a crash later.
+    if key in _FLOAT_KEYS:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        except (TypeError, ValueError):
+            raise QuiverError(f"{config_path}: {key} must be a number, got {value!r}") from None
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise QuiverError(f"{config_path}: {key} must be a string, got {value!r}")
+    return value
 
 
 DEFAULT_CONFIG_TEXT = """\

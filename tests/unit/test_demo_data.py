@@ -247,6 +247,9 @@ def test_cli_prints_summary_table(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert rc == 0
     assert "transactions" in out and "2,000" in out and "late rows: 10" in out and "2026-11-02" in out
     assert (tmp_path / "events" / "transactions" / "date=2026-11-02" / "part-00000.parquet").exists()
+    summary = generate(tmp_path, days=2, users=100, transactions_per_day=1000, late_fraction=0.01,
+                       malformed_fraction=0.01, drift_from_day=1)
+    assert str(summary) == summary.format_table() and summary.format_table() in out  # same run, same table
 
 
 @pytest.mark.parametrize("kwargs", [{"late_fraction": -0.1}, {"late_fraction": 0.6, "malformed_fraction": 0.6},

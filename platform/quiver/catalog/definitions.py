@@ -6,6 +6,7 @@ validation error can point at the user's code. Nothing here touches an engine, a
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,13 +27,20 @@ class Location:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        path = Path(self.file)
+        # Shorter and clickable in a terminal: relative to where the command runs.
+        with contextlib.suppress(ValueError, OSError):
+            path = path.relative_to(Path.cwd())
+        return f"{path}:{self.line}"
 
 
 def _caller_location() -> Location:
     # Walk out of quiver's own frames: the first foreign frame is the user's definition.
+    # dataclass-generated __init__ methods report the file "<string>" but run in this module's globals,
+    # so the module name (not the file) tells ours from the user's (whose code may be "<string>" too).
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or str(frame.f_globals.get("__name__", "")).startswith("quiver.")):
         frame = frame.f_back  # type: ignore[assignment]
     if frame is None:
         return Location("<unknown>", 0)
@@ -137,7 +145,12 @@ class Aggregation:
             return self.name
         # Keep the user's spelling ("24h" stays 24h); a timedelta gets its shortest exact label.
         label = self.window.replace(" ", "").lower() if isinstance(self.window, str) else ""
-        return f"{self.column}_{self.fn}_{label or duration_label(self.window_delta)}"
+        if not label:
+            try:
+                label = duration_label(self.window_delta)
+            except ValueError:  # the validator reports the bad window; a name is still needed to say where
+                label = str(self.window)
+        return f"{self.column}_{self.fn}_{label}"
 
 
 @dataclass(frozen=True)

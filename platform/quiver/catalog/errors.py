@@ -21,7 +21,9 @@ class DefinitionProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.kind.replace('_', ' ')} {self.name!r}: {self.message}"
+        # One problem, one line: reports list problems line by line (library messages may span several).
+        message = " ".join(self.message.splitlines())
+        return f"{self.location}: {self.kind.replace('_', ' ')} {self.name!r}: {message}"
 
 
 class CatalogError(QuiverError):

@@ -3,61 +3,96 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import traceback
 from pathlib import Path
-from types import ModuleType
 
-from quiver.catalog.definitions import KIND_OF
-from quiver.catalog.errors import QuiverError
+from quiver.catalog.definitions import KIND_OF, Location
+from quiver.catalog.errors import CatalogError, DefinitionProblem, QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.validate import SchemaReader, build_catalog
 
 
 def collect_definitions(catalog_dir: str | Path) -> list[object]:
-    """Import every `*.py` under `catalog_dir` (sorted, skipping _private files) and return its definitions.
+    """Import every `*.py` under `catalog_dir` (sorted, skipping _private and .hidden) and return its definitions.
 
     Files import as top-level modules with the directory first on sys.path, so catalog files may import
-    their siblings (`from entities import user`) and get the very same objects.
+    their siblings (`from entities import user`) and get the very same objects. The modules are removed
+    from `sys.modules` afterwards, so the next load (of this or another catalog) starts fresh.
+    Raises CatalogError listing every file that failed to import, each with the failing file and line.
     """
     directory = Path(catalog_dir).resolve()
-    if not directory.is_dir():
+    if not directory.exists():
         raise QuiverError(f"catalog directory {directory} does not exist")
+    if not directory.is_dir():
+        raise QuiverError(f"catalog path {directory} is not a directory")
     files = [p for p in sorted(directory.rglob("*.py"))
-             if not p.name.startswith("_") and not any(part.startswith(".") for part in p.parts)]
+             if not any(part.startswith((".", "_")) for part in p.relative_to(directory).parts)]
     names = {path: ".".join(path.relative_to(directory).with_suffix("").parts) for path in files}
-    for path, name in names.items():
-        loaded = sys.modules.get(name)
-        if loaded is None:
-            continue
-        origin = str(getattr(loaded, "__file__", "") or "<built-in>")
-        if origin == "<built-in>" or origin.startswith((sys.prefix, sys.base_prefix)):
-            raise QuiverError(f"{path}: catalog file name shadows the installed module {name!r}; rename it")
-        del sys.modules[name]  # left by an earlier load of a catalog with the same file names
+    _check_shadowing(names, directory)
     found: list[object] = []
     seen_ids: set[int] = set()
+    problems: list[DefinitionProblem] = []
+    before = set(sys.modules)
     sys.path.insert(0, str(directory))
     try:
         for path, name in names.items():
-            module = _import_file(path, name)
+            try:
+                module = importlib.import_module(name)
+            except Exception as exc:  # any error in user code becomes a located problem, never a traceback
+                problem = _load_problem(path, directory, exc)
+                if problem not in problems:  # a broken file imported by siblings fails once per importer
+                    problems.append(problem)
+                continue
             for value in vars(module).values():
                 if type(value) in KIND_OF and id(value) not in seen_ids:
                     seen_ids.add(id(value))
                     found.append(value)
     finally:
         sys.path.remove(str(directory))
+        for name in set(sys.modules) - before:
+            if _inside(getattr(sys.modules[name], "__file__", None), directory):
+                del sys.modules[name]
+    if problems:
+        raise CatalogError(problems)
     return found
 
 
-def _import_file(path: Path, name: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except QuiverError:
-        raise
-    except Exception as exc:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(str(path.parent))]
-        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else str(path)
-        raise QuiverError(f"{where}: error while loading {path.name}: {type(exc).__name__}: {exc}") from exc
+def _inside(file: object, directory: Path) -> bool:
+    return isinstance(file, str) and Path(file).resolve().is_relative_to(directory)
+
+
+def _check_shadowing(names: dict[Path, str], directory: Path) -> None:
+    # A catalog file named like an already imported or installed module would either never be imported
+    # (sys.modules wins) or hijack that module for the rest of the process: refuse both.
+    for path, name in names.items():
+        top = name.split(".", 1)[0]
+        existing = sys.modules.get(top)
+        if existing is not None:
+            if not _inside(getattr(existing, "__file__", None), directory):
+                raise QuiverError(f"{path}: catalog file name shadows the imported module {top!r}; rename it")
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        origin = spec.origin if spec else None
+        if origin and origin != "namespace" and not _inside(origin, directory):
+            raise QuiverError(f"{path}: catalog file name shadows the installed module {top!r}; rename it")
+
+
+def _load_problem(path: Path, directory: Path, exc: Exception) -> DefinitionProblem:
+    """The innermost catalog-file frame of the error (SyntaxErrors carry their own file and line)."""
+    if isinstance(exc, SyntaxError) and _inside(exc.filename, directory):
+        where = Location(str(exc.filename), exc.lineno or 0)
+        message = f"{type(exc).__name__}: {exc.msg}"
+    else:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if _inside(f.filename, directory)]
+        where = Location(frames[-1].filename, frames[-1].lineno or 0) if frames else Location(str(path), 0)
+        message = f"{type(exc).__name__}: {exc}"
+    name = Path(where.file).relative_to(directory).as_posix() if _inside(where.file, directory) else path.name
+    return DefinitionProblem("catalog_file", name, where, message)
 
 
 def load_catalog(catalog_dir: str | Path, root: str | Path | None = None,

@@ -29,11 +29,20 @@ def logical_dtype(arrow_type: pa.DataType) -> str | None:
 
 
 def source_files(path: str, root: Path) -> list[Path]:
-    """Parquet files of a source path: a file, a directory (searched recursively) or a glob."""
+    """Parquet files of a source path: a file, a directory (searched recursively) or a glob.
+
+    Hidden and _underscored files and folders are skipped: writers stage partitions there (.tmp-…) and
+    leave markers (_SUCCESS), neither of which is data.
+    """
     full = Path(path) if Path(path).is_absolute() else root / path
     if full.is_dir():
-        return sorted(p for p in full.rglob("*.parquet") if not p.name.startswith((".", "_")))
-    return sorted(Path(p) for p in glob.glob(str(full), recursive=True) if Path(p).is_file())
+        return sorted(p for p in full.rglob("*.parquet") if not _hidden(p.relative_to(full)))
+    return sorted(Path(p) for p in glob.glob(str(full), recursive=True)
+                  if Path(p).is_file() and not Path(p).name.startswith((".", "_")))
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.parts)
 
 
 def read_source_schema(path: str, root: Path) -> dict[str, str | None]:
@@ -41,15 +50,17 @@ def read_source_schema(path: str, root: Path) -> dict[str, str | None]:
 
     Raises QuiverError naming the file when one is not Parquet or disagrees with the others (schema drift).
     """
+    if not isinstance(path, str) or not path.strip():
+        raise QuiverError(f"path must name Parquet files (a file, folder or glob), got {path!r}")
     files = source_files(path, root)
     if not files:
         raise QuiverError(f"no Parquet files match {path!r} (under {root})")
     merged: dict[str, str | None] = {}
     first_seen: dict[str, Path] = {}
-    for file in files:
+    for index, file in enumerate(files):
         try:
             schema = pq.read_schema(file)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise QuiverError(f"cannot read Parquet file {file}: {exc}") from None
         for arrow_field in schema:
             dtype = logical_dtype(arrow_field.type)
@@ -60,4 +71,12 @@ def read_source_schema(path: str, root: Path) -> dict[str, str | None]:
                     f"schema drift in {file}: column {arrow_field.name!r} is {dtype}, "
                     f"but {previous} in {first_seen[arrow_field.name]}"
                 )
+        # A column some files lack would read as null there in one engine and fail in another.
+        missing = [name for name in merged if name not in schema.names]
+        if missing:
+            raise QuiverError(f"schema drift in {file}: it lacks column {missing[0]!r} "
+                              f"found in {first_seen[missing[0]]}")
+        added = [name for name in schema.names if first_seen[name] == file]
+        if index and added:
+            raise QuiverError(f"schema drift in {files[0]}: it lacks column {added[0]!r} found in {file}")
     return merged

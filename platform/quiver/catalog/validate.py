@@ -6,6 +6,7 @@ raising, so one `quiver apply` shows everything that needs fixing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -32,27 +33,28 @@ from quiver.catalog.ir import (
     ViewSpec,
 )
 from quiver.catalog.schema import read_source_schema
-from quiver.catalog.types import DTYPES, is_identifier, parse_duration, to_micros
+from quiver.catalog.types import DTYPES, duration_label, is_identifier, parse_duration, to_micros
 from quiver.compile.aggregations import AGG_FUNCTIONS, accepts
 
 SchemaReader = Callable[[Source], dict[str, str | None]]
-RESERVED = frozenset({"n_events", "tile_start", "event_ts_us"})
+# Columns the stores add beside features (offline/layout.py: tiles and last values); catalog/ may not import it.
+RESERVED = frozenset({"n_events", "tile_start", "event_ts", "event_ts_us"})
+UNSUPPORTED = "unsupported"  # a Parquet type Quiver has no logical dtype for
 TILE_CHOICES = [timedelta(minutes=m) for m in (1, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)]
 
 
 def default_tile(windows: list[timedelta]) -> timedelta:
-    """About a twelfth of the smallest window, from a list of round sizes, dividing every window."""
+    """About a twelfth of the smallest window, from a list of round sizes, dividing every window.
+
+    Odd windows fall back to the greatest common divisor of the windows and one day, so the default
+    always divides a day too (tiles must align to date partitions).
+    """
     smallest = min(windows)
     fitting = [t for t in TILE_CHOICES if t <= smallest / 12 and all(w % t == timedelta(0) for w in windows)]
     if fitting:
         return fitting[-1]
-    seconds = [int(w.total_seconds()) for w in windows]
-    from math import gcd
-
-    common = seconds[0]
-    for s in seconds[1:]:
-        common = gcd(common, s)
-    return timedelta(seconds=max(common, 1))
+    common = math.gcd(86_400_000_000, *(to_micros(w) for w in windows))
+    return timedelta(microseconds=common)
 
 
 class _Problems:
@@ -78,7 +80,10 @@ def build_catalog(
     sources = [d for d in defs if isinstance(d, Source)]
     views = [d for d in defs if isinstance(d, FeatureView)]
     services = [d for d in defs if isinstance(d, FeatureService)]
-    # Views may reference entities/sources not bound at module level: they are still part of the catalog.
+    # Definitions referenced but not bound at module level are still part of the catalog (an equal copy
+    # counts as the same definition; a different one with the same name is a clash).
+    for service in services:
+        views.extend(v for v in service.features if isinstance(v, FeatureView) and v not in views)
     for view in views:
         entities.extend(e for e in view.entities if isinstance(e, Entity) and e not in entities)
         if isinstance(view.source, Source) and view.source not in sources:
@@ -102,27 +107,35 @@ def build_catalog(
 
 
 def _check_names(problems: _Problems, named: list[tuple[str, Entity | Source | FeatureView | FeatureService]]) -> None:
-    seen: dict[str, tuple[str, Location]] = {}
+    # Case-insensitive: Spark and DuckDB resolve identifiers case-insensitively, so `User` would meet `user`.
+    seen: dict[str, tuple[str, str, Location]] = {}
     for kind, obj in named:
         if not is_identifier(obj.name):
-            problems.add(kind, obj.name, obj.location, "name must be a plain identifier (letters, digits, _)")
+            problems.add(kind, obj.name, obj.location, "name must be a plain identifier (letters, digits, _; "
+                         "at most 63 characters)")
             continue
-        if obj.name in seen:
-            other_kind, other_loc = seen[obj.name]
+        folded = obj.name.lower()
+        if folded in seen:
+            other_kind, other_name, other_loc = seen[folded]
             problems.add(kind, obj.name, obj.location,
-                         f"name clashes with {other_kind.replace('_', ' ')} {obj.name!r} defined at {other_loc}")
+                         f"name clashes with {other_kind.replace('_', ' ')} {other_name!r} defined at {other_loc}")
         else:
-            seen[obj.name] = (kind, obj.location)
+            seen[folded] = (kind, obj.name, obj.location)
 
 
 def _entity_spec(problems: _Problems, entity: Entity) -> EntitySpec | None:
-    keys = entity.keys
+    try:
+        keys = entity.keys
+    except TypeError:
+        problems.add("entity", entity.name, entity.location,
+                     f"join_keys must be a list of names or a mapping name → dtype, got {entity.join_keys!r}")
+        return None
     if not keys:
         problems.add("entity", entity.name, entity.location, "needs at least one join key")
     for key, dtype in keys.items():
         if not is_identifier(key):
             problems.add("entity", entity.name, entity.location, f"join key {key!r} is not a plain identifier")
-        if dtype not in DTYPES or dtype in ("float64", "timestamp"):
+        if not isinstance(dtype, str) or dtype not in DTYPES or dtype in ("float64", "timestamp"):
             problems.add("entity", entity.name, entity.location,
                          f"join key {key!r} has type {dtype!r}; keys must be int64, string or bool")
     return EntitySpec(entity.name, tuple(keys.items()), entity.description, entity.owner,
@@ -132,7 +145,11 @@ def _entity_spec(problems: _Problems, entity: Entity) -> EntitySpec | None:
 def _check_key_types(problems: _Problems, entities: list[Entity]) -> None:
     first: dict[str, tuple[str, Entity]] = {}
     for entity in entities:
-        for key, dtype in entity.keys.items():
+        try:
+            keys = entity.keys
+        except TypeError:  # reported by _entity_spec
+            continue
+        for key, dtype in keys.items():
             if key in first and first[key][0] != dtype:
                 other = first[key][1]
                 problems.add("entity", entity.name, entity.location,
@@ -159,25 +176,27 @@ def _source_spec(problems: _Problems, source: Source, reader: SchemaReader) -> S
     if not is_identifier(source.timestamp_field):
         problems.add("source", source.name, loc, f"timestamp_field {source.timestamp_field!r} is not a plain identifier")
         return None
+    if not isinstance(source.path, str) or not source.path.strip():
+        problems.add("source", source.name, loc, f"path must name Parquet files, got {source.path!r}")
+        return None
     try:
         columns = reader(source)
     except QuiverError as exc:
         problems.add("source", source.name, loc, str(exc))
         return None
-    ts_type = columns.get(source.timestamp_field, "missing")
-    if ts_type == "missing":
+    if source.timestamp_field not in columns:
         problems.add("source", source.name, loc,
                      f"timestamp_field {source.timestamp_field!r} is not a column of {source.path!r} "
                      f"(columns: {', '.join(columns)})")
-    elif ts_type != "timestamp":
-        problems.add("source", source.name, loc,
-                     f"timestamp_field {source.timestamp_field!r} has type {ts_type}, expected a timestamp")
+    elif columns[source.timestamp_field] != "timestamp":
+        problems.add("source", source.name, loc, f"timestamp_field {source.timestamp_field!r} has type "
+                     f"{columns[source.timestamp_field] or UNSUPPORTED}, expected a timestamp")
     for column in columns:
         if not is_identifier(column):
             problems.add("source", source.name, loc, f"column {column!r} is not a plain identifier")
     stream = _stream_spec(problems, source, source.stream) if source.stream else None
     return SourceSpec(source.name, source.path, source.timestamp_field,
-                      tuple((c, t or "unsupported") for c, t in columns.items()), stream,
+                      tuple((c, t or UNSUPPORTED) for c, t in columns.items()), stream,
                       source.description, source.owner, tuple(sorted(source.tags.items())), loc)
 
 
@@ -206,7 +225,10 @@ def _duration_or_zero(problems: _Problems, source: Source, what: str, value: obj
 
 def _view_spec(problems: _Problems, view: FeatureView, sources: dict[str, SourceSpec | None]) -> ViewSpec | None:
     loc, name = view.location, view.name
-    add = lambda message: problems.add("feature_view", name, loc, message)  # noqa: E731
+
+    def add(message: str) -> None:
+        problems.add("feature_view", name, loc, message)
+
     if not isinstance(view.source, Source):
         add(f"source must be a Source, got {type(view.source).__name__}")
         return None
@@ -225,17 +247,18 @@ def _view_spec(problems: _Problems, view: FeatureView, sources: dict[str, Source
             add(f"join key {key!r} is not a column of source {view.source.name!r}")
         elif source and columns[key] != dtype:
             add(f"join key {key!r} is {dtype} in its entity but {columns[key]} in source {view.source.name!r}")
-    feature_names: list[str] = []
     fields = tuple(_field_spec(add, f, columns, source is not None) for f in view.schema)
     aggs = tuple(_agg_spec(add, a, columns, source is not None) for a in view.aggregations)
     feature_names = [f.name for f in fields if f] + [a.name for a in aggs if a]
+    folded = [feature.lower() for feature in feature_names]  # engines match column names case-insensitively
+    for feature in dict.fromkeys(f for f in feature_names if folded.count(f.lower()) > 1):
+        exact = feature_names.count(feature) > 1
+        add(f"feature {feature!r} is defined twice" + ("" if exact else " (names are case-insensitive)"))
+    taken = {key.lower() for key in keys} | RESERVED
     for feature in feature_names:
-        if feature_names.count(feature) > 1:
-            add(f"feature {feature!r} is defined twice")
-            break
-    for feature in feature_names:
-        if feature in keys or feature in RESERVED:
-            add(f"feature name {feature!r} clashes with a join key or a reserved column")
+        if feature.lower() in taken:
+            add(f"feature name {feature!r} clashes with a join key or a reserved column "
+                f"({', '.join(sorted(RESERVED))})")
     ttl = _duration(problems, "feature_view", name, loc, "ttl", view.ttl) if view.ttl is not None else None
     tile = _tiles(add, problems, view, ttl)
     if not source or None in fields or None in aggs:
@@ -269,12 +292,14 @@ def _tiles(add: Callable[[str], None], problems: _Problems, view: FeatureView,
     else:
         tile = default_tile(windows)
     if timedelta(days=1) % tile != timedelta(0):
-        add(f"tile {view.tile!r} must divide one day so tiles align to the epoch and to date partitions")
+        add(f"tile {duration_label(tile)} ({view.tile!r}) must divide one day so tiles align to the epoch "
+            "and to date partitions")
     for window in windows:
         if window % tile != timedelta(0):
-            add(f"window {window} is not a whole multiple of the tile size {tile}")
+            add(f"window {duration_label(window)} is not a whole multiple of the tile {duration_label(tile)}")
     if ttl is not None and ttl < max(windows):
-        add(f"ttl {ttl} is shorter than the longest window {max(windows)}: window values would expire early")
+        add(f"ttl {duration_label(ttl)} is shorter than the longest window {duration_label(max(windows))}: "
+            "window values would expire early")
     return tile
 
 
@@ -286,11 +311,14 @@ def _field_spec(add: Callable[[str], None], f: Field, columns: dict[str, str],
     if not is_identifier(f.name) or not is_identifier(f.source_column):
         add(f"field {f.name!r} (column {f.source_column!r}) is not a plain identifier")
         return None
-    if f.dtype not in DTYPES:
+    if not isinstance(f.dtype, str) or f.dtype not in DTYPES:
         add(f"field {f.name!r} has unknown dtype {f.dtype!r}; use one of {', '.join(sorted(DTYPES))}")
         return None
     if has_source and f.source_column not in columns:
         add(f"field {f.name!r} reads column {f.source_column!r}, which the source does not have")
+        return None
+    if has_source and columns[f.source_column] == UNSUPPORTED:
+        add(f"field {f.name!r} reads column {f.source_column!r}, whose Parquet type Quiver does not support")
         return None
     if has_source and columns[f.source_column] != f.dtype:
         add(f"field {f.name!r} is declared {f.dtype} but column {f.source_column!r} is {columns[f.source_column]}")
@@ -306,13 +334,15 @@ def _agg_spec(add: Callable[[str], None], agg: Aggregation, columns: dict[str, s
     if not is_identifier(agg.column):
         add(f"aggregation column {agg.column!r} is not a plain identifier")
         return None
-    if agg.fn not in AGG_FUNCTIONS:
+    if not isinstance(agg.fn, str) or agg.fn not in AGG_FUNCTIONS:
         add(f"aggregation fn {agg.fn!r} is unknown; use one of {', '.join(AGG_FUNCTIONS)}")
         return None
     try:
         window = agg.window_delta
     except ValueError:
         return None  # reported by _tiles with the window's context
+    if window <= timedelta(0):
+        return None  # likewise; a negative window would also make a nonsense default name
     if not is_identifier(agg.feature_name):
         add(f"feature name {agg.feature_name!r} is not a plain identifier")
         return None
@@ -320,10 +350,12 @@ def _agg_spec(add: Callable[[str], None], agg: Aggregation, columns: dict[str, s
     if has_source and dtype is None:
         add(f"aggregation {agg.feature_name!r} reads column {agg.column!r}, which the source does not have")
         return None
+    if has_source and dtype == UNSUPPORTED:
+        add(f"aggregation {agg.feature_name!r} reads column {agg.column!r}, whose Parquet type Quiver "
+            "does not support")
+        return None
     if has_source and dtype and not accepts(agg.fn, dtype):
         add(f"aggregation {agg.feature_name!r}: {agg.fn} needs a numeric column, {agg.column!r} is {dtype}")
-        return None
-    if window <= timedelta(0):
         return None
     return AggSpec(agg.feature_name, agg.column, agg.fn, to_micros(window), dtype or "float64", agg.description)
 
@@ -333,7 +365,13 @@ def _service_spec(problems: _Problems, service: FeatureService,
     refs = service.references
     if not refs:
         problems.add("feature_service", service.name, service.location, "lists no features")
+    for ref in dict.fromkeys(r for r in refs if isinstance(r, str) and refs.count(r) > 1):
+        problems.add("feature_service", service.name, service.location, f"feature {ref!r} is listed twice")
     for ref in refs:
+        if not isinstance(ref, str) or ref.count(":") != 1:
+            problems.add("feature_service", service.name, service.location,
+                         f"feature {ref!r} must be 'view:feature' or a FeatureView")
+            continue
         view_name, _, feature = ref.partition(":")
         view = views.get(view_name)
         if view_name not in views:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any
+
+from quiver.catalog.types import duration_label
 
 CatalogDict = dict[str, dict[str, dict[str, Any]]]
 
@@ -59,7 +62,7 @@ def diff_catalogs(old: CatalogDict | None, new: CatalogDict) -> CatalogDiff:
 
 
 def _features_of(spec: dict[str, Any]) -> list[str]:
-    names = _feature_map(spec)
+    names = list(_feature_map(spec)) or [str(ref) for ref in spec.get("features", [])]
     return [f"features: {', '.join(names)}"] if names else []
 
 
@@ -68,19 +71,59 @@ def _feature_map(spec: dict[str, Any]) -> dict[str, Any]:
     return {item["name"]: item for item in items}
 
 
+# Keys compared member by member (views' features, services' references, sources' columns).
+_MEMBERS = {"fields": "feature", "aggregations": "feature", "features": "feature", "columns": "column"}
+
+
+def _members(spec: dict[str, Any], key: str) -> dict[str, Any]:
+    if key in ("fields", "aggregations"):
+        return _feature_map(spec)
+    if key == "columns":
+        return {name: dtype for name, dtype in spec.get("columns", [])}
+    return {str(ref): ref for ref in spec.get(key, [])}
+
+
 def _details(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     details: list[str] = []
-    old_features, new_features = _feature_map(before), _feature_map(after)
-    for name in new_features.keys() - old_features.keys():
-        details.append(f"+feature {name}")
-    for name in old_features.keys() - new_features.keys():
-        details.append(f"-feature {name}")
-    for name in old_features.keys() & new_features.keys():
-        if old_features[name] != new_features[name]:
-            details.append(f"~feature {name}")
     for key in sorted(before.keys() | after.keys()):
-        if key in ("fields", "aggregations"):
-            continue
-        if before.get(key) != after.get(key):
-            details.append(f"{key}: {before.get(key)!r} → {after.get(key)!r}")
-    return sorted(details)
+        if key in _MEMBERS:
+            if key == "aggregations":
+                continue  # compared together with "fields": a feature may move from one to the other
+            keys = ("fields", "aggregations") if key == "fields" else (key,)
+            old = {k: v for part in keys for k, v in _members(before, part).items()}
+            new = {k: v for part in keys for k, v in _members(after, part).items()}
+            details += _member_changes(_MEMBERS[key], old, new)
+        elif before.get(key) != after.get(key):
+            details.append(_value_change(key, before.get(key), after.get(key)))
+    return details
+
+
+def _member_changes(noun: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    changes = [f"+{noun} {name}" for name in new if name not in old]
+    changes += [f"-{noun} {name}" for name in old if name not in new]
+    for name in old.keys() & new.keys():
+        if old[name] != new[name]:
+            inner = old[name], new[name]
+            if isinstance(inner[0], dict) and isinstance(inner[1], dict):
+                what = [_value_change(k, inner[0].get(k), inner[1].get(k))
+                        for k in sorted(inner[0].keys() | inner[1].keys()) if inner[0].get(k) != inner[1].get(k)]
+            else:
+                what = [f"{inner[0]} → {inner[1]}"]
+            changes.append(f"~{noun} {name}: {', '.join(what)}")
+    return sorted(changes, key=lambda text: ({"+": 0, "-": 1, "~": 2}[text[0]], text))
+
+
+def _value_change(key: str, old: Any, new: Any) -> str:
+    if key.endswith("_us"):  # durations in µs read better as 7d, 5m
+        return f"{key[:-3]}: {_duration(old)} → {_duration(new)}"
+    if isinstance(old, dict) and isinstance(new, dict):
+        inner = [_value_change(f"{key}.{k}", old.get(k), new.get(k))
+                 for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+        return "; ".join(inner)
+    return f"{key}: {old!r} → {new!r}"
+
+
+def _duration(value: Any) -> str:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return repr(value)
+    return duration_label(timedelta(microseconds=value))

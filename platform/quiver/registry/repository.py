@@ -16,7 +16,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    CursorResult,
+    Engine,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import DBAPIError
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, content_hash, spec_to_dict
@@ -77,9 +89,13 @@ class Registry:
         try:
             self.engine = make_engine(url)
         except Exception as exc:  # bad URL or missing driver: a user error, said plainly
-            raise QuiverError(f"cannot open registry {url!r}: {exc}") from None
+            raise QuiverError(f"cannot open registry {_safe_url(url)}: {exc}") from None
         if migrate:
-            self.migrate()
+            try:
+                self.migrate()
+            except DBAPIError as exc:  # unreachable server, wrong credentials, unwritable file
+                self.engine.dispose()
+                raise QuiverError(f"cannot open registry {_safe_url(url)}: {exc.orig or exc}") from None
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration (safe to run concurrently)."""
@@ -134,16 +150,16 @@ class Registry:
                 return ApplyResult(current[0], False, CatalogDiff([]))
             diff = diff_catalogs(current[2] if current else None, new)
             version = (current[0] if current else 0) + 1
-            version_id = connection.execute(insert(catalog_versions).values(
+            version_id = _new_id(connection.execute(insert(catalog_versions).values(
                 project=self.project, version=version, content_hash=digest,
-                created_at=datetime.now(UTC), author=author or _author(),
+                created_at=datetime.now(UTC), author=(author or _author())[:255],
                 catalog_json=json.dumps(new, sort_keys=True), diff_json=json.dumps(diff.to_json()),
-            )).inserted_primary_key[0]
+            )))
             rows = [
                 {"version_id": version_id, "kind": kind, "name": name,
                  "content_hash": content_hash(spec_to_dict(spec)),
                  "spec_json": json.dumps(spec_to_dict(spec), sort_keys=True),
-                 "location": str(getattr(spec, "location", ""))}
+                 "location": str(getattr(spec, "location", ""))[-1024:]}
                 for kind, specs in catalog.by_kind().items() for name, spec in specs.items()
             ]
             if rows:
@@ -191,7 +207,7 @@ class Registry:
             result = connection.execute(insert(materialization_runs).values(
                 project=self.project, view=view, kind=kind, engine=engine, start_ts=start_ts, end_ts=end_ts,
                 status="running", rows=0, detail_json="{}", started_at=datetime.now(UTC)))
-            return int(result.inserted_primary_key[0])
+            return _new_id(result)
 
     def finish_run(self, run_id: int, status: str, rows: int = 0, detail: dict[str, Any] | None = None) -> None:
         with self._write() as connection:
@@ -227,6 +243,23 @@ def _lineage(catalog: Catalog, version_id: int) -> list[dict[str, Any]]:
             edges.append(("feature_view", view_name, "feature_service", service.name))
     return [{"version_id": version_id, "parent_kind": a, "parent_name": b, "child_kind": c, "child_name": d}
             for a, b, c, d in edges]
+
+
+def _new_id(result: CursorResult[Any]) -> int:
+    key = result.inserted_primary_key
+    if key is None:  # every registry table has an autoincrement id
+        raise RuntimeError("the database returned no id for an insert")
+    return int(key[0])
+
+
+def _safe_url(url: str) -> str:
+    # Error messages end up in logs and terminals: never print a password.
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not even a URL: it holds no password we could recognise either
+        return repr(url)
 
 
 def _author() -> str:

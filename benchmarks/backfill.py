@@ -1,0 +1,154 @@
+"""Backfill throughput: tiles of one aggregation view with the DuckDB engine and with Spark (local[2]).
+
+Workload (full): 10M synthetic events of 50k users over 7 days, written with numpy/pyarrow into 8 Parquet
+files; view `spend` tiles `amount` (count/sum/mean/max/stddev/last over 1 h and 24 h) and a bool
+(`mean`) into 5-minute tiles. `--quick`: 1M events. Each engine runs the whole `backfill()` (file checks,
+stats, tiles, atomic swap of the 7 date partitions, registry run) `--repeats` times; the figure is the
+median, in source events per second. Spark's session is started before timing (its JVM start is reported
+separately). Both stores are compared: same tile keys and counts, sums and maxima equal to 1e-9.
+
+Last line: RESULT backfill ratio=<spark_time/duckdb_time> quiver=<duckdb ev/s> peer=<spark ev/s>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "platform"))
+DAY0 = date(2026, 11, 1)
+DAYS, USERS, FILES = 7, 50_000, 8
+US_PER_DAY = 86_400_000_000
+
+
+def generate(folder: Path, events: int, seed: int = 7) -> None:
+    """Events in time order (as a log would be), split into FILES files."""
+    rng = np.random.default_rng(seed)
+    start = (DAY0 - date(1970, 1, 1)).days * US_PER_DAY
+    ts = np.sort(start + rng.integers(0, DAYS * US_PER_DAY, events))
+    users = rng.integers(1, USERS + 1, events)
+    amount = np.round(rng.lognormal(3.5, 0.8, events), 2)
+    online = rng.random(events) < 0.3
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, chunk in enumerate(np.array_split(np.arange(events), FILES)):
+        table = pa.table({"user_id": users[chunk], "amount": amount[chunk], "is_online": online[chunk],
+                          "event_ts": pa.array(ts[chunk], pa.timestamp("us", tz="UTC"))})
+        pq.write_table(table, folder / f"events-{i:02d}.parquet", row_group_size=1_000_000)
+
+
+def catalog_and_config(project: Path) -> tuple[Any, Any]:
+    from quiver import Aggregation, Entity, FeatureView, Int64, Source
+    from quiver.catalog.validate import build_catalog
+    from quiver.config import Config
+
+    user = Entity("user", ["user_id"], dtype=Int64)
+    events = Source("events", path="events", timestamp_field="event_ts")
+    aggs = [Aggregation("amount", fn, w) for w in ("1h", "24h") for fn in ("count", "sum", "mean", "max")]
+    aggs += [Aggregation("amount", "stddev", "24h"), Aggregation("amount", "last", "24h"),
+             Aggregation("is_online", "mean", "24h")]
+    spend = FeatureView("spend", [user], events, aggregations=aggs, tile="5m")
+    config = Config(root=project, project="bench", offline_root="offline",
+                    registry_url=f"sqlite:///{project}/registry.db", spark_master="local[2]")
+    return build_catalog([user, events, spend], project), config
+
+
+def run(config: Any, catalog: Any, engine: str, repeats: int) -> tuple[list[float], Any]:
+    from quiver.offline.backfill import backfill
+
+    times, report = [], None
+    for _ in range(repeats):
+        began = time.perf_counter()
+        report = backfill(config, catalog, DAY0, DAY0 + timedelta(days=DAYS - 1), engine=engine)
+        times.append(time.perf_counter() - began)
+    return times, report
+
+
+def read_tiles(root: Path) -> pa.Table:
+    files = sorted((root / "spend" / "tiles").rglob("*.parquet"))
+    table = pa.concat_tables(pq.read_table(f) for f in files)
+    return table.sort_by([("user_id", "ascending"), ("tile_start", "ascending")])
+
+
+def compare(a: pa.Table, b: pa.Table) -> dict[str, Any]:
+    """Same tiles: keys and counts exactly, float partials to 1e-9."""
+    assert a.num_rows == b.num_rows, (a.num_rows, b.num_rows)
+    for column in a.column_names:
+        x, y = a.column(column).to_numpy(zero_copy_only=False), b.column(column).to_numpy(zero_copy_only=False)
+        if x.dtype.kind == "f":
+            ok = np.allclose(x, y, rtol=1e-9, atol=0, equal_nan=True)
+        else:
+            ok = bool(np.array_equal(x, y))
+        assert ok, f"column {column} differs between engines"
+    return {"tiles": a.num_rows, "events": int(pa.compute.sum(a.column("n_events")).as_py()),
+            "amount_sum": float(pa.compute.sum(a.column("amount__sum")).as_py())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1M events instead of 10M")
+    parser.add_argument("--events", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per engine (default 2 quick, 3 full)")
+    args = parser.parse_args()
+    events = args.events or (1_000_000 if args.quick else 10_000_000)
+    repeats = args.repeats or (2 if args.quick else 3)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import pyarrow.compute  # noqa: F401 - used as pa.compute in compare
+
+    from quiver.offline.engines import spark_session, stop_spark
+
+    with tempfile.TemporaryDirectory(prefix="quiver-bench-backfill-") as tmp:
+        project = Path(tmp)
+        began = time.perf_counter()
+        generate(project / "events", events)
+        gen_s = time.perf_counter() - began
+        catalog, config = catalog_and_config(project)
+        duck_cfg = replace(config, offline_root="offline-duckdb")
+        spark_cfg = replace(config, offline_root="offline-spark")
+        duck_times, duck_report = run(duck_cfg, catalog, "duckdb", repeats)
+        began = time.perf_counter()
+        spark_session("local[2]")
+        spark_start_s = time.perf_counter() - began
+        spark_times, spark_report = run(spark_cfg, catalog, "spark", repeats)
+        stop_spark()
+        check = compare(read_tiles(duck_cfg.offline_dir), read_tiles(spark_cfg.offline_dir))
+        assert check["events"] == events == duck_report.views["spend"].events_read
+        assert spark_report.views["spend"].rows_written == duck_report.views["spend"].rows_written
+
+    duck_s, spark_s = statistics.median(duck_times), statistics.median(spark_times)
+    result = {
+        "benchmark": "backfill", "mode": "quick" if args.quick else "full", "events": events, "users": USERS,
+        "days": DAYS, "files": FILES, "repeats": repeats, "generate_s": round(gen_s, 3),
+        "duckdb_s": [round(t, 3) for t in duck_times], "spark_s": [round(t, 3) for t in spark_times],
+        "spark_session_start_s": round(spark_start_s, 3),
+        "duckdb_events_per_s": round(events / duck_s), "spark_events_per_s": round(events / spark_s),
+        "ratio_spark_over_duckdb": round(spark_s / duck_s, 3), "check": check,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+    out = ROOT / "benchmarks" / "results" / "backfill.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{events:,} events → {check['tiles']:,} tiles; data generated in {gen_s:.1f} s")
+    print(f"duckdb: median {duck_s:.2f} s of {duck_times} → {events / duck_s:,.0f} events/s")
+    print(f"spark local[2]: median {spark_s:.2f} s of {spark_times} → {events / spark_s:,.0f} events/s "
+          f"(session start {spark_start_s:.1f} s, not timed)")
+    print(f"RESULT backfill ratio={spark_s / duck_s:.2f} quiver={events / duck_s:.0f}ev/s "
+          f"peer={events / spark_s:.0f}ev/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Registry records of the monitoring loop: drift runs and their per-feature time series, alerts, deliveries.
+
+Writes go through `Registry._write()` (SQLite BEGIN IMMEDIATE / a Postgres advisory lock), so the
+check-then-insert of alert deduplication is serialized across processes; a partial unique index on open
+alerts backs it up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from quiver.registry import Registry
+from quiver.registry.monitoring_tables import alert_deliveries, alerts, drift_results, drift_runs
+from sqlalchemy import insert, select, update
+
+from monitoring.drift import DriftReport
+
+SEVERITIES = ("info", "warning", "critical")
+_SCORE_COLUMNS = ("psi", "ks_statistic", "ks_pvalue", "wasserstein", "jensenshannon")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _finite(value: float | None) -> float | None:
+    # SQLite silently turns NaN into NULL while Postgres keeps it; store NULL everywhere.
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _inserted_id(result: Any) -> int:
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, default=str, sort_keys=True)
+
+
+# ----- drift -----
+
+
+def record_drift_run(registry: Registry, report: DriftReport, name: str, reference: str = "",
+                     current: str = "", detail: dict[str, Any] | None = None) -> int:
+    """Store a drift report: one run row and one result row per feature. Returns the run id."""
+    finished = _now()
+    started = datetime.fromtimestamp(finished.timestamp() - report.elapsed_s, UTC)
+    with registry._write() as connection:
+        run_id = _inserted_id(connection.execute(insert(drift_runs).values(
+            project=registry.project, name=name, reference=reference[:1024], current=current[:1024],
+            engine=report.engine, started_at=started, finished_at=finished, n_features=len(report.features),
+            n_judged=len(report.judged), n_drifted=len(report.drifted), drift_share=report.drift_share,
+            dataset_drift=report.dataset_drift, status="succeeded",
+            detail_json=_json({"drift_share_threshold": report.drift_share_threshold, **(detail or {})}),
+        )))
+        rows = []
+        for f in report.features:
+            extra = {k: v for k, v in f.scores.items() if k not in _SCORE_COLUMNS}
+            rows.append({
+                "run_id": run_id, "project": registry.project, "feature": f.feature, "kind": f.kind,
+                "status": f.status, "drifted": f.drifted, "n_ref": f.n_ref, "n_cur": f.n_cur,
+                "nulls_ref": f.nulls_ref, "nulls_cur": f.nulls_cur, "computed_at": finished,
+                "detail_json": _json({"scores": extra, "reasons": list(f.reasons), **f.details}),
+                **{c: _finite(f.scores.get(c)) for c in _SCORE_COLUMNS},
+            })
+        if rows:
+            connection.execute(insert(drift_results), rows)
+    return run_id
+
+
+def drift_history(registry: Registry, feature: str, name: str | None = None,
+                  limit: int = 500) -> list[dict[str, Any]]:
+    """A feature's drift results over time, oldest first (optionally only runs called `name`)."""
+    query = (select(drift_results, drift_runs.c.name.label("run_name"))
+             .join(drift_runs, drift_runs.c.id == drift_results.c.run_id)
+             .where(drift_results.c.project == registry.project, drift_results.c.feature == feature))
+    if name is not None:
+        query = query.where(drift_runs.c.name == name)
+    query = query.order_by(drift_results.c.computed_at.desc(), drift_results.c.id.desc()).limit(limit)
+    with registry.engine.connect() as connection:
+        rows = [dict(r._mapping) for r in connection.execute(query)]
+    return rows[::-1]
+
+
+def list_drift_runs(registry: Registry, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Recent drift runs, newest first."""
+    query = select(drift_runs).where(drift_runs.c.project == registry.project)
+    if name is not None:
+        query = query.where(drift_runs.c.name == name)
+    with registry.engine.connect() as connection:
+        return [dict(r._mapping) for r in connection.execute(
+            query.order_by(drift_runs.c.id.desc()).limit(limit))]
+
+
+def drift_results_of(registry: Registry, run_id: int) -> list[dict[str, Any]]:
+    with registry.engine.connect() as connection:
+        return [dict(r._mapping) for r in connection.execute(
+            select(drift_results).where(drift_results.c.run_id == run_id).order_by(drift_results.c.id))]
+
+
+# ----- alerts -----
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    """An alert as stored in the registry."""
+
+    id: int
+    project: str
+    kind: str
+    subject: str
+    severity: str
+    status: str
+    title: str
+    message: str
+    detail: dict[str, Any]
+    occurrences: int
+    created_at: datetime
+    last_seen_at: datetime
+    resolved_at: datetime | None = None
+    deliveries: dict[str, str] = field(default_factory=dict)  # sink → pending | delivered | failed
+
+    @property
+    def delivery_status(self) -> str:
+        """failed if any sink failed, pending if any is pending, delivered when all are (or there are none)."""
+        states = set(self.deliveries.values())
+        for state in ("failed", "pending"):
+            if state in states:
+                return state
+        return "delivered"
+
+
+def dedup_key(kind: str, subject: str) -> str:
+    return f"{kind}:{subject}"[:320]
+
+
+def open_alert(registry: Registry, kind: str, subject: str, severity: str, title: str, message: str,
+               detail: dict[str, Any] | None, sinks: list[str]) -> tuple[AlertRecord, str]:
+    """Open an alert, or touch the open one with the same kind and subject.
+
+    Returns the record and what happened: "created", "escalated" (severity rose: deliver again) or
+    "repeated". Deliveries for `sinks` are (re)set to pending when the alert is created or escalated.
+    """
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
+    key, now = dedup_key(kind, subject), _now()
+    with registry._write() as connection:
+        row = connection.execute(select(alerts).where(
+            alerts.c.project == registry.project, alerts.c.dedup_key == key, alerts.c.status == "open")).first()
+        if row is None:
+            alert_id = _inserted_id(connection.execute(insert(alerts).values(
+                project=registry.project, kind=kind, subject=subject, dedup_key=key, severity=severity,
+                status="open", title=title[:255], message=message, detail_json=_json(detail or {}),
+                occurrences=1, created_at=now, last_seen_at=now)))
+            outcome = "created"
+        else:
+            alert_id = int(row.id)
+            escalated = SEVERITIES.index(severity) > SEVERITIES.index(row.severity)
+            values: dict[str, Any] = {"occurrences": row.occurrences + 1, "last_seen_at": now}
+            if escalated:
+                values |= {"severity": severity, "title": title[:255], "message": message,
+                           "detail_json": _json(detail or {})}
+            connection.execute(update(alerts).where(alerts.c.id == alert_id).values(**values))
+            outcome = "escalated" if escalated else "repeated"
+        if outcome != "repeated":
+            _reset_deliveries(connection, alert_id, sinks, now)
+        record = _load_alert(connection, alert_id)
+    return record, outcome
+
+
+def _reset_deliveries(connection: Any, alert_id: int, sinks: list[str], now: datetime) -> None:
+    existing = {r.sink for r in connection.execute(
+        select(alert_deliveries.c.sink).where(alert_deliveries.c.alert_id == alert_id))}
+    for sink in sinks:
+        if sink in existing:
+            connection.execute(update(alert_deliveries).where(
+                alert_deliveries.c.alert_id == alert_id, alert_deliveries.c.sink == sink).values(
+                status="pending", updated_at=now))
+        else:
+            connection.execute(insert(alert_deliveries).values(
+                alert_id=alert_id, sink=sink, status="pending", attempts=0, last_error="", updated_at=now))
+
+
+def record_delivery(registry: Registry, alert_id: int, sink: str, ok: bool, attempts: int,
+                    error: str = "") -> None:
+    """Store the outcome of one delivery try (attempts add up across tries)."""
+    now = _now()
+    with registry._write() as connection:
+        row = connection.execute(select(alert_deliveries).where(
+            alert_deliveries.c.alert_id == alert_id, alert_deliveries.c.sink == sink)).first()
+        values = {"status": "delivered" if ok else "failed", "last_error": error[:4000], "updated_at": now,
+                  "delivered_at": now if ok else None}
+        if row is None:
+            connection.execute(insert(alert_deliveries).values(alert_id=alert_id, sink=sink, attempts=attempts,
+                                                                **values))
+        else:
+            connection.execute(update(alert_deliveries).where(alert_deliveries.c.id == row.id).values(
+                attempts=row.attempts + attempts, **values))
+
+
+def resolve_alerts(registry: Registry, kind: str, subject: str | None = None,
+                   alert_id: int | None = None) -> int:
+    """Resolve open alerts of `kind` (one subject, one id, or all). Returns how many were resolved."""
+    with registry._write() as connection:
+        query = update(alerts).where(alerts.c.project == registry.project, alerts.c.status == "open")
+        if kind:
+            query = query.where(alerts.c.kind == kind)
+        if subject is not None:
+            query = query.where(alerts.c.subject == subject)
+        if alert_id is not None:
+            query = query.where(alerts.c.id == alert_id)
+        return int(connection.execute(query.values(status="resolved", resolved_at=_now())).rowcount or 0)
+
+
+def get_alert(registry: Registry, alert_id: int) -> AlertRecord:
+    with registry.engine.connect() as connection:
+        return _load_alert(connection, alert_id)
+
+
+def list_alerts(registry: Registry, status: str | None = "open", kind: str | None = None,
+                limit: int = 200) -> list[AlertRecord]:
+    """Alerts newest first, optionally filtered by status and kind."""
+    query = select(alerts.c.id).where(alerts.c.project == registry.project)
+    if status:
+        query = query.where(alerts.c.status == status)
+    if kind:
+        query = query.where(alerts.c.kind == kind)
+    with registry.engine.connect() as connection:
+        ids = [r.id for r in connection.execute(query.order_by(alerts.c.id.desc()).limit(limit))]
+        return [_load_alert(connection, i) for i in ids]
+
+
+def undelivered(registry: Registry) -> list[tuple[int, str]]:
+    """(alert id, sink) pairs still pending or failed, for a later retry."""
+    query = (select(alert_deliveries.c.alert_id, alert_deliveries.c.sink)
+             .join(alerts, alerts.c.id == alert_deliveries.c.alert_id)
+             .where(alerts.c.project == registry.project,
+                    alert_deliveries.c.status.in_(("pending", "failed")))
+             .order_by(alert_deliveries.c.id))
+    with registry.engine.connect() as connection:
+        return [(int(r.alert_id), str(r.sink)) for r in connection.execute(query)]
+
+
+def _load_alert(connection: Any, alert_id: int) -> AlertRecord:
+    row = connection.execute(select(alerts).where(alerts.c.id == alert_id)).first()
+    if row is None:
+        raise KeyError(f"no alert {alert_id}")
+    deliveries = {r.sink: r.status for r in connection.execute(
+        select(alert_deliveries).where(alert_deliveries.c.alert_id == alert_id))}
+    return AlertRecord(int(row.id), row.project, row.kind, row.subject, row.severity, row.status, row.title,
+                       row.message, json.loads(row.detail_json), int(row.occurrences),
+                       _utc(row.created_at), _utc(row.last_seen_at),
+                       _utc(row.resolved_at) if row.resolved_at else None, deliveries)
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; they were written as UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

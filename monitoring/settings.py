@@ -1,0 +1,76 @@
+"""Monitoring settings of a project: optional `monitoring.yaml` beside `quiver.yaml`.
+
+    alert_sinks:                       # default: [{type: log}]
+      - {type: log}
+      - {type: webhook, url: "https://hooks.slack.com/services/…"}
+      - {type: airflow_asset, trigger_dir: data/triggers}        # or api_url + token
+    quarantine_dir: data/offline/_quarantine/batches          # default: <offline_root>/_quarantine/batches
+    expectations_dir: feature_defs/expectations               # default: <catalog>/expectations
+    on_failure: continue                                      # or stop
+
+`QUIVER_ALERT_WEBHOOK_URL` adds a webhook sink without a file. Relative paths resolve against the project root.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from quiver.catalog.errors import QuiverError
+from quiver.config import Config
+
+SETTINGS_FILE = "monitoring.yaml"
+_KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure"}
+
+
+@dataclass(frozen=True)
+class MonitoringSettings:
+    """Where alerts go, where quarantined batches land, where user expectation suites live."""
+
+    alert_sinks: list[dict[str, Any]] = field(default_factory=lambda: [{"type": "log"}])
+    quarantine_dir: Path = Path("data/offline/_quarantine/batches")
+    expectations_dir: Path = Path("feature_defs/expectations")
+    on_failure: str = "continue"
+
+
+def load_settings(config: Config) -> MonitoringSettings:
+    """Settings for the project of `config` (defaults when monitoring.yaml is absent)."""
+    path = config.root / SETTINGS_FILE
+    values: dict[str, Any] = {}
+    if path.exists():
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise QuiverError(f"{path}: expected a mapping of settings")
+        unknown = set(loaded) - _KEYS
+        if unknown:
+            raise QuiverError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}; known: "
+                              f"{', '.join(sorted(_KEYS))}")
+        values = loaded
+    sinks = list(values.get("alert_sinks") or [{"type": "log"}])
+    webhook = os.environ.get("QUIVER_ALERT_WEBHOOK_URL")
+    if webhook:
+        sinks.append({"type": "webhook", "url": webhook})
+    for sink in sinks:
+        if sink.get("type") == "airflow_asset" and sink.get("trigger_dir"):
+            sink["trigger_dir"] = str(_resolve(config, sink["trigger_dir"]))
+
+    def directory(key: str, default: Path) -> Path:
+        return _resolve(config, values[key]) if values.get(key) else default
+
+    on_failure = str(values.get("on_failure", "continue"))
+    if on_failure not in ("continue", "stop"):
+        raise QuiverError(f"{path}: on_failure must be continue or stop, got {on_failure!r}")
+    return MonitoringSettings(
+        alert_sinks=sinks,
+        quarantine_dir=directory("quarantine_dir", config.offline_dir / "_quarantine" / "batches"),
+        expectations_dir=directory("expectations_dir", config.catalog_dir / "expectations"),
+        on_failure=on_failure,
+    )
+
+
+def _resolve(config: Config, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else config.root / path

@@ -1,0 +1,357 @@
+"""Backfill: compute tiles and last values of a date range and write them into the Parquet offline store.
+
+    backfill(config, catalog, start, end, engine="duckdb", views=None) -> BackfillReport
+
+1. Check every source file first (footers only, with pyarrow): a corrupt file or a column whose type
+   differs between files stops the run with a QuiverError naming the files, before anything is written.
+2. Run each view's compiled SQL (`compile/sql.py`) on the engine, which writes its rows by date into a
+   hidden staging folder beside the view's data.
+3. Only when every view is staged, swap each date of [start, end] into place with
+   `layout.replace_partition`; a date without events gets an empty partition, so re-running a range
+   replaces exactly those dates and nothing else.
+
+Rows with a null join key (in range) or a null event time are written to `_quarantine/<view>/` and counted,
+never dropped silently. Each view's run is recorded in the registry (kind 'backfill').
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.catalog.schema import logical_dtype, source_files
+from quiver.compile.sql import (
+    DATE_COLUMN,
+    END_PARAM,
+    REASON_COLUMN,
+    START_PARAM,
+    compile_last_values,
+    compile_quarantine,
+    compile_stats,
+    compile_tiles,
+    main_kind,
+)
+from quiver.config import Config
+from quiver.offline import layout
+from quiver.offline.engines import BatchEngine, open_engine
+
+QUARANTINE = "_quarantine"
+NO_EVENT_TS = "no_event_ts"  # quarantine folder for rows without an event time (they have no date)
+_US_PER_DAY = 86_400_000_000
+Progress = Callable[[int, int, str], None]  # (steps done, steps in all, what runs now)
+
+
+@dataclass
+class ViewReport:
+    """What a backfill did for one view."""
+
+    view: str
+    kind: str  # tiles | last_values
+    events_read: int = 0  # source rows with an event time in range (null keys included)
+    quarantined_null_keys: int = 0
+    quarantined_null_ts: int = 0  # rows without an event time anywhere in the source
+    rows_written: int = 0  # tiles or last-value rows
+    rows_by_date: dict[date, int] = field(default_factory=dict)
+    run_id: int | None = None
+
+    @property
+    def quarantined(self) -> int:
+        return self.quarantined_null_keys + self.quarantined_null_ts
+
+
+@dataclass
+class BackfillReport:
+    """What a backfill did: per view counts, the range, the engine and the wall time."""
+
+    start: date
+    end: date
+    engine: str
+    views: dict[str, ViewReport]
+    seconds: float = 0.0
+
+    @property
+    def rows_written(self) -> int:
+        return sum(v.rows_written for v in self.views.values())
+
+
+def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: str = "duckdb",
+             views: Sequence[str] | None = None, *, registry: Any = None,
+             progress: Progress | None = None) -> BackfillReport:
+    """Backfill `views` (default: all) for the days `start`..`end` (inclusive, UTC) with `engine`.
+
+    `registry` defaults to the project's registry (`config.registry`); runs are recorded there.
+    """
+    began = time.perf_counter()
+    if end < start:
+        raise QuiverError(f"backfill range is empty: end {end} is before start {start}")
+    if engine not in ("duckdb", "spark"):
+        raise QuiverError(f"engine must be duckdb or spark, got {engine!r}")
+    specs = _select_views(catalog, views)
+    files = check_sources(catalog, specs, config.root)
+    if registry is None:
+        from quiver.registry import Registry
+
+        registry = Registry(config.registry, project=config.project)
+    root = config.offline_dir
+    params = {START_PARAM: _day_us(start), END_PARAM: _day_us(end + timedelta(days=1))}
+    report = BackfillReport(start, end, engine, {v.name: ViewReport(v.name, main_kind(v)) for v in specs})
+    start_ts, end_ts = _utc(start), _utc(end + timedelta(days=1))
+    for spec in specs:
+        report.views[spec.name].run_id = registry.start_run(spec.name, "backfill", engine, start_ts, end_ts)
+    # Hidden folders on the offline store's own filesystem, so moving a staged date in is one rename.
+    staging = {spec.name: Path(root) / spec.name / f".staging-{uuid.uuid4().hex[:12]}" for spec in specs}
+    total, done = 2 * len(specs) + 1, 0
+    runner: BatchEngine | None = None
+    try:
+        if progress:
+            progress(done, total, f"starting {engine}")
+        runner = open_engine(engine, config.spark_master)
+        for source in sorted({s.source for s in specs}):
+            source_schemas = [schema for _, schema in files[source]]
+            runner.register_source(source, [f for f, _ in files[source]], _columns_differ(source_schemas))
+        for spec in specs:
+            if progress:
+                progress(done, total, f"{spec.name}: {main_kind(spec)}")
+            _stage_view(runner, spec, params, staging[spec.name], report.views[spec.name], _days(start, end))
+            done += 1
+            if progress:
+                progress(done, total, f"{spec.name}: quarantine")
+            _stage_quarantine(runner, spec, params, staging[spec.name], report.views[spec.name])
+            done += 1
+        if progress:
+            progress(done, total, "replacing partitions")
+        for spec in specs:
+            _commit(root, spec, start, end, staging[spec.name])
+    except BaseException as exc:
+        # Footers were fine, so look for a file whose pages do not decode: name it instead of the
+        # engine's anonymous error. Only on failure, so a good run never reads its input twice.
+        culprit = _unreadable_file(files, specs) if isinstance(exc, Exception) else None
+        for view_report in report.views.values():
+            if view_report.run_id is not None:
+                error = str(culprit) if culprit else f"{type(exc).__name__}: {exc}"
+                registry.finish_run(view_report.run_id, "failed", 0, {"error": error})
+        if culprit:
+            raise culprit from exc
+        raise
+    finally:
+        if runner is not None:
+            runner.close()
+        for folder in staging.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    report.seconds = time.perf_counter() - began
+    for view_report in report.views.values():
+        registry.finish_run(view_report.run_id, "succeeded", view_report.rows_written, _detail(report, view_report))
+    if progress:
+        progress(total, total, "done")
+    return report
+
+
+def check_sources(catalog: Catalog, views: Sequence[ViewSpec],
+                  root: Path) -> dict[str, list[tuple[Path, pa.Schema]]]:
+    """Files and footer schemas of every source the views read, checked before any engine runs.
+
+    Raises QuiverError naming the file when one is not readable Parquet, lacks a column a view needs,
+    has a type the catalog does not expect, or disagrees with another file on a column's type.
+    """
+    needed: dict[str, dict[str, tuple[str, str]]] = {}  # source → column → (logical dtype, view)
+    for view in views:
+        cols = needed.setdefault(view.source, {})
+        for name, dtype in _read_columns(view):
+            cols.setdefault(name, (dtype, view.name))
+    out: dict[str, list[tuple[Path, pa.Schema]]] = {}
+    for source_name, columns in sorted(needed.items()):
+        source = catalog.sources[source_name]
+        paths = source_files(source.path, root)
+        if not paths:
+            raise QuiverError(f"source {source_name!r}: no Parquet files match {source.path!r} under {root}")
+        checked: list[tuple[Path, pa.Schema]] = []
+        first: dict[str, tuple[pa.DataType, Path]] = {}
+        for path in paths:
+            try:
+                schema = pq.read_schema(path)
+            except (pa.ArrowException, OSError) as exc:
+                raise QuiverError(f"source {source_name!r}: cannot read Parquet file {path}: {exc}") from None
+            for column in schema:
+                seen = first.setdefault(column.name, (column.type, path))
+                if seen[0] != column.type:
+                    raise QuiverError(
+                        f"source {source_name!r}: schema drift in column {column.name!r}: {column.type} in "
+                        f"{path}, but {seen[0]} in {seen[1]}")
+            for name, (dtype, view_name) in columns.items():
+                index = schema.get_field_index(name)
+                if index < 0:
+                    raise QuiverError(f"source {source_name!r}: {path} has no column {name!r} "
+                                      f"(read by view {view_name!r})")
+                found = logical_dtype(schema.field(index).type)
+                if found != dtype:
+                    raise QuiverError(f"source {source_name!r}: column {name!r} is {found} in {path}, but view "
+                                      f"{view_name!r} expects {dtype}; re-apply the catalog or fix the file")
+            checked.append((path, schema))
+        out[source_name] = checked
+    return out
+
+
+def _unreadable_file(files: dict[str, list[tuple[Path, pa.Schema]]],
+                     views: Sequence[ViewSpec]) -> QuiverError | None:
+    for source, checked in sorted(files.items()):
+        columns = sorted({c for v in views if v.source == source for c, _ in _read_columns(v)})
+        for path, _ in checked:
+            try:
+                for _batch in pq.ParquetFile(path).iter_batches(columns=columns):
+                    pass
+            except (pa.ArrowException, OSError) as exc:
+                return QuiverError(f"source {source!r}: cannot read Parquet file {path}: {exc}")
+    return None
+
+
+def _read_columns(view: ViewSpec) -> list[tuple[str, str]]:
+    """(source column, logical dtype) a view reads: keys, event time, inputs — each once, in order."""
+    columns: dict[str, str] = dict(view.keys)
+    columns.setdefault(view.timestamp_field, "timestamp")
+    for f in view.fields:
+        columns.setdefault(f.column, f.dtype)
+    for a in view.aggregations:
+        columns.setdefault(a.column, a.input_dtype)
+    return list(columns.items())
+
+
+# ---- staging ----
+
+
+def _stage_view(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], stage: Path,
+                report: ViewReport, days: list[date]) -> None:
+    stats = runner.fetch(compile_stats(runner.dialect, spec), params).to_pylist()[0]
+    report.events_read = int(stats["events_in_range"])
+    report.quarantined_null_keys = int(stats["null_keys"])
+    report.quarantined_null_ts = int(stats["null_event_ts"])
+    kind = main_kind(spec)
+    sql = compile_tiles(runner.dialect, spec) if kind == "tiles" else compile_last_values(runner.dialect, spec)
+    runner.write_by_date(sql, params, stage / kind)
+    expected = layout.tile_schema(spec) if kind == "tiles" else layout.last_values_schema(spec)
+    written = _tidy_staged(stage / kind, expected, spec.name)
+    report.rows_by_date = {day: written.get(day, 0) for day in days}
+    report.rows_written = sum(report.rows_by_date.values())
+
+
+def _stage_quarantine(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], stage: Path,
+                      report: ViewReport) -> None:
+    if not report.quarantined:
+        return
+    rows = runner.fetch(compile_quarantine(runner.dialect, spec), params)
+    schema = quarantine_schema(spec)
+    dates = rows.column(DATE_COLUMN)
+    body = rows.drop_columns([DATE_COLUMN]).cast(schema)
+    for day in sorted(set(dates.to_pylist()), key=lambda d: (d is None, d)):
+        mask = pc.is_null(dates) if day is None else pc.fill_null(pc.equal(dates, pa.scalar(day, dates.type)), False)
+        folder = stage / QUARANTINE / (NO_EVENT_TS if day is None else f"date={day.isoformat()}")
+        folder.mkdir(parents=True)
+        pq.write_table(body.filter(mask), folder / "part-00000.parquet")
+
+
+def quarantine_schema(spec: ViewSpec) -> pa.Schema:
+    """Arrow schema of a view's quarantined rows: the source columns it reads, then the reason."""
+    fields = [pa.field(name, layout.arrow_type(dtype)) for name, dtype in _read_columns(spec)]
+    return pa.schema([*fields, pa.field(REASON_COLUMN, pa.string())])
+
+
+def _tidy_staged(folder: Path, expected: pa.Schema, view: str) -> dict[date, int]:
+    """Check what the engine wrote, name its files part-NNNNN.parquet, drop checksum files; rows per date."""
+    counts: dict[date, int] = {}
+    if not folder.is_dir():
+        return counts  # no rows at all: the engine may write nothing
+    prefix = f"{DATE_COLUMN}="
+    for part in sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith(prefix)):
+        day = date.fromisoformat(part.name[len(prefix):])
+        files = sorted(p for p in part.iterdir() if p.suffix == ".parquet" and not p.name.startswith((".", "_")))
+        rows = 0
+        for index, path in enumerate(files):
+            meta = pq.ParquetFile(path)
+            got = meta.schema_arrow
+            if [(f.name, f.type) for f in got] != [(f.name, f.type) for f in expected]:
+                raise RuntimeError(f"view {view!r}: engine wrote schema {got} to {path}, expected {expected}")
+            rows += meta.metadata.num_rows
+            path.rename(part / f"part-{index:05d}.parquet")
+        for leftover in part.iterdir():
+            if not leftover.name.startswith("part-"):
+                leftover.unlink()  # Hadoop .crc checksums
+        counts[day] = rows
+    return counts
+
+
+# ---- commit ----
+
+
+def _commit(root: Path, spec: ViewSpec, start: date, end: date, stage: Path) -> None:
+    """Swap every date of the range into place; dates without rows get an empty partition."""
+    kind = main_kind(spec)
+    expected = layout.tile_schema(spec) if kind == "tiles" else layout.last_values_schema(spec)
+    for day in _days(start, end):
+        staged = stage / kind / f"{DATE_COLUMN}={day.isoformat()}"
+        if not staged.is_dir():
+            staged.mkdir(parents=True)
+            pq.write_table(expected.empty_table(), staged / "part-00000.parquet")
+        layout.replace_partition(layout.partition_dir(root, spec.name, kind, day), staged)
+    base = Path(root) / QUARANTINE / spec.name
+    for day in _days(start, end):
+        _replace_or_remove(base / f"date={day.isoformat()}", stage / QUARANTINE / f"date={day.isoformat()}")
+    _replace_or_remove(base / NO_EVENT_TS, stage / QUARANTINE / NO_EVENT_TS)
+
+
+def _replace_or_remove(target: Path, staged: Path) -> None:
+    if staged.is_dir():
+        layout.replace_partition(target, staged)
+    elif target.exists():
+        # Stale quarantine of an earlier run of this date: move it aside in one rename, then delete.
+        old = target.with_name(f".old-{target.name}-{uuid.uuid4().hex[:8]}")
+        target.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- helpers ----
+
+
+def _select_views(catalog: Catalog, names: Sequence[str] | None) -> list[ViewSpec]:
+    if names is None:
+        return [catalog.views[name] for name in sorted(catalog.views)]
+    unknown = [n for n in names if n not in catalog.views]
+    if unknown:
+        raise QuiverError(f"unknown feature view(s) {', '.join(unknown)}; known: {', '.join(sorted(catalog.views))}")
+    return [catalog.views[name] for name in dict.fromkeys(names)]
+
+
+def _columns_differ(schemas: list[pa.Schema]) -> bool:
+    return len({tuple(s.names) for s in schemas}) > 1
+
+
+def _days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _day_us(day: date) -> int:
+    return (day - date(1970, 1, 1)).days * _US_PER_DAY
+
+
+def _utc(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _detail(report: BackfillReport, view: ViewReport) -> dict[str, Any]:
+    return {
+        "start": report.start.isoformat(), "end": report.end.isoformat(), "engine": report.engine,
+        "kind": view.kind, "events_read": view.events_read,
+        "quarantined_null_keys": view.quarantined_null_keys, "quarantined_null_ts": view.quarantined_null_ts,
+        "rows_written": view.rows_written, "seconds": round(report.seconds, 3),
+        "rows_by_date": {d.isoformat(): n for d, n in sorted(view.rows_by_date.items())},
+    }

@@ -1,0 +1,245 @@
+"""Point-in-time joins: training sets from labelled rows and the offline store.
+
+For each label row (join keys, timestamp t) every requested feature is its value *as of t* (DESIGN.md §2):
+
+* last-value features: the newest row of ``<offline>/<view>/last_values`` with ``t - ttl <= event_ts < t``,
+  else null;
+* windowed aggregates over ``[floor_g(t) - w, t)``: the whole tiles of ``<offline>/<view>/tiles`` with
+  ``tile_start`` in ``[floor_g(t) - w, floor_g(t))``, merged with the raw "head" events of the view's source
+  with ``event_ts`` in ``[floor_g(t), t)``, then finalized — all by the one rule table in
+  ``quiver.compile.aggregations`` (an empty window gives count 0 and sum 0, null otherwise).
+
+The result keeps every label row — duplicates included — with all label columns, **in the input order and
+with the input index**, and appends one column per feature. Label rows whose keys are null or unknown get
+null features (0 for count and sum). Feature dtypes: float64 (NaN for null), nullable Int64 / boolean,
+object for strings, datetime64[us, UTC]; count is plain int64.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.config import Config
+from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
+
+LabelsInput = pd.DataFrame | pa.Table | str | Path
+ENGINES = ("duckdb", "spark")
+_NEVER_NULL = ("count", "sum")
+
+
+@dataclass(frozen=True)
+class FeatureRef:
+    """One requested feature and the column it becomes."""
+
+    view: str
+    feature: str
+    column: str
+
+
+def get_historical_features(labels: LabelsInput, features: str | Sequence[str], *, catalog: Catalog,
+                            config: Config, engine: str = "duckdb", full_feature_names: bool = False,
+                            timestamp_column: str = "event_ts", assume_utc: bool = False) -> pd.DataFrame:
+    """Label rows with their features as of each row's timestamp (see the module docstring).
+
+    `labels`: a DataFrame, an Arrow table or a Parquet path, with the join keys of every requested view and
+    `timestamp_column` (timezone-aware; naive values are read as UTC only with `assume_utc=True`).
+    `features`: ``["view:feature", …]`` or the name of a feature service. Columns are named by the feature,
+    or ``view__feature`` with `full_feature_names`. `engine`: ``duckdb`` (embedded) or ``spark``.
+    """
+    if engine not in ENGINES:
+        raise QuiverError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    frame = read_labels(labels)
+    refs = resolve_features(catalog, features, full_feature_names)
+    clashes = [r.column for r in refs if r.column in frame.columns]
+    if clashes:
+        raise QuiverError(f"feature column(s) {', '.join(map(repr, clashes))} clash with label columns; rename "
+                          f"the label columns" + ("" if full_feature_names else " or pass full_feature_names=True"))
+    requests = plan_requests(catalog, config, refs)
+    label_set = prepare_labels(frame, [r.view for r in requests], timestamp_column, assume_utc)
+    if engine == "spark":
+        from quiver.offline import pit_spark
+
+        values = pit_spark.compute(label_set, requests, config)
+    else:
+        from quiver.offline import pit_numpy
+
+        values = pit_numpy.compute(label_set, requests)
+    columns = {}
+    for ref in refs:
+        view = catalog.views[ref.view]
+        columns[ref.column] = to_pandas(values[(ref.view, ref.feature)], view.feature_dtype(ref.feature),
+                                        nullable=_nullable(view, ref.feature))
+    return pd.concat([frame, pd.DataFrame(columns, index=frame.index)], axis=1)
+
+
+def read_labels(labels: LabelsInput) -> pd.DataFrame:
+    """Labels as a DataFrame (a Parquet path or an Arrow table is read as is)."""
+    if isinstance(labels, pd.DataFrame):
+        return labels
+    if isinstance(labels, pa.Table):
+        return labels.to_pandas()
+    if isinstance(labels, str | Path):
+        path = Path(labels)
+        if not path.exists():
+            raise QuiverError(f"labels file {path} does not exist")
+        try:
+            return pq.read_table(path).to_pandas()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise QuiverError(f"cannot read labels {path} as Parquet: {exc}") from None
+    raise QuiverError(f"labels must be a pandas DataFrame, a pyarrow Table or a Parquet path, "
+                      f"got {type(labels).__name__}")
+
+
+def resolve_features(catalog: Catalog, features: str | Sequence[str], full_feature_names: bool) -> list[FeatureRef]:
+    """Validated feature references, deduplicated in request order, with their output column names."""
+    if isinstance(features, str):
+        if ":" in features:
+            names: list[str] = [features]
+        elif features in catalog.services:
+            names = list(catalog.services[features].features)
+        else:
+            known = ", ".join(sorted(catalog.services)) or "none defined"
+            raise QuiverError(f"unknown feature service {features!r} (services: {known}); "
+                              f"or list features as 'view:feature'")
+    else:
+        names = list(features)
+    if not names:
+        raise QuiverError("no features requested")
+    refs: list[FeatureRef] = []
+    for name in dict.fromkeys(names):
+        if not isinstance(name, str) or ":" not in name:
+            raise QuiverError(f"feature {name!r} must be written 'view:feature'")
+        view_name, _, feature = name.partition(":")
+        if view_name not in catalog.views:
+            raise QuiverError(f"feature {name!r}: unknown feature view {view_name!r}; views: "
+                              f"{', '.join(sorted(catalog.views))}")
+        view = catalog.views[view_name]
+        if feature not in view.feature_names:
+            raise QuiverError(f"feature {name!r}: view {view_name!r} has no feature {feature!r}; its features: "
+                              f"{', '.join(view.feature_names)}")
+        column = f"{view_name}__{feature}" if full_feature_names else feature
+        refs.append(FeatureRef(view_name, feature, column))
+    seen: dict[str, FeatureRef] = {}
+    for ref in refs:
+        if ref.column in seen:
+            other = seen[ref.column]
+            raise QuiverError(f"features {other.view}:{other.feature} and {ref.view}:{ref.feature} would both be "
+                              f"named {ref.column!r}; pass full_feature_names=True (columns view__feature)")
+        seen[ref.column] = ref
+    return refs
+
+
+def plan_requests(catalog: Catalog, config: Config, refs: list[FeatureRef]) -> list[ViewRequest]:
+    """One request per view, in first-request order; a view without offline data is a user error."""
+    wanted: dict[str, list[str]] = {}
+    for ref in refs:
+        wanted.setdefault(ref.view, []).append(ref.feature)
+    requests = []
+    for name, feats in wanted.items():
+        view = catalog.views[name]
+        req = ViewRequest(view, tuple(feats), config.offline_dir, config.root, catalog.sources[view.source].path)
+        if not req.has_data():
+            raise QuiverError(f"feature view {name!r} has no offline data under {config.offline_dir}; "
+                              f"run the backfill for it first")
+        requests.append(req)
+    return requests
+
+
+def prepare_labels(frame: pd.DataFrame, views: list[ViewSpec], timestamp_column: str,
+                   assume_utc: bool) -> LabelSet:
+    """Check the label columns the views need and convert them: keys to Arrow, timestamps to epoch µs."""
+    needed: dict[str, list[str]] = {}
+    types: dict[str, str] = {}
+    for view in views:
+        for key, dtype in view.keys:
+            needed.setdefault(key, []).append(view.name)
+            types[key] = dtype
+    missing = [k for k in needed if k not in frame.columns]
+    problems = [f"join key {k!r} (needed by {', '.join(needed[k])})" for k in missing]
+    if timestamp_column not in frame.columns:
+        problems.append(f"timestamp column {timestamp_column!r} (choose another with timestamp_column=…)")
+    if problems:
+        raise QuiverError(f"labels lack {'; '.join(problems)}; label columns: {', '.join(map(str, frame.columns))}")
+    keys = {key: _key_array(frame[key], key, types[key], needed[key]) for key in needed}
+    return LabelSet(_label_times(frame[timestamp_column], timestamp_column, assume_utc), keys)
+
+
+def _key_array(series: pd.Series, name: str, dtype: str, views: list[str]) -> pa.Array:
+    checks = {"int64": pd.api.types.is_integer_dtype, "string": pd.api.types.is_string_dtype,
+              "bool": pd.api.types.is_bool_dtype}
+    ok = checks[dtype](series.dtype)
+    if ok and dtype == "string" and series.dtype == object:
+        ok = pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty")
+    if not ok:
+        hint = f" (cast it, e.g. labels[{name!r}].astype('Int64'))" if dtype == "int64" else ""
+        raise QuiverError(f"label column {name!r} must hold {dtype} join keys for {', '.join(views)}, "
+                          f"got {series.dtype}{hint}")
+    try:
+        return pa.array(series, type={"int64": pa.int64(), "string": pa.string(), "bool": pa.bool_()}[dtype],
+                        from_pandas=True)
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise QuiverError(f"label column {name!r}: cannot use as {dtype} join keys: {exc}") from None
+
+
+def _label_times(series: pd.Series, name: str, assume_utc: bool) -> np.ndarray:
+    try:
+        array = pa.array(series, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        array = None
+    if array is None or not pa.types.is_timestamp(array.type):
+        raise QuiverError(f"label column {name!r} must hold timestamps (timezone-aware datetime64), "
+                          f"got {series.dtype}")
+    if array.type.tz is None and not assume_utc:
+        raise QuiverError(f"label column {name!r} holds timezone-naive timestamps; make them aware "
+                          f"(e.g. labels[{name!r}].dt.tz_localize('UTC')) or pass assume_utc=True to read "
+                          f"them as UTC")
+    values, nulls = timestamps_us(array)
+    if nulls is not None:
+        rows = np.flatnonzero(nulls)
+        raise QuiverError(f"label column {name!r} has {len(rows)} null timestamp(s) (rows "
+                          f"{', '.join(map(str, rows[:5]))}{', …' if len(rows) > 5 else ''}); drop or fill them")
+    return values
+
+
+def _nullable(view: ViewSpec, feature: str) -> bool:
+    return not any(a.name == feature and a.fn in _NEVER_NULL for a in view.aggregations)
+
+
+def to_pandas(array: pa.Array, dtype: str, nullable: bool = True) -> Any:
+    """An Arrow feature column as pandas values with the documented dtype for `dtype`."""
+    if dtype == "float64":
+        return array.to_numpy(zero_copy_only=False).astype(np.float64)
+    if dtype in ("int64", "bool") and not nullable and not array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    if dtype == "int64":
+        return pd.array(array.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get), dtype="Int64")
+    if dtype == "bool":
+        return pd.array(array.to_pandas(types_mapper={pa.bool_(): pd.BooleanDtype()}.get), dtype="boolean")
+    if dtype == "timestamp":
+        return array.cast(pa.timestamp("us", tz="UTC")).to_pandas()
+    return array.to_pandas().to_numpy(dtype=object)
+
+
+def write_training_set(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write `frame` as Parquet atomically (a temp file beside `path`, then one rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".tmp-{target.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), staged)
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+    return target

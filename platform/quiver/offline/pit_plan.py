@@ -1,0 +1,100 @@
+"""What a point-in-time join reads: validated label rows, one request per feature view, and the Parquet
+files of the offline store and of the view's source that can hold the rows a request needs.
+
+Shared by every PIT engine, so they all read the same files (date partitions pruned the same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quiver.catalog.ir import AggSpec, FieldSpec, ViewSpec
+from quiver.catalog.schema import source_files
+from quiver.offline.layout import LAST_VALUES, TILES, partition_days, view_dir
+
+US_PER_DAY = 86_400_000_000
+_EPOCH = date(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """Validated label rows: timestamps as epoch µs UTC, join keys cast to the types the catalog declares."""
+
+    t_us: np.ndarray
+    keys: Mapping[str, pa.Array]
+
+    @property
+    def n(self) -> int:
+        return len(self.t_us)
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """The features wanted from one view, and where its data lives."""
+
+    view: ViewSpec
+    features: tuple[str, ...]
+    offline_root: Path
+    project_root: Path
+    source_path: str
+
+    @property
+    def fields(self) -> list[FieldSpec]:
+        return [f for f in self.view.fields if f.name in self.features]
+
+    @property
+    def aggregations(self) -> list[AggSpec]:
+        return [a for a in self.view.aggregations if a.name in self.features]
+
+    def source_files(self) -> list[Path]:
+        """The view source's Parquet files (raw events: the head of every window)."""
+        return source_files(self.source_path, self.project_root)
+
+    def partition_files(self, kind: str, lo_us: int | None, hi_us: int) -> list[Path]:
+        """Files of `kind` (tiles or last values) whose date partition can hold times in [lo_us, hi_us)."""
+        first = None if lo_us is None else day_of(lo_us)
+        last = day_of(hi_us - 1)
+        files: list[Path] = []
+        for day in partition_days(self.offline_root, self.view.name, kind):
+            if (first is None or day >= first) and day <= last:
+                folder = view_dir(self.offline_root, self.view.name, kind) / f"date={day.isoformat()}"
+                files += sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
+        return files
+
+    def has_data(self) -> bool:
+        kind = LAST_VALUES if self.view.kind == "last" else TILES
+        return bool(partition_days(self.offline_root, self.view.name, kind))
+
+
+def day_of(us: int) -> date:
+    """The UTC date of an epoch-µs instant."""
+    return _EPOCH + timedelta(days=us // US_PER_DAY)
+
+
+def timestamps_us(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Epoch µs of a timestamp (or date) column, and its null mask (None when it has no nulls).
+
+    Naive timestamps in stored data are read as UTC, the convention of every Quiver writer.
+    """
+    kind = column.type
+    if pa.types.is_date(kind):
+        column = pc.cast(column, pa.timestamp("us"))
+    elif not pa.types.is_timestamp(kind):
+        raise TypeError(f"expected a timestamp column, got {kind}")
+    elif kind.unit != "us":
+        column = pc.cast(column, pa.timestamp("us", tz=kind.tz), safe=False)
+    ints = pc.cast(column, pa.int64())
+    nulls = None
+    if ints.null_count:
+        nulls = np.asarray(pc.is_null(ints))
+        ints = pc.fill_null(ints, 0)
+    if isinstance(ints, pa.ChunkedArray):
+        ints = ints.combine_chunks() if ints.num_chunks != 1 else ints.chunk(0)
+    return np.asarray(ints.to_numpy(zero_copy_only=False), dtype=np.int64), nulls

@@ -1,0 +1,278 @@
+"""The Spark point-in-time engine: the semantics of pit_numpy as Spark window functions, for scale.
+
+Label rows are unioned with the rows they look up and ordered per entity by time, so every as-of lookup is
+a window over sorted rows rather than a range join:
+
+* last values: the last `struct(event_ts, fields…)` up to the label row; at equal times labels sort before
+  events (an event at t is not seen) and events by their field values (ties take the greatest); the TTL is
+  checked on the found event_ts.
+* whole tiles: per entity ordered by tile_start, label rows carry floor_g(t) and a RANGE frame [-w, -1]
+  merges the tiles with tile_start in [floor_g(t) - w, floor_g(t)).
+* head events: per (entity, tile) ordered by time, a running frame merges the raw events in [floor_g(t), t).
+
+Merged partials come back to the driver and go through pit_merge.combine / finalize — the same rules the
+embedded engine uses — so the engines differ at most in float rounding of sums.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quiver.compile.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
+from quiver.config import Config
+from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
+from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds
+from quiver.offline.pit_plan import LabelSet, ViewRequest
+
+_ROW, _T, _KIND, _ORDER, _TILE = "_q_row", "_q_t", "_q_kind", "_q_order", "_q_tile"
+
+
+def session(config: Config) -> Any:
+    """The active SparkSession, or a new one on `config.spark_master` (UTC session time zone)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.conf.set("spark.sql.session.timeZone", "UTC")
+        return active
+    builder = (SparkSession.builder.master(config.spark_master).appName("quiver-pit")
+               .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    if config.spark_master.startswith("local"):
+        builder = builder.config("spark.sql.shuffle.partitions", "8")
+    return builder.getOrCreate()
+
+
+def compute(labels: LabelSet, requests: Sequence[ViewRequest], config: Config,
+            spark: Any = None) -> dict[tuple[str, str], pa.Array]:
+    """Feature values per (view, feature), one entry per label row in label order."""
+    spark = spark or session(config)
+    columns: dict[str, pa.Array] = {_ROW: pa.array(np.arange(labels.n, dtype=np.int64)), _T: pa.array(labels.t_us)}
+    columns.update(labels.keys)
+    label_frame = spark.createDataFrame(pa.table(columns))
+    # One job for all views: each view adds columns (prefixed v<i>_) joined on the label row, one collect.
+    result, decoders = label_frame.select(_ROW), []
+    for i, req in enumerate(requests):
+        plan = _last_values if req.view.kind == "last" else _windows
+        frame, decode = plan(spark, req, label_frame, labels, f"v{i}_")
+        if frame is not None:
+            result = result.join(frame, on=_ROW, how="left")
+        decoders.append((req, decode))
+    table = _by_row(result, labels.n)
+    out: dict[tuple[str, str], pa.Array] = {}
+    for req, decode in decoders:
+        out.update({(req.view.name, name): array for name, array in decode(table).items()})
+    return out
+
+
+def _read(spark: Any, files: list[Any]) -> Any:
+    return spark.read.parquet(*[str(f) for f in files]) if files else None
+
+
+def _micros(column: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.unix_micros(column.cast("timestamp"))
+
+
+def _by_row(frame: Any, n: int) -> pa.Table:
+    """Collect a frame with one row per label (`_q_row`) into label order."""
+    table = frame.toArrow()
+    order = np.asarray(table[_ROW].to_numpy())
+    result = table.take(pa.array(np.argsort(order, kind="stable")))
+    if result.num_rows != n:
+        raise AssertionError(f"spark PIT returned {result.num_rows} rows for {n} labels")
+    return result
+
+
+Decoder = Callable[[pa.Table], dict[str, pa.Array]]
+
+
+def _last_values(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
+                 prefix: str) -> tuple[Any, Decoder]:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    view, names, keys, n = req.view, [f.name for f in req.fields], req.view.key_names, labels.n
+    types = {f.name: arrow_type(f.dtype) for f in req.fields}
+    lo = int(labels.t_us.min()) - view.ttl_us if view.ttl_us is not None else None
+    data = _read(spark, req.partition_files(LAST_VALUES, lo, int(labels.t_us.max())))
+    if data is None:
+        return None, lambda _: {c: pa.nulls(n, types[c]) for c in names}
+    data = (data.select(*keys, _micros(F.col(EVENT_TS)).alias(_T), *names)
+            .where(F.col(_T).isNotNull() & _all_present(keys)))
+    union = (label_frame.select(_ROW, *keys, _T, F.lit(0).alias(_KIND),
+                                *[F.lit(None).cast(_spark_type(types[c])).alias(c) for c in names])
+             .unionByName(data.select(F.lit(None).cast("long").alias(_ROW), *keys, _T, F.lit(1).alias(_KIND),
+                                      *names)))
+    frame = (Window.partitionBy(*keys).orderBy(F.col(_T), F.col(_KIND), *[F.col(c).asc_nulls_first() for c in names])
+             .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    found = F.last(F.when(F.col(_KIND) == 1, F.struct(F.col(_T).alias("ts"), *names)), ignorenulls=True).over(frame)
+    result = union.withColumn("_q_found", found).where(F.col(_KIND) == 0)
+    ok = F.col("_q_found").isNotNull()
+    if view.ttl_us is not None:
+        ok = ok & (F.col("_q_found.ts") >= F.col(_T) - F.lit(view.ttl_us))
+    result = result.select(_ROW, *[F.when(ok, F.col(f"_q_found.{c}")).alias(prefix + c) for c in names])
+    return result, lambda table: {c: pc.cast(table[prefix + c].combine_chunks(), types[c]) for c in names}
+
+
+def _all_present(keys: list[str]) -> Any:
+    from pyspark.sql import functions as F
+
+    condition = F.lit(True)
+    for key in keys:
+        condition = condition & F.col(key).isNotNull()
+    return condition
+
+
+def _spark_type(kind: pa.DataType) -> str:
+    return {pa.int64(): "long", pa.float64(): "double", pa.string(): "string", pa.bool_(): "boolean",
+            pa.timestamp("us", tz="UTC"): "timestamp"}[kind]
+
+
+def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
+             prefix: str) -> tuple[Any, Decoder]:
+    from pyspark.sql import functions as F
+
+    view, aggs, keys = req.view, req.aggregations, req.view.key_names
+    tile = int(view.tile_us or 1)
+    columns = list(dict.fromkeys(a.column for a in aggs))
+    kinds = {c: partial_kinds([a.fn for a in aggs if a.column == c]) for c in columns}
+    dtypes = {a.column: a.input_dtype for a in aggs}
+    windows = sorted({a.window_us for a in aggs})
+    floors = labels.t_us - labels.t_us % tile
+    lo, hi = int(floors.min()) - windows[-1], int(floors.max())
+    labelled = label_frame.withColumn(_TILE, F.col(_T) - F.pmod(F.col(_T), F.lit(tile)))
+
+    tiles = _read(spark, req.partition_files(TILES, lo, hi))
+    frames = [_tile_windows(tiles, labelled, keys, columns, kinds, windows, lo, hi, prefix)
+              if tiles is not None else None,
+              _head(spark, req, labelled, keys, columns, kinds, tile, int(floors.min()), int(labels.t_us.max()),
+                    prefix)]
+    present = [f for f in frames if f is not None]
+    result = None
+    if present:
+        result = present[0]
+        for frame in present[1:]:
+            result = result.join(frame, on=_ROW, how="left")  # both hold every label row
+
+    def decode(table: pa.Table) -> dict[str, pa.Array]:
+        names = set(table.column_names)
+        out: dict[str, pa.Array] = {}
+        for window in windows:
+            for column in columns:
+                wanted = [a for a in aggs if a.column == column and a.window_us == window]
+                if not wanted:
+                    continue
+                kind, dtype = kinds[column], dtypes[column]
+                whole = _merged(table, names, f"{prefix}t{window}_{column}", kind, dtype, labels.n)
+                merged = combine(whole, _merged(table, names, f"{prefix}h_{column}", kind, dtype, labels.n))
+                for agg in wanted:
+                    out[agg.name] = finalize(agg.fn, merged, view.feature_dtype(agg.name))
+        return out
+
+    return result, decode
+
+
+def _tile_windows(tiles: Any, labelled: Any, keys: list[str], columns: list[str], kinds: dict[str, list[str]],
+                  windows: list[int], lo: int, hi: int, prefix: str) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    wanted = []
+    for column in columns:
+        wanted += [partial_column(column, "cnt")] + [partial_column(column, k) for k in kinds[column]]
+        if "last" in kinds[column]:
+            wanted.append(last_ts_column(column))
+    tiles = (tiles.select(*keys, F.col(TILE_START).alias(_ORDER), *wanted)
+             .where(_all_present(keys) & (F.col(_ORDER) >= lo) & (F.col(_ORDER) < hi)))
+    schema = {f.name: f.dataType for f in tiles.schema.fields}
+    union = (labelled.select(_ROW, *keys, F.col(_TILE).alias(_ORDER), F.lit(0).alias(_KIND),
+                             *[F.lit(None).cast(schema[c]).alias(c) for c in wanted])
+             .unionByName(tiles.select(F.lit(None).cast("long").alias(_ROW), *keys, _ORDER, F.lit(1).alias(_KIND),
+                                       *wanted)))
+    merges = []
+    for window in windows:
+        frame = Window.partitionBy(*keys).orderBy(_ORDER).rangeBetween(-window, -1)
+        for column in columns:
+            name_of = f"{prefix}t{window}_{column}"
+            merges.append(F.sum(partial_column(column, "cnt")).over(frame).alias(f"{name_of}__cnt"))
+            for kind in kinds[column]:
+                name = partial_column(column, kind)
+                if kind == "last":
+                    latest = F.when(F.col(name).isNotNull(), F.struct(F.col(last_ts_column(column)).alias("ts"),
+                                                                      F.col(name).alias("v")))
+                    merges.append(F.max(latest).over(frame).alias(f"{name_of}__last"))
+                else:
+                    merge = {"sum": F.sum, "min": F.min, "max": F.max}[PARTIALS[kind].merge_op]
+                    merges.append(merge(name).over(frame).alias(f"{name_of}__{kind}"))
+    return union.select(_ROW, _KIND, *merges).where(F.col(_KIND) == 0).drop(_KIND)
+
+
+def _head(spark: Any, req: ViewRequest, labelled: Any, keys: list[str], columns: list[str],
+          kinds: dict[str, list[str]], tile: int, lo: int, hi: int, prefix: str) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    events = _read(spark, req.source_files())
+    if events is None:
+        return None
+    ts = _micros(F.col(req.view.timestamp_field))
+    events = (events.select(*keys, ts.alias(_T), *columns)
+              .where(_all_present(keys) & F.col(_T).isNotNull() & (F.col(_T) >= lo) & (F.col(_T) < hi))
+              .withColumn(_TILE, F.col(_T) - F.pmod(F.col(_T), F.lit(tile))))
+    schema = {f.name: f.dataType for f in events.schema.fields}
+    union = (labelled.select(_ROW, *keys, _T, _TILE, F.lit(0).alias(_KIND),
+                             *[F.lit(None).cast(schema[c]).alias(c) for c in columns])
+             .unionByName(events.select(F.lit(None).cast("long").alias(_ROW), *keys, _T, _TILE,
+                                        F.lit(1).alias(_KIND), *columns)))
+    # Labels sort before events at the same time: an event at t is not in t's head.
+    frame = (Window.partitionBy(*keys, _TILE).orderBy(_T, _KIND)
+             .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    merges = []
+    for column in columns:
+        value = F.col(column)
+        number = value.cast("long") if isinstance(schema[column], BooleanType) else value
+        merges.append(F.count(value).over(frame).alias(f"{prefix}h_{column}__cnt"))
+        for kind in kinds[column]:
+            name = f"{prefix}h_{column}__{kind}"
+            if kind == "sum":
+                merges.append(F.sum(number.cast("double")).over(frame).alias(name))
+            elif kind == "sumsq":
+                merges.append(F.sum(number.cast("double") * number.cast("double")).over(frame).alias(name))
+            elif kind in ("min", "max"):
+                merges.append((F.min if kind == "min" else F.max)(number).over(frame).alias(name))
+            else:
+                latest = F.when(value.isNotNull(), F.struct(F.col(_T).alias("ts"), value.alias("v")))
+                merges.append(F.max(latest).over(frame).alias(name))
+    return union.select(_ROW, _KIND, *merges).where(F.col(_KIND) == 0).drop(_KIND)
+
+
+def _merged(table: pa.Table, names: set[str], prefix: str, kinds: list[str], dtype: str, n: int) -> Merged:
+    """Partials collected from Spark as a `Merged` (absent columns — no data at all — are empty windows)."""
+    def column(kind: str) -> pa.Array | None:
+        name = f"{prefix}__{kind}"
+        return table[name].combine_chunks() if name in names else None
+
+    cnt = column("cnt")
+    merged = Merged(np.zeros(n, dtype=np.int64) if cnt is None else
+                    np.asarray(pc.fill_null(pc.cast(cnt, pa.int64()), 0).to_numpy()))
+    for kind in kinds:
+        data = column(kind)
+        if kind == "last":
+            values = pa.nulls(n, arrow_type(dtype)) if data is None else data.field("v")
+            merged.values[kind] = pc.cast(values, arrow_type(dtype))
+            continue
+        floating = kind in ("sum", "sumsq") or dtype == "float64"
+        target = pa.float64() if floating else pa.int64()
+        filled = pa.nulls(n, target) if data is None else pc.cast(data, target)
+        merged.values[kind] = np.asarray(pc.fill_null(filled, 0).to_numpy(zero_copy_only=False))
+    return merged

@@ -1,0 +1,127 @@
+"""The online store's one small interface: write last values and tiles, read features as of a time.
+
+Any store (Redis today) implements `OnlineStore`; the SDK, the HTTP server, materialization and the
+streaming loader only ever hold this interface.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import ViewSpec
+
+
+class OnlineStoreError(QuiverError):
+    """The online store refused a request (bad credentials, wrong server type, corrupt data)."""
+
+
+class OnlineStoreUnavailable(OnlineStoreError):
+    """The online store did not answer within its timeout (down, unreachable, or restarting)."""
+
+
+class Column(NamedTuple):
+    """One feature for a batch of entities: values (typed numpy) and a validity mask (False = null)."""
+
+    values: np.ndarray
+    valid: np.ndarray
+    dtype: str  # logical dtype; timestamps are int64 epoch µs in `values`
+
+
+@dataclass(frozen=True)
+class ViewRead:
+    """What to read from one view: its spec and the features wanted (in output order)."""
+
+    view: ViewSpec
+    features: tuple[str, ...]
+
+
+class OnlineStore(abc.ABC):
+    """Writer + reader of online feature values for one project."""
+
+    @abc.abstractmethod
+    def write_last_values(self, view: ViewSpec, table: pa.Table) -> int:
+        """Write the newest row per entity (keys, event_ts, fields; offline last_values schema).
+
+        Newer wins per entity: a row older than the stored value is ignored. Returns rows sent."""
+
+    @abc.abstractmethod
+    def write_tiles(self, view: ViewSpec, table: pa.Table) -> int:
+        """Upsert whole tiles (offline tiles schema); replays never double count. Returns entities sent."""
+
+    @abc.abstractmethod
+    def read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
+             at: int | np.ndarray) -> dict[tuple[str, str], Column]:
+        """Values of every (view, feature) as of `at` (epoch µs, scalar or one per entity), in one round trip."""
+
+    @abc.abstractmethod
+    def freshness(self, views: Sequence[str]) -> dict[str, int | None]:
+        """Newest event time written per view (epoch µs), None when nothing was written."""
+
+    @abc.abstractmethod
+    def get_meta(self, view: str, field: str) -> str | None:
+        """One field of a view's metadata (e.g. the materialization marker), None when unset."""
+
+    @abc.abstractmethod
+    def set_meta(self, view: str, field: str, value: str) -> None:
+        """Set one field of a view's metadata."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise OnlineStoreUnavailable unless the store answers."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> OnlineStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def timestamp_us(value: Any) -> int:
+    """Epoch microseconds of a datetime (naive = UTC), date, ISO string, numpy datetime64 or int µs."""
+    if isinstance(value, bool):
+        raise QuiverError(f"not a timestamp: {value!r}")
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return round(float(value))
+    if isinstance(value, np.datetime64):
+        return int(value.astype("datetime64[us]").astype(np.int64))
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "now":
+            return now_us()
+        try:
+            value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise QuiverError(f"not an ISO timestamp: {value!r} (e.g. 2026-11-03T12:00:00Z)") from None
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        delta = aware - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, date):
+        return timestamp_us(datetime(value.year, value.month, value.day, tzinfo=UTC))
+    if hasattr(value, "to_pydatetime"):  # pandas Timestamp
+        return timestamp_us(value.to_pydatetime())
+    raise QuiverError(f"not a timestamp: {value!r}")
+
+
+def now_us() -> int:
+    """The current time in epoch microseconds."""
+    import time
+
+    return time.time_ns() // 1000

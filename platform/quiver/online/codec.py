@@ -1,0 +1,323 @@
+"""Pack Arrow rows into the online layout and decode MGET replies into columns (layout.py says what the bytes are).
+
+Encoding builds one numpy record array per batch and slices its bytes per entity; decoding joins the
+replies and reads them with one `numpy.frombuffer`. Only string slots take a Python loop per value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quiver.catalog.ir import ViewSpec
+from quiver.compile.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
+from quiver.offline.layout import EVENT_TS
+from quiver.online.base import Column, timestamp_us
+from quiver.online.layout import (
+    INT64_MIN,
+    last_record_dtype,
+    null_bytes,
+    tile_partials,
+    tile_record_dtype,
+    trim_horizon_us,
+)
+from quiver.online.merge import Segments, window_features
+
+log = logging.getLogger(__name__)
+
+ArrowColumn = Any  # pa.Array | pa.ChunkedArray (pyarrow ships no type stubs)
+
+
+def int64_values(column: ArrowColumn) -> np.ndarray:
+    """int64 numpy values of an integer or timestamp (→ epoch µs) Arrow column; nulls become 0."""
+    if pa.types.is_timestamp(column.type):
+        if column.type.unit != "us":
+            column = pc.cast(column, pa.timestamp("us", tz=column.type.tz))
+        column = column.cast(pa.int64())
+    elif pa.types.is_date(column.type):
+        column = pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64())
+    return np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def slot_values(column: ArrowColumn, dtype: str) -> np.ndarray:
+    """Numpy values for a fixed-width slot of logical `dtype`; nulls become 0."""
+    if dtype in ("int64", "timestamp"):
+        return int64_values(column)
+    if dtype == "bool":
+        return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=np.uint8)
+    return np.asarray(pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
+
+
+def string_values(column: ArrowColumn) -> list[bytes]:
+    """UTF-8 bytes per row (null → b'')."""
+    return [b or b"" for b in pc.cast(column, pa.binary()).to_pylist()]
+
+
+def null_mask(column: ArrowColumn) -> np.ndarray:
+    return np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _split(blob: bytes, width: int, bounds: np.ndarray) -> list[bytes]:
+    """Slices of `blob` between consecutive record `bounds` (record indices)."""
+    cuts = (bounds * width).tolist()
+    return [blob[a:b] for a, b in pairwise(cuts)]
+
+
+class LastCodec:
+    """Last-value records of one view."""
+
+    def __init__(self, view: ViewSpec):
+        self.view = view
+        self.dtype = last_record_dtype(view)
+        self.width = self.dtype.itemsize
+        self.index = {f.name: i for i, f in enumerate(view.fields)}
+        self.strings = [i for i, f in enumerate(view.fields) if f.dtype == "string"]
+        empty = np.zeros(1, self.dtype)
+        empty["ts"] = INT64_MIN
+        empty["nulls"] = 0xFF
+        self.empty = empty.tobytes()
+        self.runs, self.where, self.read_dtype = _slot_runs(view, self.dtype)
+
+    def encode(self, table: pa.Table) -> tuple[list[bytes], np.ndarray]:
+        """(one packed value per row, event_ts µs per row)."""
+        n, fields = table.num_rows, self.view.fields
+        rec = np.zeros(n, self.dtype)
+        ts = int64_values(table.column(EVENT_TS))
+        rec["ts"] = ts
+        nulls = np.zeros((n, null_bytes(len(fields)) * 8), dtype=bool)
+        strings: list[list[bytes]] = []
+        for i, f in enumerate(fields):
+            column = table.column(f.name)
+            nulls[:, i] = null_mask(column)
+            if f.dtype == "string":
+                strings.append(string_values(column))
+                rec[f"f{i}"] = [len(s) for s in strings[-1]]
+            else:
+                rec[f"f{i}"] = slot_values(column, f.dtype)
+        rec["nulls"] = np.packbits(nulls, axis=1, bitorder="little")
+        blob, w = rec.tobytes(), self.width
+        if not strings:
+            return [blob[i:i + w] for i in range(0, n * w, w)], ts
+        return [blob[i * w:(i + 1) * w] + b"".join(parts) for i, parts in enumerate(zip(*strings, strict=True))], ts
+
+    def decode(self, values: Sequence[bytes | None], features: Sequence[str], at: np.ndarray,
+               ttl_us: int | None) -> dict[str, Column]:
+        """Columns of `features` as of `at` (µs, scalar or per entity); TTL applied here."""
+        w, empty, n = self.width, self.empty, len(values)
+        if self.strings:
+            fixed = b"".join([v[:w] if v is not None and len(v) >= w else empty for v in values])
+            var = b"".join([v[w:] for v in values if v is not None and len(v) >= w])
+        else:
+            var = b""
+            fixed = b"".join([v if v is not None else empty for v in values])
+            if len(fixed) != n * w:
+                fixed = b"".join([v if v is not None and len(v) == w else empty for v in values])
+                log.warning("online store: ignored %d values of view %s with a foreign layout",
+                            sum(v is not None and len(v) != w for v in values), self.view.name)
+        rec = np.frombuffer(fixed, self.read_dtype)
+        ts = rec["ts"]
+        fresh = (ts != INT64_MIN) & (ts < at)
+        if ttl_us is not None:
+            fresh &= ts >= at - ttl_us
+        nulls = np.unpackbits(rec["nulls"], axis=1, count=len(self.view.fields), bitorder="little")
+        # Column-major lists of row views: one numpy call per run instead of two slices per feature.
+        valid = list(((nulls == 0) & fresh[:, None]).T)
+        out: dict[str, Column] = {}
+        blocks: dict[str, list[np.ndarray]] = {}
+        starts: np.ndarray = np.zeros((n, 0), dtype=np.int64)
+        ends = starts
+        if self.strings and any(self.view.fields[self.index[f]].dtype == "string" for f in features):
+            lengths = np.stack([rec[self.where[j][0]][:, self.where[j][1]].astype(np.int64)
+                                for j in self.strings], axis=1)
+            ends = np.cumsum(lengths.ravel()).reshape(lengths.shape)
+            starts = ends - lengths
+        new = tuple.__new__
+        for name in features:
+            i = self.index[name]
+            dtype = self.view.fields[i].dtype
+            if dtype == "string":
+                k = self.strings.index(i)
+                lo, hi = starts[:, k].tolist(), ends[:, k].tolist()
+                col = np.full(n, None, dtype=object)
+                for r in np.flatnonzero(valid[i]).tolist():
+                    col[r] = var[lo[r]:hi[r]].decode()
+                out[name] = Column(col, valid[i], dtype)
+                continue
+            run, pos = self.where[i]
+            block = blocks.get(run)
+            if block is None:
+                raw = rec[run]
+                converted = raw != 0 if dtype == "bool" else raw.astype(np.float64 if dtype == "float64" else np.int64)
+                block = blocks[run] = list(converted.T)
+            out[name] = new(Column, (block[pos], valid[i], dtype))
+        return out
+
+
+def _slot_runs(view: ViewSpec, dtype: np.dtype[Any]) -> tuple[list[str], dict[int, tuple[str, int]], np.dtype[Any]]:
+    """A read dtype over the same bytes where runs of adjacent fields with one slot type are one 2-D
+    subarray, so a batch decodes with one conversion per run instead of one per feature."""
+    fields: Mapping[str, Any] = dtype.fields or {}
+    names, formats, offsets = ["ts", "nulls"], [fields["ts"][0], fields["nulls"][0]], [0, fields["nulls"][1]]
+    where: dict[int, tuple[str, int]] = {}
+    runs: list[str] = []
+    previous: tuple[str, str] | None = None
+    for i, f in enumerate(view.fields):
+        slot = fields[f"f{i}"][0].str
+        kind = (slot, "string" if f.dtype == "string" else f.dtype)
+        if kind != previous:
+            runs.append(f"r{len(runs)}")
+            names.append(runs[-1])
+            formats.append([slot, 0])
+            offsets.append(fields[f"f{i}"][1])
+            previous = kind
+        where[i] = (runs[-1], formats[-1][1])
+        formats[-1][1] += 1
+    read = np.dtype({"names": names, "formats": [f if not isinstance(f, list) else (f[0], (f[1],)) for f in formats],
+                     "offsets": offsets, "itemsize": dtype.itemsize})
+    return runs, where, read
+
+
+class TileCodec:
+    """Tile records of one aggregation view."""
+
+    def __init__(self, view: ViewSpec):
+        self.view = view
+        self.dtype = tile_record_dtype(view)
+        self.width = self.dtype.itemsize
+        self.partials = tile_partials(view)
+        self.horizon = trim_horizon_us(view)
+        fields: Mapping[str, Any] = self.dtype.fields or {}
+        self.slot_offsets = {name: int(spec[1]) for name, spec in fields.items()}
+        self.var_offset = self.slot_offsets.get("var_len", 0)
+        self.string_slots = [i for i, p in enumerate(self.partials) if p.dtype == "string"]
+
+    def encode(self, table: pa.Table) -> tuple[pa.Table, list[bytes], np.ndarray]:
+        """Group tiles per entity: (key columns of each entity, packed value, newest tile_start).
+
+        Duplicate (entity, tile_start) rows keep the one with most events; tiles older than the
+        entity's newest minus the trim horizon are dropped before they are sent.
+        """
+        keys = self.view.key_names
+        if table.num_rows == 0:
+            return table.select(keys), [], np.zeros(0, dtype=np.int64)
+        order = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys]
+                                + [(TILE_START, "ascending"), (EVENTS_COLUMN, "ascending")])
+        table = table.take(order)
+        n = table.num_rows
+        starts_ts = int64_values(table.column(TILE_START))
+        new_entity = np.zeros(n, dtype=bool)
+        new_entity[0] = True
+        for k in keys:
+            col = table.column(k).to_numpy(zero_copy_only=False)
+            new_entity[1:] |= col[1:] != col[:-1]
+        group = np.cumsum(new_entity) - 1
+        last_of_run = np.ones(n, dtype=bool)  # last row of each (entity, tile_start) run
+        last_of_run[:-1] = new_entity[1:] | (starts_ts[1:] != starts_ts[:-1])
+        newest = starts_ts[np.append(np.flatnonzero(new_entity)[1:], n) - 1]
+        keep = last_of_run & (starts_ts >= newest[group] - self.horizon)
+        if not keep.all():
+            idx = np.flatnonzero(keep)
+            table, starts_ts, group = table.take(pa.array(idx)), starts_ts[idx], group[idx]
+        rec = self._records(table, starts_ts)
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(group)) + 1, [len(group)]]).astype(np.int64)
+        firsts = table.select(keys).take(pa.array(bounds[:-1]))
+        if not self.string_slots:
+            return firsts, _split(rec.tobytes(), self.width, bounds), newest
+        strings = [string_values(table.column(self.partials[i].name)) for i in self.string_slots]
+        blob, w = rec.tobytes(), self.width
+        records = [blob[i * w:(i + 1) * w] + b"".join(parts) for i, parts in enumerate(zip(*strings, strict=True))]
+        cuts = bounds.tolist()
+        return firsts, [b"".join(records[a:b]) for a, b in pairwise(cuts)], newest
+
+    def _records(self, table: pa.Table, starts_ts: np.ndarray) -> np.ndarray:
+        rec = np.zeros(table.num_rows, self.dtype)
+        rec["tile_start"] = starts_ts
+        rec["n_events"] = int64_values(table.column(EVENTS_COLUMN))
+        var_len = np.zeros(table.num_rows, dtype=np.int64)
+        for i, partial in enumerate(self.partials):
+            column = table.column(partial.name)
+            if partial.dtype == "string":
+                lengths = np.array([len(s) for s in string_values(column)], dtype=np.int64)
+                rec[f"p{i}"] = lengths
+                var_len += lengths
+            else:
+                rec[f"p{i}"] = slot_values(column, partial.dtype)
+            if partial.partial.kind == "last":
+                rec[f"t{i}"] = int64_values(table.column(last_ts_column(partial.column)))
+        if self.string_slots:
+            rec["var_len"] = var_len
+        return rec
+
+    def decode(self, values: Sequence[bytes | None], features: Sequence[str], at: np.ndarray) -> dict[str, Column]:
+        """Window values of `features` as of `at` (µs, scalar or per entity)."""
+        n, w = len(values), self.width
+        strings: list[list[str]] = [[] for _ in self.string_slots]
+        if self.string_slots:
+            fixed, counts = self._walk(values, strings)
+        else:
+            lengths = np.fromiter((len(v) if v is not None else 0 for v in values), dtype=np.int64, count=n)
+            bad = lengths % w != 0
+            if bad.any():
+                log.warning("online store: ignored %d values of view %s with a foreign layout",
+                            int(bad.sum()), self.view.name)
+                values = [None if b else v for v, b in zip(values, bad.tolist(), strict=True)]
+                lengths[bad] = 0
+            fixed = b"".join([v for v in values if v])
+            counts = lengths // w
+        rec = np.frombuffer(fixed, self.dtype)
+        segs = Segments(np.repeat(np.arange(n), counts), n)
+        partials: dict[str, np.ndarray] = {}
+        for i, partial in enumerate(self.partials):
+            if partial.dtype == "string":
+                partials[partial.name] = np.array(strings[self.string_slots.index(i)], dtype=object)
+            else:
+                partials[partial.name] = np.ascontiguousarray(rec[f"p{i}"])
+            if partial.partial.kind == "last":
+                partials[last_ts_column(partial.column)] = np.ascontiguousarray(rec[f"t{i}"])
+        tile_start = np.ascontiguousarray(rec["tile_start"])
+        return window_features(self.view, features, tile_start, partials, segs, np.asarray(at, dtype=np.int64))
+
+    def _walk(self, values: Sequence[bytes | None], strings: list[list[str]]) -> tuple[bytes, np.ndarray]:
+        # Records with strings are self-delimiting (var_len at a fixed offset); walk them one by one.
+        w, vo = self.width, self.var_offset
+        slot_offsets = [self.slot_offsets[f"p{i}"] for i in self.string_slots]
+        fixed: list[bytes] = []
+        counts = np.zeros(len(values), dtype=np.int64)
+        for e, value in enumerate(values):
+            if not value:
+                continue
+            pos, end = 0, len(value)
+            while pos + w <= end:
+                head = value[pos:pos + w]
+                var_len = int.from_bytes(head[vo:vo + 4], "little")
+                cursor = pos + w
+                for k, off in enumerate(slot_offsets):
+                    size = int.from_bytes(head[off:off + 4], "little")
+                    strings[k].append(value[cursor:cursor + size].decode())
+                    cursor += size
+                fixed.append(head)
+                counts[e] += 1
+                pos += w + var_len
+        return b"".join(fixed), counts
+
+
+def codec_for(view: ViewSpec) -> LastCodec | TileCodec:
+    """The codec of a view's kind."""
+    return LastCodec(view) if view.kind == "last" else TileCodec(view)
+
+
+def empty_at(at: Any, n: int) -> np.ndarray:
+    """`at` (epoch µs, or any timestamp) as int64: 0-d for one time, 1-d for one time per entity."""
+    if not isinstance(at, int | np.ndarray | np.integer):
+        at = timestamp_us(at)
+    arr = np.asarray(at, dtype=np.int64)
+    if arr.ndim and len(arr) != n:
+        raise ValueError(f"`at` has {len(arr)} values for {n} entities")
+    return arr

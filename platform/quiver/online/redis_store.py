@@ -1,0 +1,413 @@
+"""The Redis online store: pipelined, vectorised reads and idempotent Lua writes over layout.py's keys.
+
+Commands are packed as RESP by hand and sent on a per-thread connection: redis-py's per-command
+machinery costs more than the whole round trip for a one-entity read (DESIGN.md §11). Connection
+problems become `OnlineStoreUnavailable` within the configured timeout; a dead connection (a restarted
+server) is reopened on the next call, so the store recovers without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, ResponseError
+from redis.retry import Retry
+
+from quiver.catalog.ir import ViewSpec
+from quiver.offline.layout import EVENT_TS
+from quiver.online.base import Column, OnlineStore, OnlineStoreError, OnlineStoreUnavailable, ViewRead
+from quiver.online.codec import LastCodec, TileCodec, codec_for, empty_at
+from quiver.online.layout import entity_keys, key_prefix, meta_key
+
+log = logging.getLogger(__name__)
+
+# Newer wins: one MGET, compare the leading event_ts (i8), one MSET of the winners. Lua numbers are
+# doubles, exact for epoch µs until the year 2255.
+LAST_SCRIPT = b"""
+local cur = redis.call('MGET', unpack(KEYS))
+local out, w = {}, 0
+for i = 1, #KEYS do
+  local v, c = ARGV[i], cur[i]
+  if (not c) or #c < 8 or struct.unpack('<i8', v) >= struct.unpack('<i8', c) then
+    out[#out + 1] = KEYS[i]
+    out[#out + 1] = v
+    w = w + 1
+  end
+end
+if w > 0 then redis.call('MSET', unpack(out)) end
+return w
+"""
+
+# Tile upsert: merge the stored and incoming records by tile_start (the fuller tile wins, ties go to the
+# incoming one), then trim tiles older than newest - horizon. ARGV: width, var_len offset (0: none),
+# horizon µs, then one value per key.
+TILE_SCRIPT = b"""
+local W, VO, H = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local function records(s)
+  local out, pos, n = {}, 1, #s
+  while pos + W - 1 <= n do
+    local ts, ev = struct.unpack('<i8i8', s, pos)
+    local size = W
+    if VO > 0 then size = W + struct.unpack('<I4', s, pos + VO) end
+    out[#out + 1] = {ts, ev, string.sub(s, pos, pos + size - 1)}
+    pos = pos + size
+  end
+  return out
+end
+local cur = redis.call('MGET', unpack(KEYS))
+local out, w = {}, 0
+for i = 1, #KEYS do
+  local inc, c = ARGV[i + 3], cur[i]
+  local value = inc
+  if c then
+    local a, b = records(c), records(inc)
+    local merged, ia, ib = {}, 1, 1
+    while ia <= #a or ib <= #b do
+      local ra, rb = a[ia], b[ib]
+      if rb == nil or (ra ~= nil and ra[1] < rb[1]) then
+        merged[#merged + 1] = ra
+        ia = ia + 1
+      elseif ra == nil or rb[1] < ra[1] then
+        merged[#merged + 1] = rb
+        ib = ib + 1
+      else
+        if rb[2] >= ra[2] then merged[#merged + 1] = rb else merged[#merged + 1] = ra end
+        ia = ia + 1
+        ib = ib + 1
+      end
+    end
+    local parts = {}
+    if #merged > 0 then
+      local oldest = merged[#merged][1] - H
+      for _, r in ipairs(merged) do
+        if r[1] >= oldest then parts[#parts + 1] = r[3] end
+      end
+    end
+    value = table.concat(parts)
+  end
+  if value ~= c and #value > 0 then
+    out[#out + 1] = KEYS[i]
+    out[#out + 1] = value
+    w = w + 1
+  end
+end
+if w > 0 then redis.call('MSET', unpack(out)) end
+return w
+"""
+
+# Freshness: keep the greatest event time ever written to a view, and when it was written.
+META_SCRIPT = b"""
+local cur = redis.call('HGET', KEYS[1], 'max_event_ts')
+if (not cur) or tonumber(ARGV[1]) > tonumber(cur) then
+  redis.call('HSET', KEYS[1], 'max_event_ts', ARGV[1])
+end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'updated_at_ms', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)))
+return 1
+"""
+
+_SCRIPTS = {"last": LAST_SCRIPT, "tile": TILE_SCRIPT, "meta": META_SCRIPT}
+_DEPTH = 4  # commands in flight while the next batch is packed: the server works while we pack
+
+
+def pack(*args: bytes) -> bytes:
+    """One command in RESP."""
+    return b"*%d\r\n" % len(args) + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+
+
+def _eval(name: str, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
+    # EVAL, not EVALSHA: Redis caches the compiled script anyway, and a restarted or flushed server can
+    # never answer NOSCRIPT in the middle of a pipelined write.
+    body, n = _SCRIPTS[name], b"%d" % len(keys)
+    head = b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (3 + len(keys) + len(args), len(body),
+                                                                   body, len(n), n)
+    return head + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in (*keys, *args)])
+
+
+class RedisOnlineStore(OnlineStore):
+    """Online store on one Redis server (redis://, rediss:// for TLS, :password@ or user:password@ for AUTH)."""
+
+    def __init__(self, url: str, project: str = "default", *, timeout_s: float = 1.0, batch: int = 500):
+        self.url = url
+        self.project = project
+        self.batch = batch
+        self.timeout_s = timeout_s
+        try:
+            self._pool = redis.ConnectionPool.from_url(
+                url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        except ValueError as exc:
+            raise OnlineStoreError(f"invalid Redis URL {_redact(url)!r}: {exc}") from None
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+        self._views: dict[int, tuple[ViewSpec, bytes, LastCodec | TileCodec]] = {}
+
+    # ----- plumbing -----
+
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._pool.make_connection()
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except AuthenticationError as exc:
+            raise OnlineStoreError(f"Redis at {_redact(self.url)} refused the credentials: {exc}") from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise OnlineStoreUnavailable(
+                f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
+                f"{self.timeout_s:g}s ({type(exc).__name__}: {exc})") from None
+
+    def _roundtrip(self, commands: Sequence[bytes]) -> list[Any]:
+        """Send commands in one write, read every reply; error replies come back as exceptions."""
+        conn = self._connection()
+        for attempt in (0, 1):
+            try:
+                conn.send_packed_command(list(commands), check_health=False)
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(conn.read_response())
+                    except ResponseError as exc:  # one bad reply must not leave the others unread
+                        replies.append(exc)
+                return replies
+            except AuthenticationError:
+                conn.disconnect()
+                raise
+            except redis.ConnectionError:
+                # A server restart kills idle sockets: reconnect once (every command here is idempotent).
+                conn.disconnect()
+                if attempt:
+                    raise
+            except (redis.TimeoutError, OSError):
+                conn.disconnect()
+                raise
+        raise AssertionError("unreachable")
+
+    def _call(self, commands: Sequence[bytes]) -> list[Any]:
+        with self._errors():
+            replies = self._roundtrip(commands)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                if str(reply).startswith(("NOAUTH", "WRONGPASS")):
+                    raise OnlineStoreError(f"Redis at {_redact(self.url)} needs credentials: {reply}")
+                raise OnlineStoreError(f"Redis error: {reply}")
+        return replies
+
+    def _view(self, view: ViewSpec) -> tuple[bytes, Any]:
+        cached = self._views.get(id(view))
+        if cached is None or cached[0] is not view:
+            cached = (view, key_prefix(self.project, view), codec_for(view))
+            self._views[id(view)] = cached
+        return cached[1], cached[2]
+
+    # ----- writes -----
+
+    def _run_scripts(self, name: str, keys: Sequence[bytes], values: Sequence[bytes],
+                     extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None) -> int:
+        """EVAL `name` over batches of keys with several batches in flight; returns keys changed."""
+        if not keys:
+            return 0
+        written = 0
+        pending: list[int] = []
+        with self._errors():
+            conn = self._connection()
+            try:
+                for start in range(0, len(keys), self.batch):
+                    stop = min(start + self.batch, len(keys))
+                    command = _eval(name, keys[start:stop], [*extra, *values[start:stop]])
+                    conn.send_packed_command([command], check_health=False)
+                    pending.append(stop - start)
+                    if len(pending) >= _DEPTH:
+                        written += self._settle(conn, pending.pop(0), progress)
+                while pending:
+                    written += self._settle(conn, pending.pop(0), progress)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                conn.disconnect()
+                raise
+        return written
+
+    def _settle(self, conn: Any, size: int, progress: Callable[[int], None] | None) -> int:
+        try:
+            reply = conn.read_response()
+        except ResponseError as exc:
+            # The replies of the batches still in flight would be read as answers to later commands.
+            conn.disconnect()
+            raise OnlineStoreError(f"Redis refused a write: {exc}") from None
+        if progress:
+            progress(size)
+        return int(reply)
+
+    def write_last_values(self, view: ViewSpec, table: pa.Table,
+                          progress: Callable[[int], None] | None = None) -> int:
+        """Newest row per entity, newer-wins (see OnlineStore)."""
+        if view.kind != "last":
+            raise OnlineStoreError(f"view {view.name!r} is an aggregation view; write its tiles")
+        prefix, codec = self._view(view)
+        table = newest_per_entity(view, _drop_null_keys(view, table, EVENT_TS))
+        if table.num_rows == 0:
+            return 0
+        values, ts = codec.encode(table)
+        keys = entity_keys(prefix, view, _key_columns(view, table))
+        self._run_scripts("last", keys, values, progress=progress)
+        self._touch(view.name, int(ts.max()))
+        return len(keys)
+
+    def write_tiles(self, view: ViewSpec, table: pa.Table,
+                    progress: Callable[[int], None] | None = None) -> int:
+        """Upsert whole tiles per entity (see OnlineStore)."""
+        if view.kind != "agg":
+            raise OnlineStoreError(f"view {view.name!r} holds last values; write rows, not tiles")
+        prefix, codec = self._view(view)
+        table = _drop_null_keys(view, table, "tile_start")
+        if table.num_rows == 0:
+            return 0
+        firsts, values, newest = codec.encode(table)
+        keys = entity_keys(prefix, view, _key_columns(view, firsts))
+        extra = [b"%d" % codec.width, b"%d" % codec.var_offset, b"%d" % codec.horizon]
+        self._run_scripts("tile", keys, values, extra, progress=progress)
+        self._touch(view.name, int(newest.max()))
+        return len(keys)
+
+    def _touch(self, view: str, max_event_ts: int) -> None:
+        self._call([_eval("meta", [meta_key(self.project, view)], [b"%d" % max_event_ts])])
+
+    def set_meta(self, view: str, field: str, value: str) -> None:
+        """Set one field of a view's metadata hash (e.g. the materialization marker)."""
+        self._call([pack(b"HSET", meta_key(self.project, view), field.encode(), value.encode())])
+
+    def get_meta(self, view: str, field: str) -> str | None:
+        reply = self._call([pack(b"HGET", meta_key(self.project, view), field.encode())])[0]
+        return None if reply is None else bytes(reply).decode()
+
+    # ----- reads -----
+
+    def read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
+             at: int | np.ndarray) -> dict[tuple[str, str], Column]:
+        """One MGET for every view and entity, decoded per view (see OnlineStore)."""
+        spans: list[tuple[ViewRead, Any, int, int]] = []
+        keys: list[bytes] = []
+        for r in reads:
+            prefix, codec = self._view(r.view)
+            start = len(keys)
+            keys.extend(entity_keys(prefix, r.view, entities))
+            spans.append((r, codec, start, len(keys)))
+        n = spans[0][3] - spans[0][2] if spans else 0
+        at_arr = empty_at(at, n)
+        values: list[bytes | None] = self._call([pack(b"MGET", *keys)])[0] if keys else []
+        out: dict[tuple[str, str], Column] = {}
+        for r, codec, start, stop in spans:
+            chunk = values[start:stop]
+            if isinstance(codec, LastCodec):
+                decoded = codec.decode(chunk, r.features, at_arr, r.view.ttl_us)
+            else:
+                decoded = codec.decode(chunk, r.features, at_arr)
+            for name, column in decoded.items():
+                out[(r.view.name, name)] = column
+        return out
+
+    def read_raw(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """MGET of raw keys (diagnostics and benchmarks)."""
+        return list(self._call([pack(b"MGET", *keys)])[0]) if keys else []
+
+    def freshness(self, views: Sequence[str]) -> dict[str, int | None]:
+        """Newest event time written per view (epoch µs) from the meta hashes, one round trip."""
+        if not views:
+            return {}
+        replies = self._call([pack(b"HGET", meta_key(self.project, v), b"max_event_ts") for v in views])
+        return {v: (int(r) if r is not None else None) for v, r in zip(views, replies, strict=True)}
+
+    def ping(self) -> None:
+        self._call([pack(b"PING")])
+
+    def flush_project(self) -> int:
+        """Delete every key of this project (tests, demos). Returns keys deleted."""
+        deleted = 0
+        with self._errors():
+            client = redis.Redis(connection_pool=self._pool)
+            for chunk in _chunks(client.scan_iter(match=f"q:{self.project}:*", count=1000), 1000):
+                deleted += int(client.unlink(*chunk))
+        return deleted
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.disconnect()
+            self._all.clear()
+        self._local = threading.local()
+        self._pool.disconnect()
+
+
+def newest_per_entity(view: ViewSpec, table: pa.Table) -> pa.Table:
+    """The newest row per entity; ties at one event_ts keep the greatest field values (NULL lowest), in
+    field order — the offline store's rule, so online and offline pick the same row."""
+    if table.num_rows <= 1:
+        return table
+    names = [*view.key_names, EVENT_TS, *(f.name for f in view.fields)]
+    table = table.take(_sort_nulls_first(table, names))
+    last = np.zeros(table.num_rows, dtype=bool)
+    last[-1] = True
+    for k in view.key_names:
+        col = table.column(k).to_numpy(zero_copy_only=False)
+        last[:-1] |= col[1:] != col[:-1]
+    return table if last.all() else table.filter(pa.array(last))
+
+
+def _sort_nulls_first(table: pa.Table, names: Sequence[str]) -> pa.Array:
+    """Ascending sort indices with NULL lowest (per-key null placement where pyarrow has it, ≥ 25)."""
+    if int(pa.__version__.split(".")[0]) >= 25:
+        return pc.sort_indices(table, sort_keys=[(n, "ascending", "at_start") for n in names])
+    return pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names], null_placement="at_start")
+
+
+def _drop_null_keys(view: ViewSpec, table: pa.Table, time_column: str) -> pa.Table:
+    valid = None
+    for name in [*view.key_names, time_column]:
+        ok = pc.is_valid(table.column(name))
+        valid = ok if valid is None else pc.and_(valid, ok)
+    if valid is None or pc.all(valid).as_py():
+        return table
+    dropped = table.num_rows - int(pc.sum(valid).as_py() or 0)
+    log.warning("online store: skipped %d rows of view %s with a null key or time", dropped, view.name)
+    return table.filter(valid)
+
+
+def _key_columns(view: ViewSpec, table: pa.Table) -> dict[str, np.ndarray]:
+    return {k: table.column(k).to_numpy(zero_copy_only=False) for k in view.key_names}
+
+
+def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0] if ":" in creds else ""
+    return f"{scheme}://{user}:***@{host}"

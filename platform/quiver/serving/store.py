@@ -1,0 +1,223 @@
+"""FeatureStore: the SDK entry point. Config + catalog + online store; online reads, offline delegation.
+
+    store = FeatureStore()                      # ./quiver.yaml
+    result = store.get_online_features(["user_spend:amount_sum_1h"], [{"user_id": 7}])
+    result.to_dict()                            # {"user_id": array([7]), "user_spend:amount_sum_1h": array([…])}
+
+A request is resolved once into a plan (views to read, keys to build, output order) and the plan is
+cached, so a repeated request costs one Redis round trip plus the decode.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.config import Config, load_config
+from quiver.online.base import OnlineStore, ViewRead, now_us, timestamp_us
+from quiver.serving.result import OnlineResult
+
+Features = str | Sequence[str]
+EntityRows = Sequence[Mapping[str, Any]] | Mapping[str, Any]
+_PLAN_CACHE = 256
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A resolved request: which views to read, with which keys, in which output order."""
+
+    reads: tuple[ViewRead, ...]
+    outputs: tuple[tuple[str, str, str], ...]  # (output column, view, feature)
+    keys: tuple[tuple[str, str], ...]  # join keys (name, dtype) every read needs, in first-seen order
+
+
+def resolve(catalog: Catalog, features: Features, full_feature_names: bool = False) -> ReadPlan:
+    """Turn feature references or a FeatureService name into a ReadPlan; QuiverError on unknown names.
+
+    Names and errors are the offline store's (`quiver.offline.pit.resolve_features`), so a model sees the
+    same columns in training and in serving: the feature name, or `view__feature` with full_feature_names.
+    """
+    from quiver.offline.pit import resolve_features
+
+    refs = resolve_features(catalog, features, full_feature_names)
+    per_view: dict[str, list[str]] = {}
+    keys: dict[str, str] = {}
+    for ref in refs:
+        view = _view(catalog, ref.view)
+        per_view.setdefault(ref.view, []).append(ref.feature)
+        for key, dtype in view.keys:
+            keys.setdefault(key, dtype)
+    reads = tuple(ViewRead(catalog.views[v], tuple(fs)) for v, fs in per_view.items())
+    return ReadPlan(reads, tuple((r.column, r.view, r.feature) for r in refs), tuple(keys.items()))
+
+
+def _view(catalog: Catalog, name: str) -> ViewSpec:
+    view = catalog.views.get(name)
+    if view is None:
+        raise QuiverError(f"unknown feature view {name!r}; known: {', '.join(sorted(catalog.views))}")
+    if not view.online:
+        raise QuiverError(f"feature view {name!r} is offline-only (online=False)")
+    return view
+
+
+def entity_columns(plan: ReadPlan, entity_rows: EntityRows) -> dict[str, np.ndarray]:
+    """Join key columns as typed numpy arrays, from rows (list of dicts) or columns (dict of arrays)."""
+    columns: dict[str, Any] = {}
+    if isinstance(entity_rows, Mapping):
+        for key, _ in plan.keys:
+            if key not in entity_rows:
+                raise QuiverError(f"entities lack join key {key!r} (needed by the requested features)")
+            value = entity_rows[key]
+            columns[key] = [value] if np.isscalar(value) else value
+    else:
+        rows = list(entity_rows)
+        for key, _ in plan.keys:
+            try:
+                columns[key] = [row[key] for row in rows]
+            except KeyError:
+                raise QuiverError(f"an entity row lacks join key {key!r}") from None
+            except TypeError:
+                raise QuiverError("entity_rows must be a list of dicts or a dict of columns") from None
+    out: dict[str, np.ndarray] = {}
+    n: int | None = None
+    for key, dtype in plan.keys:
+        out[key] = _typed(key, columns[key], dtype)
+        if n is not None and len(out[key]) != n:
+            raise QuiverError(f"join key columns differ in length: {key!r} has {len(out[key])}, others {n}")
+        n = len(out[key])
+    return out
+
+
+def _typed(key: str, values: Any, dtype: str) -> np.ndarray:
+    try:
+        if dtype == "int64":
+            arr = np.asarray(values)
+            if arr.dtype.kind in "iu":
+                return arr.astype(np.int64, copy=False).reshape(-1)
+            if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+                return arr.astype(np.int64).reshape(-1)
+            if arr.dtype.kind in "OUS" and not any(isinstance(v, bool | float) for v in arr.reshape(-1)):
+                return np.array([int(v) for v in arr.reshape(-1)], dtype=np.int64)
+            raise ValueError(f"not integers: {arr.dtype}")
+        if dtype == "bool":
+            arr = np.asarray(values)
+            if arr.dtype != bool:
+                raise ValueError("not booleans")
+            return arr.reshape(-1)
+        arr = np.asarray(values, dtype=object).reshape(-1)
+        if not all(isinstance(v, str) for v in arr):
+            raise ValueError("not strings")
+        return arr
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise QuiverError(f"join key {key!r} must hold {dtype} values ({exc})") from None
+
+
+def request_times(at: Any, n: int) -> int | np.ndarray:
+    """`at` as epoch µs: None → now; a scalar; or one time per entity."""
+    if at is None:
+        return now_us()
+    if isinstance(at, np.ndarray) and at.dtype.kind == "M":
+        arr = at.astype("datetime64[us]").astype(np.int64)
+    elif isinstance(at, np.ndarray | list | tuple):
+        arr = np.array([timestamp_us(v) for v in at], dtype=np.int64)
+    else:
+        return timestamp_us(at)
+    if len(arr) != n:
+        raise QuiverError(f"`at` has {len(arr)} times for {n} entities")
+    return arr
+
+
+class FeatureStore:
+    """Config, catalog and online store of one project; the SDK's entry point."""
+
+    def __init__(self, config_path: str | Path | None = None, *, config: Config | None = None,
+                 catalog: Catalog | None = None, online_store: OnlineStore | None = None):
+        self.config = config or load_config(config_path)
+        if catalog is None:
+            from quiver.catalog.loader import load_catalog
+
+            catalog = load_catalog(self.config.catalog_dir, root=self.config.root)
+        self.catalog = catalog
+        self._online = online_store
+        self._plans: OrderedDict[Any, ReadPlan] = OrderedDict()
+
+    @property
+    def online(self) -> OnlineStore:
+        """The online store (connects on first use: the configured Redis, else an embedded one)."""
+        if self._online is None:
+            from quiver.online.embedded import ensure_redis
+            from quiver.online.redis_store import RedisOnlineStore
+
+            self._online = RedisOnlineStore(ensure_redis(self.config), self.config.project,
+                                            timeout_s=self.config.redis_timeout_s)
+        return self._online
+
+    def plan(self, features: Features, full_feature_names: bool = False) -> ReadPlan:
+        """The cached ReadPlan of a request."""
+        cache_key: Any = (features if isinstance(features, str) else tuple(features), full_feature_names)
+        plan = self._plans.get(cache_key)
+        if plan is None:
+            plan = resolve(self.catalog, features, full_feature_names)
+            self._plans[cache_key] = plan
+            if len(self._plans) > _PLAN_CACHE:
+                self._plans.popitem(last=False)
+        return plan
+
+    def get_online_features(self, features: Features, entity_rows: EntityRows, at: Any = None, *,
+                            full_feature_names: bool = False) -> OnlineResult:
+        """Feature values for entities as of `at` (default: now), in one online-store round trip.
+
+        `features`: "view:feature" references or a FeatureService name. `entity_rows`: a list of dicts or
+        a dict of columns (arrays, lists or scalars) holding every join key the features need. `at`: a
+        datetime, ISO string, epoch µs, or one such per entity. Columns are named as in
+        `get_historical_features`: the feature name, or `view__feature` with `full_feature_names`.
+        """
+        plan = self.plan(features, full_feature_names)
+        entities = entity_columns(plan, entity_rows)
+        n = len(next(iter(entities.values()))) if entities else 0
+        times = request_times(at, n)
+        values = self.online.read(plan.reads, entities, times) if n else {}
+        columns = {}
+        for name, view, feature in plan.outputs:
+            if n:
+                columns[name] = values[(view, feature)]
+            else:
+                columns[name] = _empty(self.catalog.views[view], feature)
+        return OnlineResult(entities, columns, times)
+
+    def get_historical_features(self, labels: Any, features: Features, **kwargs: Any) -> Any:
+        """Point-in-time correct training data (a DataFrame): see `quiver.offline.pit.get_historical_features`."""
+        from quiver.offline.pit import get_historical_features
+
+        return get_historical_features(labels, features, catalog=self.catalog, config=self.config, **kwargs)
+
+    def materialize(self, end: Any = None, views: Sequence[str] | None = None, **kwargs: Any) -> Any:
+        """Copy offline values as of `end` into the online store (see quiver.online.materialize)."""
+        from quiver.online.materialize import materialize
+
+        return materialize(self.config, self.catalog, end, views, store=self.online, **kwargs)
+
+    def close(self) -> None:
+        if self._online is not None:
+            self._online.close()
+
+    def __enter__(self) -> FeatureStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _empty(view: ViewSpec, feature: str) -> Any:
+    from quiver.online.base import Column
+
+    dtype = view.feature_dtype(feature)
+    np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_, "timestamp": np.int64}.get(dtype, object)
+    return Column(np.zeros(0, dtype=np_dtype), np.zeros(0, dtype=bool), dtype)

@@ -1,0 +1,73 @@
+-- Quiver tiles of feature view "user_activity", target duckdb; generated, do not edit.
+-- Parameters $start_us, $end_us: epoch microseconds; events with $start_us <= event time < $end_us.
+WITH "events" AS (
+  SELECT
+    CAST("user_id" AS BIGINT) AS "user_id",
+    epoch_us("ts") AS "__ts_us",
+    epoch_us("ts") - epoch_us("ts") % 300000000 AS "tile_start",
+    CAST("amount" AS DOUBLE) AS "amount",
+    CAST("qty" AS BIGINT) AS "qty",
+    CAST("flag" AS BOOLEAN) AS "flag",
+    CAST("cat" AS VARCHAR) AS "cat"
+  FROM "events"
+  WHERE "ts" >= make_timestamptz($start_us) AND "ts" < make_timestamptz($end_us)
+    AND "user_id" IS NOT NULL
+), "tiles" AS (
+  SELECT
+    "user_id",
+    "tile_start",
+    count(*) AS "n_events",
+    count("amount") AS "amount__cnt",
+    sum("amount") AS "amount__sum",
+    min("amount") AS "amount__min",
+    max("amount") AS "amount__max",
+    max(CASE WHEN "amount" IS NOT NULL THEN struct_pack(t := "__ts_us", v := "amount") END) AS "amount__last",
+    sum("amount" * "amount") AS "amount__sumsq",
+    count("qty") AS "qty__cnt",
+    sum(CAST("qty" AS DOUBLE)) AS "qty__sum",
+    min("qty") AS "qty__min",
+    max("qty") AS "qty__max",
+    max(CASE WHEN "qty" IS NOT NULL THEN struct_pack(t := "__ts_us", v := "qty") END) AS "qty__last",
+    sum(CAST("qty" AS DOUBLE) * CAST("qty" AS DOUBLE)) AS "qty__sumsq",
+    count("flag") AS "flag__cnt",
+    sum(CAST("flag" AS DOUBLE)) AS "flag__sum",
+    min(CAST("flag" AS BIGINT)) AS "flag__min",
+    max(CAST("flag" AS BIGINT)) AS "flag__max",
+    max(CASE WHEN CAST("flag" AS BIGINT) IS NOT NULL THEN struct_pack(t := "__ts_us", v := CAST("flag" AS BIGINT)) END) AS "flag__last",
+    sum(CAST("flag" AS DOUBLE) * CAST("flag" AS DOUBLE)) AS "flag__sumsq",
+    count("cat") AS "cat__cnt",
+    max(CASE WHEN "cat" IS NOT NULL THEN struct_pack(t := "__ts_us", v := "cat") END) AS "cat__last"
+  FROM "events"
+  GROUP BY "user_id", "tile_start"
+)
+SELECT
+  "user_id",
+  "tile_start",
+  "n_events",
+  "amount__cnt",
+  "amount__sum",
+  "amount__min",
+  "amount__max",
+  struct_extract("amount__last", 'v') AS "amount__last",
+  struct_extract("amount__last", 't') AS "amount__last_ts",
+  "amount__sumsq",
+  "qty__cnt",
+  "qty__sum",
+  "qty__min",
+  "qty__max",
+  struct_extract("qty__last", 'v') AS "qty__last",
+  struct_extract("qty__last", 't') AS "qty__last_ts",
+  "qty__sumsq",
+  "flag__cnt",
+  "flag__sum",
+  "flag__min",
+  "flag__max",
+  struct_extract("flag__last", 'v') AS "flag__last",
+  struct_extract("flag__last", 't') AS "flag__last_ts",
+  "flag__sumsq",
+  "cat__cnt",
+  struct_extract("cat__last", 'v') AS "cat__last",
+  struct_extract("cat__last", 't') AS "cat__last_ts",
+  CAST(make_timestamp("tile_start") AS DATE) AS "__date"
+FROM "tiles"
+ORDER BY "__date", "user_id", "tile_start"

@@ -1,0 +1,97 @@
+"""Online equals offline: after materializing as of t, every online value at t equals
+get_historical_features at t, value for value (random events, random request times)."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+import redis
+from quiver.offline.backfill import backfill
+from quiver.offline.pit import get_historical_features
+from quiver.online.materialize import materialize
+from quiver.online.redis_store import RedisOnlineStore
+from quiver.serving.store import FeatureStore
+
+from tests.integration.test_online_materialize import DAY, DAY0, DAY0_US, make_project, random_events
+
+pytestmark = pytest.mark.integration
+
+USERS = 40
+
+
+def assert_same(name: str, online: object, offline: object, user: int, t: int) -> None:
+    missing_on = online is None or (isinstance(online, float) and math.isnan(online))
+    missing_off = offline is None or offline is pd.NA or (isinstance(offline, float) and math.isnan(offline))
+    where = f"{name} user={user} t={t}"
+    assert missing_on == missing_off, f"{where}: online {online!r} offline {offline!r}"
+    if missing_on:
+        return
+    if isinstance(online, float):
+        assert math.isclose(online, float(offline), rel_tol=1e-9, abs_tol=1e-9), f"{where}: {online} != {offline}"
+    else:
+        assert online == offline, f"{where}: online {online!r} offline {offline!r}"
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_online_equals_offline_at_random_times(tmp_path, redis_url, seed):
+    rng = np.random.default_rng(seed)
+    events = random_events(seed=seed, users=USERS)
+    config, catalog = make_project(tmp_path, redis_url, events)
+    backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
+    features = [f"{v.name}:{f}" for v in catalog.views.values() for f in v.feature_names]
+    store = FeatureStore(config=config, catalog=catalog)
+    client = redis.Redis.from_url(redis_url)
+    # Random request times, a few of them exactly on a tile boundary, across all three days.
+    times = sorted(int(t) for t in DAY0_US + rng.integers(0, 3 * DAY, 5))
+    times.append(DAY0_US + DAY + 14 * 3_600_000_000)
+    checked = 0
+    for t in times:
+        client.flushall()  # online must hold exactly what is known as of t: nothing from later
+        materialize(config, catalog, t, store=store.online)
+        online = store.get_online_features(features, {"user_id": np.arange(USERS)}, at=t,
+                                           full_feature_names=True).to_dict()
+        labels = pd.DataFrame({"user_id": np.arange(USERS),
+                               "event_ts": pd.to_datetime(np.full(USERS, t), unit="us", utc=True)})
+        offline = get_historical_features(labels, features, catalog=catalog, config=config,
+                                          full_feature_names=True)
+        for ref in features:
+            column = ref.replace(":", "__")
+            for user in range(USERS):
+                on = online[column][user]
+                on = on.item() if hasattr(on, "item") else on
+                assert_same(column, on, offline[column].iloc[user], user, t)
+                checked += 1
+    assert checked == len(times) * USERS * len(features)
+    store.close()
+
+
+def test_windows_decay_like_offline_between_events(tmp_path, redis_url):
+    """One materialization as of `end`, read at many later times (one per row) until the next event:
+    no new event arrives, so online values only decay with the windows, exactly as offline ones do."""
+    events = random_events(seed=5, users=USERS)
+    config, catalog = make_project(tmp_path, redis_url, events)
+    backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
+    end = DAY0_US + 2 * DAY + 2 * 3_600_000_000 + 123_456_789  # in the night: a gap before the next event
+    with RedisOnlineStore(redis_url, "m") as online_store:
+        materialize(config, catalog, end, ["spend"], store=online_store)
+    ts = events.column("event_ts").cast("int64").to_numpy(zero_copy_only=False)
+    next_event = int(ts[ts >= end].min()) if (ts >= end).any() else end + 4 * 3_600_000_000
+    times = np.linspace(end, next_event, 12).astype(np.int64)
+    assert times[-1] - times[0] > 0
+    users = np.repeat(np.arange(USERS), len(times))
+    at = np.tile(times, USERS)
+    features = [f"spend:{f}" for f in catalog.views["spend"].feature_names]
+    with FeatureStore(config=config, catalog=catalog) as store:
+        online = store.get_online_features(features, {"user_id": users}, at=at).to_dict()
+    labels = pd.DataFrame({"user_id": users, "event_ts": pd.to_datetime(at, unit="us", utc=True)})
+    offline = get_historical_features(labels, features, catalog=catalog, config=config)
+    for ref in features:
+        name = ref.split(":")[1]
+        for i in range(len(users)):
+            on = online[name][i]
+            assert_same(name, on.item() if hasattr(on, "item") else on, offline[name].iloc[i], int(users[i]),
+                        int(at[i]))

@@ -1,0 +1,209 @@
+"""The HTTP feature server over real HTTP (uvicorn on loopback) on a real Redis: values, API key, input
+validation, body limit, Redis down → 503 and recovery, metrics, OpenAPI, and a schemathesis fuzz."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pyarrow as pa
+import pytest
+import schemathesis
+import uvicorn
+from hypothesis import HealthCheck, settings
+from quiver import Aggregation, Entity, FeatureService, FeatureView, Field, Float64, Int64, Source, String
+from quiver.catalog.validate import build_catalog
+from quiver.config import Config
+from quiver.offline.layout import last_values_schema
+from quiver.online.redis_store import RedisOnlineStore
+from quiver.serving.server import create_app
+from quiver.serving.store import FeatureStore
+from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+from tests.harness import free_port
+
+pytestmark = pytest.mark.integration
+
+KEY = "test-key-123"
+H = 3_600_000_000
+T0 = 1_800_000_000_000_000 // H * H
+COLUMNS = {"user_id": "int64", "event_ts": "timestamp", "amount": "float64", "category": "string", "n": "int64"}
+
+
+def catalog():
+    user = Entity("user", ["user_id"])
+    src = Source("tx", "unused")
+    last = FeatureView("last", [user], src, ttl="1h",
+                       schema=[Field("amount", Float64), Field("category", String), Field("n", Int64)])
+    agg = FeatureView("agg", [user], src, aggregations=[Aggregation("amount", "sum", "1h")])
+    svc = FeatureService("model", [last, agg])
+    return build_catalog([user, src, last, agg, svc], schema_reader=lambda s: COLUMNS)
+
+
+class Server:
+    def __init__(self, app) -> None:
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> httpx.Client:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def store(redis_url) -> Iterator[FeatureStore]:
+    cat = catalog()
+    online = RedisOnlineStore(redis_url, "h", timeout_s=1.0)
+    view = cat.views["last"]
+    table = pa.table({"user_id": [1, 2], "event_ts": pa.array([T0, T0], pa.timestamp("us", tz="UTC")),
+                      "amount": [1.5, None], "category": ["a", "b"], "n": [7, 8]}).cast(last_values_schema(view))
+    online.write_last_values(view, table)
+    with FeatureStore(config=Config(project="h", redis_url=redis_url), catalog=cat, online_store=online) as fs:
+        yield fs
+
+
+@pytest.fixture
+def http(store) -> Iterator[httpx.Client]:
+    with Server(create_app(store, api_key=KEY, max_body_bytes=64 * 1024)) as client:
+        yield client
+
+
+def post(http: httpx.Client, body: object, key: str | None = KEY, **kwargs) -> httpx.Response:
+    headers = {"X-API-Key": key} if key is not None else {}
+    return http.post("/features/online", json=body, headers=headers, **kwargs)
+
+
+def test_values_over_http(http):
+    r = post(http, {"features": ["last:amount", "last:category", "agg:amount_sum_1h"],
+                    "entities": {"user_id": [1, 2, 3]}, "at": T0 + 10})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["entities"] == {"user_id": [1, 2, 3]}
+    assert body["features"] == {"amount": [1.5, None, None], "category": ["a", "b", None],
+                                "amount_sum_1h": [0.0, 0.0, 0.0]}
+    assert body["at"] == T0 + 10
+    # A service name and ISO time; full names keep same-named features of two views apart.
+    r = post(http, {"feature_service": "model", "entities": {"user_id": [1]}, "at": "2027-01-15T08:00:00.000010Z",
+                    "full_feature_names": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["features"]["last__n"] == [7]
+    # Expired by TTL at a later time.
+    assert post(http, {"features": ["last:n"], "entities": {"user_id": [1]}, "at": T0 + 2 * H}).json()[
+        "features"] == {"n": [None]}
+
+
+def test_api_key_is_required(http):
+    body = {"features": ["last:amount"], "entities": {"user_id": [1]}}
+    assert post(http, body, key=None).status_code == 401
+    assert post(http, body, key="wrong").status_code == 401
+    assert post(http, body).status_code == 200
+    assert http.get("/health").status_code == 200  # probes need no key
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"entities": {"user_id": [1]}}, 422),  # neither features nor a service
+    ({"features": ["last:amount"], "feature_service": "model", "entities": {"user_id": [1]}}, 422),
+    ({"features": ["last:amount"], "entities": {"user_id": [1]}, "surprise": 1}, 422),
+    ({"features": ["last amount"], "entities": {"user_id": [1]}}, 422),
+    ({"features": ["last:amount"], "entities": {"user_id": [1]}, "at": "soon"}, 422),
+    ({"features": ["last:nope"], "entities": {"user_id": [1]}}, 400),
+    ({"features": ["nope:amount"], "entities": {"user_id": [1]}}, 400),
+    ({"feature_service": "nope", "entities": {"user_id": [1]}}, 400),
+    ({"features": ["last:amount"], "entities": {"user_id": ["abc"]}}, 400),
+    ({"features": ["last:amount"], "entities": {"merchant_id": [1]}}, 400),
+    ({"features": ["last:amount"], "entities": {"user_id": [2**70]}}, 400),
+])
+def test_bad_input_is_a_clear_4xx(http, body, status):
+    r = post(http, body)
+    assert r.status_code == status, r.text
+    assert r.json()["detail"]
+
+
+def test_body_limit(http):
+    big = {"features": ["last:amount"], "entities": {"user_id": list(range(20_000))}}
+    assert post(http, big).status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit applies to the bytes received
+        yield b'{"features": ["last:amount"], "entities": {"user_id": ['
+        for _ in range(10):
+            yield b"1," * 5000
+        yield b"1]}}"
+
+    r = http.post("/features/online", content=chunks(),
+                  headers={"X-API-Key": KEY, "content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_redis_down_gives_503_and_recovers(http, redis_server):
+    body = {"features": ["last:amount"], "entities": {"user_id": [1]}, "at": T0 + 10}
+    assert post(http, body).status_code == 200
+    redis_server.stop()
+    try:
+        r = post(http, body)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "unavailable" in r.json()["detail"]
+        assert http.get("/health").status_code == 503
+        assert "quiver_online_store_up 0.0" in http.get("/metrics").text
+    finally:
+        redis_server.start()
+    assert http.get("/health").status_code == 200
+    r = post(http, body)
+    assert r.status_code == 200 and r.json()["features"]["amount"] == [None]  # restarted empty
+
+
+def test_metrics(http):
+    for _ in range(3):
+        post(http, {"features": ["last:amount"], "entities": {"user_id": [1]}})
+    text = http.get("/metrics").text
+    assert 'quiver_request_seconds_count{route="/features/online"} 3.0' in text
+    assert 'quiver_requests_total{route="/features/online",status="200"} 3.0' in text
+    assert 'quiver_feature_freshness_seconds{view="last"}' in text
+    assert "quiver_online_store_up 1.0" in text
+
+
+def test_openapi_documents_the_api(http):
+    spec = http.get("/openapi.json").json()
+    assert {"/features/online", "/health", "/metrics"} <= set(spec["paths"])
+    assert spec["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
+    assert "OnlineRequest" in spec["components"]["schemas"]
+
+
+def test_no_key_configured_means_open(store, monkeypatch):
+    monkeypatch.delenv("QUIVER_API_KEY", raising=False)
+    with Server(create_app(store, api_key="")) as client:
+        assert client.post("/features/online", json={"features": ["last:n"], "entities": {"user_id": [1]},
+                                                     "at": T0 + 1}).json()["features"] == {"n": [7]}
+
+
+# The spec does not depend on Redis: load it once, then fuzz the live server (real HTTP, real Redis).
+fuzzed = schemathesis.openapi.from_dict(
+    create_app(FeatureStore(config=Config(project="h"), catalog=catalog()), api_key=KEY).openapi())
+
+
+@pytest.fixture
+def live_url(store) -> Iterator[str]:
+    server = Server(create_app(store, api_key=KEY))
+    with server:
+        yield f"http://127.0.0.1:{server.port}"
+
+
+@fuzzed.parametrize()
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+def test_fuzzed_openapi_gives_no_server_errors(case, live_url):
+    response = case.call_and_validate(base_url=live_url, headers={"X-API-Key": KEY},
+                                      checks=[not_a_server_error, response_schema_conformance])
+    assert response.status_code < 500

@@ -4,13 +4,14 @@ Workload (full): 1M label rows × 10M feature events of 100k entities over 8 day
 features (4 float64, 1 int64; ttl 1 d). View `win`: 3 windowed aggregates of f0 (count 1 h, mean 24 h,
 max 24 h; 5 min tiles). `--quick`: 100k labels × 1M events, 10k entities.
 
-Each engine runs in its own subprocess (peak RSS of its process tree, JVM included, sampled with psutil);
-times are medians of `--repeats` calls in that process (data in the page cache):
+Each engine runs in its own subprocess (peak RSS of its process tree, JVM included, sampled with psutil).
+Setup is not timed (imports, catalog, Feast's `apply`, starting Spark); wall and CPU (user + system of the
+process tree, robust on a busy machine) are medians of `--repeats` calls (data in the page cache):
   read_floor   pyarrow reads of exactly the partitions and columns the join needs (the I/O floor)
   quiver_lv    get_historical_features(engine="duckdb"), the 5 last values (the job Feast does)
   quiver_all   the same with all 8 features
   duckdb_asof  a DuckDB ASOF join for the 5 last values (the SQL alternative to the embedded engine)
-  spark        get_historical_features(engine="spark"), all 8 features (skipped by --no-spark)
+  spark        get_historical_features(engine="spark"), all 8 features (full size; --spark with --quick)
   feast        FeatureStore.get_historical_features, the 5 last values (a subsample when --feast-rows)
 Answers are checked: quiver == spark on every value (floats to 1e-9), quiver == duckdb_asof and == feast on
 every last value they both return, and the windows of 2,000 sampled labels against a brute force over raw
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -163,60 +165,98 @@ class PeakRss:
         return self.peak
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and its live children (a Spark JVM): robust to a busy machine."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def run_worker(name: str, data: Path, repeats: int, feast_rows: int) -> dict[str, Any]:
     rss = PeakRss()
     labels = pq.read_table(data / "labels.parquet")
-    job = _JOBS[name]
-    times, answer = [], None
+    job = _JOBS[name](data, feast_rows)  # imports, catalogs, Feast's apply, the Spark JVM: not timed
+    times, cpus, answer = [], [], None
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        answer = job(data, labels, feast_rows)
+        t0, c0 = time.perf_counter(), _cpu_seconds()
+        answer = job(labels)
         times.append(time.perf_counter() - t0)
+        cpus.append(_cpu_seconds() - c0)
     if answer is not None:
         pq.write_table(answer, data / "answers" / f"{name}.parquet")
-    return {"times_s": times, "median_s": statistics.median(times), "peak_rss_mb": rss.stop() / 2**20}
+    return {"times_s": times, "median_s": statistics.median(times), "cpu_s": cpus,
+            "median_cpu_s": statistics.median(cpus), "peak_rss_mb": rss.stop() / 2**20}
 
 
-def _quiver(data: Path, labels: pa.Table, features: list[str], engine: str) -> pa.Table:
-    from quiver.offline.pit import get_historical_features
-
-    catalog, config = catalog_and_config(data / "project")
-    frame = get_historical_features(labels, features, catalog=catalog, config=config, engine=engine,
-                                    timestamp_column="event_timestamp")
-    return pa.Table.from_pandas(frame, preserve_index=False)
+Job = Callable[[pa.Table], "pa.Table | None"]
 
 
-def _read_floor(data: Path, labels: pa.Table, _: int) -> None:
+def _quiver(features: list[str], engine: str) -> Callable[[Path, int], Job]:
+    def setup(data: Path, _: int) -> Job:
+        from quiver.offline.pit import get_historical_features
+
+        catalog, config = catalog_and_config(data / "project")
+        if engine == "spark":
+            from quiver.offline.pit_spark import session
+
+            session(config)
+
+        def run(labels: pa.Table) -> pa.Table:
+            frame = get_historical_features(labels, features, catalog=catalog, config=config, engine=engine,
+                                            timestamp_column="event_timestamp")
+            return pa.Table.from_pandas(frame, preserve_index=False)
+
+        return run
+
+    return setup
+
+
+def _read_floor(data: Path, _: int) -> Job:
+    """Reads of exactly what the join needs: the partitions its labels reach, the columns it uses."""
     import pyarrow.dataset as ds
 
-    t = labels["event_timestamp"].cast(pa.int64()).to_numpy()
-    offline = data / "project" / "offline"
+    def days(folder: Path, lo: int, hi: int) -> list[str]:
+        names = [f"date={datetime.fromtimestamp(d * DAY // US, tz=UTC).date()}" for d in range(lo // DAY, hi // DAY + 1)]
+        return [str(p) for name in names for p in (folder / name).glob("*.parquet")]
 
-    def days(lo: int, hi: int) -> list[str]:
-        return [f"date={datetime.fromtimestamp(d * DAY // US, tz=UTC).date()}" for d in range(lo // DAY, hi // DAY + 1)]
+    def run(labels: pa.Table) -> None:
+        t = pq.read_table(data / "labels.parquet")["event_timestamp"].cast(pa.int64()).to_numpy()
+        offline = data / "project" / "offline"
+        floor = t - t % TILE
+        ds.dataset(days(offline / "lv" / "last_values", t.min() - TTL, t.max())).to_table(
+            columns=["user_id", "event_ts", *LV])
+        ds.dataset(days(offline / "win" / "tiles", floor.min() - DAY, floor.max())).to_table(
+            columns=["user_id", "tile_start", "f0__cnt", "f0__sum", "f0__max"])
+        ds.dataset(str(data / "project" / "events")).to_table(columns=["user_id", "event_ts", "f0"])
 
-    lv_files = [str(p) for d in days(t.min() - TTL, t.max()) for p in (offline / "lv/last_values" / d).glob("*.parquet")]
-    floor = t - t % TILE
-    win_files = [str(p) for d in days(floor.min() - DAY, floor.max()) for p in (offline / "win/tiles" / d).glob("*.parquet")]
-    ds.dataset(lv_files).to_table(columns=["user_id", "event_ts", *LV])
-    ds.dataset(win_files).to_table(columns=["user_id", "tile_start", "f0__cnt", "f0__sum", "f0__max"])
-    ds.dataset(str(data / "project" / "events")).to_table(columns=["user_id", "event_ts", "f0"])
-    pq.read_table(data / "labels.parquet")
+    return run
 
 
-def _duckdb_asof(data: Path, labels: pa.Table, _: int) -> pa.Table:
+def _duckdb_asof(data: Path, _: int) -> Job:
     import duckdb
 
-    con = duckdb.connect()
-    con.register("labels", labels)
-    glob = str(data / "project" / "offline" / "lv" / "last_values" / "*" / "*.parquet")
-    fields = ", ".join(f"CASE WHEN v.event_ts >= l.event_timestamp - INTERVAL 1 DAY THEN v.{f} END AS {f}" for f in LV)
-    sql = (f"SELECT l.label_id, {fields} FROM labels l ASOF LEFT JOIN read_parquet('{glob}') v "
-           f"ON l.user_id = v.user_id AND l.event_timestamp > v.event_ts")
-    return con.sql(sql).to_arrow_table()
+    def run(labels: pa.Table) -> pa.Table:
+        con = duckdb.connect()
+        con.register("labels", labels)
+        glob = str(data / "project" / "offline" / "lv" / "last_values" / "*" / "*.parquet")
+        fields = ", ".join(f"CASE WHEN v.event_ts >= l.event_timestamp - INTERVAL 1 DAY THEN v.{f} END AS {f}"
+                           for f in LV)
+        sql = (f"SELECT l.label_id, {fields} FROM labels l ASOF LEFT JOIN read_parquet('{glob}') v "
+               f"ON l.user_id = v.user_id AND l.event_timestamp > v.event_ts")
+        return con.sql(sql).to_arrow_table()
+
+    return run
 
 
-def _feast(data: Path, labels: pa.Table, rows: int) -> pa.Table:
+def _feast(data: Path, rows: int) -> Job:
     _shim_ibis_for_duckdb2()
     from feast import Entity, FeatureStore, FeatureView, Field, FileSource
     from feast.types import Float64, Int64
@@ -231,9 +271,13 @@ def _feast(data: Path, labels: pa.Table, rows: int) -> pa.Table:
                        schema=[*(Field(name=f"f{i}", dtype=Float64) for i in range(4)), Field(name="f4", dtype=Int64)])
     store = FeatureStore(repo_path=str(repo))
     store.apply([user, view])
-    entity_df = labels.slice(0, rows).select(["label_id", "user_id", "event_timestamp"]).to_pandas()
-    frame = store.get_historical_features(entity_df=entity_df, features=[f"lv:{f}" for f in LV]).to_df()
-    return pa.Table.from_pandas(frame[["label_id", *LV]], preserve_index=False)
+
+    def run(labels: pa.Table) -> pa.Table:
+        entity_df = labels.slice(0, rows).select(["label_id", "user_id", "event_timestamp"]).to_pandas()
+        frame = store.get_historical_features(entity_df=entity_df, features=[f"lv:{f}" for f in LV]).to_df()
+        return pa.Table.from_pandas(frame[["label_id", *LV]], preserve_index=False)
+
+    return run
 
 
 def _shim_ibis_for_duckdb2() -> None:
@@ -256,11 +300,12 @@ def _shim_ibis_for_duckdb2() -> None:
     exec(compile(source, spec.origin, "exec"), module.__dict__)
 
 
-_JOBS: dict[str, Any] = {
+_ALL = [f"lv:{f}" for f in LV] + [f"win:{f}" for f in WIN]
+_JOBS: dict[str, Callable[[Path, int], Job]] = {
     "read_floor": _read_floor,
-    "quiver_lv": lambda d, lab, _: _quiver(d, lab, [f"lv:{f}" for f in LV], "duckdb"),
-    "quiver_all": lambda d, lab, _: _quiver(d, lab, [f"lv:{f}" for f in LV] + [f"win:{f}" for f in WIN], "duckdb"),
-    "spark": lambda d, lab, _: _quiver(d, lab, [f"lv:{f}" for f in LV] + [f"win:{f}" for f in WIN], "spark"),
+    "quiver_lv": _quiver([f"lv:{f}" for f in LV], "duckdb"),
+    "quiver_all": _quiver(_ALL, "duckdb"),
+    "spark": _quiver(_ALL, "spark"),
     "duckdb_asof": _duckdb_asof,
     "feast": _feast,
 }
@@ -340,8 +385,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="100k labels × 1M events")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-spark", action="store_true", help="skip the Spark engine")
-    parser.add_argument("--spark-repeats", type=int, default=0, help="default: 1 (full) or --repeats (quick)")
+    parser.add_argument("--spark", action=argparse.BooleanOptionalAction, default=None,
+                        help="time the Spark engine too (default: at full size only; --quick stays under 60 s)")
+    parser.add_argument("--spark-repeats", type=int, default=1)
     parser.add_argument("--feast-rows", type=int, default=0, help="labels given to Feast (default: all)")
     parser.add_argument("--data", type=Path, help="data folder (default: data/bench/pit_join/<size>)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -356,12 +402,11 @@ def main() -> None:
     began = time.perf_counter()
     generate(data, n_labels, n_events, n_entities)
     (data / "answers").mkdir(exist_ok=True)
-    plan = ["read_floor", "quiver_lv", "quiver_all", "duckdb_asof", "feast"] + ([] if args.no_spark else ["spark"])
+    with_spark = args.spark if args.spark is not None else not args.quick
+    plan = ["read_floor", "quiver_lv", "quiver_all", "duckdb_asof", "feast"] + (["spark"] if with_spark else [])
     runs: dict[str, Any] = {}
     for name in plan:
-        repeats = args.repeats
-        if name == "spark":
-            repeats = args.spark_repeats or (args.repeats if args.quick else 1)
+        repeats = args.spark_repeats if name == "spark" else args.repeats
         cmd = [sys.executable, __file__, "--worker", name, "--data", str(data), "--repeats", str(repeats),
                "--feast-rows", str(feast_rows)] + (["--quick"] if args.quick else [])
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT / "platform")}
@@ -369,8 +414,9 @@ def main() -> None:
         if out.returncode:
             raise SystemExit(f"worker {name} failed:\n{out.stderr[-4000:]}")
         runs[name] = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{name:12s} median {runs[name]['median_s']:8.3f} s  peak RSS {runs[name]['peak_rss_mb']:7.0f} MB  "
-              f"runs {[round(t, 3) for t in runs[name]['times_s']]}", flush=True)
+        run = runs[name]
+        print(f"{name:12s} median {run['median_s']:8.3f} s  cpu {run['median_cpu_s']:8.3f} s  peak RSS "
+              f"{run['peak_rss_mb']:6.0f} MB  runs {[round(t, 3) for t in run['times_s']]}", flush=True)
     checks = compare(data, set(runs), feast_rows)
     quiver = runs["quiver_lv"]["median_s"]
     feast = runs["feast"]["median_s"] * (n_labels / feast_rows)
@@ -386,6 +432,11 @@ def main() -> None:
         "ratio_feast_over_quiver_last_values": feast / quiver,
         "ratio_quiver_all_over_read_floor": runs["quiver_all"]["median_s"] / runs["read_floor"]["median_s"],
         "ratio_duckdb_asof_over_quiver_last_values": runs["duckdb_asof"]["median_s"] / quiver,
+        "cpu_ratio_feast_over_quiver_last_values": runs["feast"]["median_cpu_s"] * (n_labels / feast_rows)
+        / runs["quiver_lv"]["median_cpu_s"],
+        "cpu_ratio_quiver_all_over_read_floor": runs["quiver_all"]["median_cpu_s"] / runs["read_floor"]["median_cpu_s"],
+        "load_average_at_end": os.getloadavg(),
+        "cpus": os.cpu_count(),
         "targets": {"feast_over_quiver": ">= 15", "quiver_all_over_read_floor": "<= 1.5"},
         "wall_s": time.perf_counter() - began,
     }

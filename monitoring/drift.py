@@ -59,7 +59,7 @@ class Thresholds:
     jensenshannon: float = 0.1
     chisquare_pvalue: float = 0.05
     z_pvalue: float = 0.05
-    min_samples: int = 100
+    min_samples: int = 500  # below this KS at α=0.05 alone would decide, and PSI is mostly noise
     psi_max_noise: float = 0.5  # judge PSI only when its no-drift expectation ≤ this × psi_warn
     max_null_share_delta: float = 0.1
 

@@ -121,25 +121,52 @@ class NumericPair:
             return dict(self._cache["buckets"])
         lo, hi = self.lo, self.hi
         span = hi - lo
-        scale = _BUCKETS / span if span > 0 else 0.0
-        if not math.isfinite(scale):
-            scale = 0.0  # a denormal span: one bucket; the exact step then handles everything
-        out: dict[str, Any] = {"lo": lo, "scale": scale}
-        for side, values in (("ref", self.ref), ("cur", self.cur)):
-            index = self._bucket_of(values, lo, scale)
-            counts = np.bincount(index, minlength=_BUCKETS)
-            out[side + "_index"] = index
-            out[side + "_cum"] = np.concatenate(([0], np.cumsum(counts)))
+        # Whole numbers over a narrow range (counts, codes, constants) get one bucket per value: every bucket
+        # then holds a single value and the bucket counts alone are exact, however heavy the ties.
+        if span == 0 or (span < _BUCKETS and _integral(self.ref) and _integral(self.cur)):
+            out = self._count(("linear", lo, 1.0))
+            out["single"] = True
+        else:
+            scale = _BUCKETS / span
+            out = self._count(("linear", lo, scale if math.isfinite(scale) else 0.0))
+            if _crowded(out) and (keyed := _key_window(lo, hi)) is not None:
+                # Heavy tails: bucketing the float's bit pattern (monotone integers) spaces buckets ~log.
+                keyed_out = self._count(("key", *keyed))
+                if keyed_out["crowding"] < out["crowding"]:
+                    out = keyed_out
+            out = self._zoom(out)
+            out["single"] = False
         self._cache["buckets"] = out
         return out
 
-    @staticmethod
-    def _bucket_of(values: FloatArray, lo: float, scale: float) -> npt.NDArray[np.intp]:
-        # Monotone in the value (subtract, scale, clamp, truncate): a bucket is a contiguous value range.
-        position = np.subtract(values, lo)
-        np.multiply(position, scale, out=position)
-        np.minimum(position, _BUCKETS - 1, out=position)
-        return position.astype(np.intp)
+    def _count(self, mapping: Mapping_) -> dict[str, Any]:
+        out: dict[str, Any] = {"mapping": mapping}
+        peak = 0
+        for side, values in (("ref", self.ref), ("cur", self.cur)):
+            index = _bucket_of(values, mapping)
+            counts = np.bincount(index, minlength=_BUCKETS)
+            out[side + "_index"] = index
+            out[side + "_cum"] = np.concatenate(([0], np.cumsum(counts)))
+            peak = max(peak, int(counts.max()) * _BUCKETS // values.size)
+        out["crowding"] = peak  # fullest bucket relative to an even spread
+        return out
+
+    def _zoom(self, out: dict[str, Any]) -> dict[str, Any]:
+        """While the bulk sits in few buckets, narrow the window to the central 99.98% of the values
+        (buckets 0 and the last then catch what lies outside) and count again."""
+        for _ in range(3):
+            if not _crowded(out):
+                break
+            total = np.diff(out["ref_cum"]) + np.diff(out["cur_cum"])
+            cum, n = np.cumsum(total), int(total.sum())
+            first, last = int(np.searchsorted(cum, n * 1e-4)), int(np.searchsorted(cum, n * (1 - 1e-4)))
+            if last + 1 - first > _BUCKETS // 4:
+                break
+            narrower = _narrow(out["mapping"], first, last + 1)
+            if narrower is None:
+                break
+            out = self._count(narrower)
+        return out
 
     def _exact_values(self, buckets: npt.NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
         """Every reference and current value that falls into `buckets`, for exact treatment."""
@@ -171,6 +198,8 @@ class NumericPair:
         c1, c2 = grid["ref_cum"], grid["cur_cum"]
         # At a bucket boundary the ECDFs equal their value at the largest data point below it: attained.
         lower = float(np.max(np.abs(c1 / n1 - c2 / n2)))
+        if grid["single"]:
+            return lower  # inside a one-value bucket there is nothing between its boundaries
         # Inside bucket b each ECDF lies between its boundary values, so |F1 − F2| is at most:
         upper = np.maximum(c1[1:] / n1 - c2[:-1] / n2, c2[1:] / n2 - c1[:-1] / n1)
         occupied = (np.diff(c1) + np.diff(c2)) > 0
@@ -182,7 +211,7 @@ class NumericPair:
         from_ref = np.concatenate([np.ones(ref_vals.size, np.int64), np.zeros(cur_vals.size, np.int64)])
         order = np.argsort(values, kind="stable")
         values, from_ref = values[order], from_ref[order]
-        bucket = self._bucket_of(values, grid["lo"], grid["scale"])
+        bucket = _bucket_of(values, grid["mapping"])
         # Count of each sample at or below each value: counts below its bucket + running count inside it.
         run1 = np.cumsum(from_ref)
         run2 = np.arange(1, values.size + 1) - run1
@@ -201,14 +230,22 @@ class NumericPair:
         """`np.histogram(sample, edges)[0]` for both samples (bins [e_i, e_i+1), the last one closed)."""
         grid = self._buckets()
         inner = edges[1:-1]
-        edge_bucket = self._bucket_of(inner, grid["lo"], grid["scale"])
+        edge_bucket = _bucket_of(inner, grid["mapping"])
+        if grid["single"]:
+            # Bucket b holds only the value lo + b: it is wholly below the edge or wholly not.
+            below_all = (grid["mapping"][1] + edge_bucket.astype(np.float64)) < inner
+            out_single = []
+            for cum, size in ((grid["ref_cum"], self.ref.size), (grid["cur_cum"], self.cur.size)):
+                below = cum[edge_bucket] + np.where(below_all, cum[edge_bucket + 1] - cum[edge_bucket], 0)
+                out_single.append(np.diff(np.concatenate(([0], below, [size]))).astype(np.int64))
+            return out_single[0], out_single[1]
         ref_vals, cur_vals = self._exact_values(edge_bucket)
         out = []
         for cum, exact, size in ((grid["ref_cum"], ref_vals, self.ref.size),
                                  (grid["cur_cum"], cur_vals, self.cur.size)):
             # #(v < e) = values in buckets before e's bucket + values in e's bucket that are < e.
             exact_sorted = np.sort(exact)
-            exact_bucket = self._bucket_of(exact_sorted, grid["lo"], grid["scale"])
+            exact_bucket = _bucket_of(exact_sorted, grid["mapping"])
             below_in_bucket = (np.searchsorted(exact_sorted, inner, side="left")
                                - np.searchsorted(exact_bucket, edge_bucket, side="left"))
             below = cum[edge_bucket] + below_in_bucket
@@ -237,6 +274,71 @@ class NumericPair:
         v = y.searchsorted(merged[:-1], "right") / y.size
         distance = float(np.dot(np.abs(u - v), deltas))
         return distance / max(float(np.std(self.ref)), 0.001)
+
+
+# A bucket mapping: ("linear", start, scale) → ⌊(v − start)·scale⌋, or ("key", base, shift) →
+# (key(v) − base) >> shift on the monotone integer key of the float; both clipped to [0, buckets − 1].
+Mapping_ = tuple[str, float | int, float | int]  # key mappings hold exact Python ints
+_SIGN = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def _float_keys(values: FloatArray) -> npt.NDArray[np.int64]:
+    """Integers in the same order as the floats (−0.0 folded into +0.0 so equal values get equal keys)."""
+    bits = np.add(values, 0.0).view(np.int64)
+    return np.where(bits < 0, -1 - (bits & _SIGN), bits)
+
+
+def _bucket_of(values: FloatArray, mapping: Mapping_) -> npt.NDArray[np.intp]:
+    # Monotone in the value (every step is): a bucket is a contiguous value range, equal values share one.
+    kind, start, step = mapping
+    if kind == "linear":
+        position = np.subtract(values, start)
+        np.multiply(position, step, out=position)
+        np.clip(position, 0, _BUCKETS - 1, out=position)
+        return position.astype(np.intp)
+    keys = _float_keys(values)
+    np.maximum(keys, np.int64(int(start)), out=keys)
+    keys -= np.int64(int(start))
+    keys >>= np.int64(int(step))
+    np.minimum(keys, _BUCKETS - 1, out=keys)
+    return keys.astype(np.intp, copy=False)
+
+
+def _crowded(out: dict[str, Any]) -> bool:
+    return bool(out["crowding"] > 32)
+
+
+def _key_window(lo: float, hi: float) -> tuple[int, int] | None:
+    first, last = (int(_float_keys(np.array([v]))[0]) for v in (lo, hi))
+    if last - first >= 1 << 61:
+        return None  # a span this wide (±1e308) would overflow the key arithmetic
+    shift = max(0, (last - first) // (_BUCKETS - 1)).bit_length()
+    return first, shift
+
+
+def _narrow(mapping: Mapping_, first: int, end: int) -> Mapping_ | None:
+    """The mapping that spreads buckets [first, end) of `mapping` over buckets 1 … last − 1."""
+    kind, start, step = mapping
+    if kind == "linear":
+        window_lo, window_hi = start + first / step, start + end / step
+        if not window_hi > window_lo:
+            return None
+        scale = (_BUCKETS - 2) / (window_hi - window_lo)
+        return ("linear", window_lo - 1 / scale, scale)
+    shift = int(step)
+    key_lo, key_hi = int(start) + (first << shift), int(start) + (end << shift)
+    new_shift = max(0, (key_hi - key_lo) // (_BUCKETS - 2)).bit_length()
+    if new_shift >= shift:
+        return None
+    return ("key", key_lo - (1 << new_shift), new_shift)
+
+
+def _integral(values: FloatArray) -> bool:
+    """Every value is a whole number (checked on a prefix first, so continuous data exits at once)."""
+    probe = values[:256]
+    if not np.array_equal(probe, np.floor(probe)):
+        return False
+    return bool(np.array_equal(values, np.floor(values)))
 
 
 def ks_asymptotic_pvalue(d: float, n1: int, n2: int) -> float:

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
-from rich.console import Console
-
 from quiver.catalog.ir import Catalog
 from quiver.config import Config, load_config
+from rich.console import Console
 
 console = Console()
 START = date(2026, 11, 1)

@@ -208,7 +208,8 @@ def _register_optional_commands() -> None:
     # Batch, online and streaming commands live beside their code; absent modules simply add nothing.
     import importlib
 
-    for module in ("quiver.offline.cli", "quiver.online.cli", "quiver.monitoring_cli"):
+    for module in ("quiver.offline.cli", "quiver.online.cli", "quiver.monitoring_cli", "quiver.offline.training_cli",
+                   "quiver.streaming_cli"):
         try:
             importlib.import_module(module).register(app)
         except ModuleNotFoundError as exc:

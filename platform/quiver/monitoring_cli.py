@@ -94,9 +94,16 @@ def drift(
         from monitoring.evidently_ref import evidently_html
         from monitoring.plots import summary_page
 
+        history = None
+        if registry is not None:
+            from monitoring.plots import history_from_rows
+            from monitoring.repository import drift_history as feature_history
+
+            rows = [r for f in result.features for r in feature_history(registry, f.feature, name, limit=200)]
+            history = history_from_rows(rows)
         evidently_html(ref_table, cur_table, [f.feature for f in result.features], report, drift_config)
         summary = summary_page(result, ref_table, cur_table, report.with_name(f"{report.stem}.summary.html"),
-                               title=f"Drift: {name}", evidently_report=report.name)
+                               title=f"Drift: {name}", evidently_report=report.name, history=history)
         console.print(f"wrote {report} (Evidently) and {summary} (summary)")
     if fail_on_drift and result.dataset_drift:
         raise typer.Exit(1)

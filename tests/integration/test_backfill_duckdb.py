@@ -251,3 +251,25 @@ def _us(ts: object) -> int:
 
     assert isinstance(ts, datetime)
     return (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+@pytest.mark.parametrize("ts_type", [pa.timestamp("ns", tz="UTC"), pa.timestamp("us")],
+                         ids=["nanoseconds", "naive"])
+def test_other_timestamp_types_give_the_same_store(tmp_path: Path, ts_type: pa.DataType) -> None:
+    """pandas writes nanoseconds; some writers drop the time zone (read as UTC)."""
+    events = make_events()
+    config, catalog = project(tmp_path, events.set_column(6, pa.field("ts", ts_type), events.column("ts").cast(ts_type)))
+    backfill(config, catalog, DAY0, END)
+    for name in ("user_activity", "pair_last"):
+        view = catalog.view(name)
+        brute = brute_tiles if view.kind == "agg" else brute_last_values
+        assert_rows_equal(store_rows(config.offline_dir, view), brute(events, view, START_US, END_US), name)
+
+
+def test_spark_refuses_nanosecond_timestamps_before_starting(tmp_path: Path) -> None:
+    events = make_events(n=100)
+    ns = pa.timestamp("ns", tz="UTC")
+    config, catalog = project(tmp_path, events.set_column(6, pa.field("ts", ns), events.column("ts").cast(ns)))
+    with pytest.raises(QuiverError, match=r"'ts' in .*events-0\.parquet holds nanosecond timestamps"):
+        backfill(config, catalog, DAY0, END, engine="spark")
+    assert not config.offline_dir.exists()

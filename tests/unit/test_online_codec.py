@@ -36,6 +36,10 @@ def catalog(tile: str = "10m", extra_window: str | None = None):
     return build_catalog([user, shop, src, last, pair, agg], schema_reader=lambda s: COLUMNS)
 
 
+def by_name(batch):
+    return {feature: column for (_, feature), column in batch.items()}
+
+
 def ts(values):
     return pa.array(values, pa.timestamp("us", tz="UTC"))
 
@@ -69,8 +73,8 @@ def test_last_values_round_trip_with_nulls_strings_and_ttl():
     }).cast(last_values_schema(view))
     values, event_ts = codec.encode(table)
     assert event_ts.tolist() == [T0, T0 + 10, T0 - 2 * H]
-    out = codec.decode([values[0], None, values[1], values[2]],
-                       ["amount", "category", "n", "flag", "seen"], np.asarray(T0 + 20), view.ttl_us)
+    out = by_name(codec.decode([values[0], None, values[1], values[2]],
+                       ["amount", "category", "n", "flag", "seen"], np.asarray(T0 + 20), view.ttl_us))
     assert out["amount"].valid.tolist() == [True, False, False, False]  # None: missing; row 3: older than ttl
     assert out["amount"].values[0] == 1.5
     assert out["category"].values.tolist() == ["ünï", None, None, None]
@@ -78,17 +82,17 @@ def test_last_values_round_trip_with_nulls_strings_and_ttl():
     assert out["flag"].values[0] and out["flag"].valid.tolist() == [True, False, False, False]
     assert out["seen"].values[0] == T0 - 5
     # As of an earlier time the value does not exist yet (event_ts < t is strict).
-    early = codec.decode([values[0]], ["amount"], np.asarray(T0), view.ttl_us)
+    early = by_name(codec.decode([values[0]], ["amount"], np.asarray(T0), view.ttl_us))
     assert not early["amount"].valid[0]
     # Per-entity request times.
-    per = codec.decode([values[2], values[2]], ["category"], np.array([T0 - H, T0 + 10]), view.ttl_us)
+    per = by_name(codec.decode([values[2], values[2]], ["category"], np.array([T0 - H, T0 + 10]), view.ttl_us))
     assert per["category"].valid.tolist() == [True, False]
 
 
 def test_foreign_bytes_read_as_missing():
     view = catalog().views["pair"]
     codec = LastCodec(view)
-    out = codec.decode([b"short", None], ["amount"], np.asarray(T0), view.ttl_us)
+    out = by_name(codec.decode([b"short", None], ["amount"], np.asarray(T0), view.ttl_us))
     assert out["amount"].valid.tolist() == [False, False]
 
 
@@ -110,7 +114,7 @@ def test_tiles_group_per_entity_dedupe_and_pretrim():
     firsts, values, newest = codec.encode(tiles_table(view, rows))
     assert firsts.column("user_id").to_pylist() == [1, 2]
     assert newest.tolist() == [T0, T0]
-    out = codec.decode(values, ["amount_sum_1h", "amount_count_1h"], np.asarray(T0 + M))
+    out = by_name(codec.decode(values, ["amount_sum_1h", "amount_count_1h"], np.asarray(T0 + M)))
     assert out["amount_sum_1h"].values.tolist() == [6.0, 5.0]
     assert out["amount_count_1h"].values.tolist() == [3, 1]
 
@@ -127,7 +131,7 @@ def test_string_last_partials_survive_packing():
          "amount__max": 2.0},
     ]
     _, values, _ = codec.encode(tiles_table(view, rows))
-    out = codec.decode([values[0], None, values[1]], ["category_last_1h", "amount_max_1h"], np.asarray(T0 + 15 * M))
+    out = by_name(codec.decode([values[0], None, values[1]], ["category_last_1h", "amount_max_1h"], np.asarray(T0 + 15 * M)))
     assert out["category_last_1h"].values.tolist() == ["zzz", None, None]
     assert out["category_last_1h"].valid.tolist() == [True, False, False]
     # No amount in user 1's tiles: max is null there (cnt 0), not the stored placeholder 0.

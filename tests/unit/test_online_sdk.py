@@ -10,7 +10,7 @@ import pytest
 from quiver import Aggregation, Entity, FeatureService, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.validate import build_catalog
-from quiver.online.base import Column
+from quiver.online.base import Batch, Column
 from quiver.serving.result import OnlineResult
 from quiver.serving.store import entity_columns, request_times, resolve
 
@@ -95,7 +95,13 @@ def test_result_conversions_keep_nulls_and_types():
         "b": Column(np.array([True, False]), np.array([False, True]), "bool"),
         "t": Column(np.array([1_800_000_000_000_000, 0]), np.array([True, False]), "timestamp"),
     }
-    result = OnlineResult({"user_id": np.array([1, 2])}, cols, 0)
+    batch = Batch()
+    for name, col in cols.items():
+        batch.add(("v", name), col)
+    batch.add_block([(("w", "x"), 0), (("w", "y"), 1)], np.array([[1, 2], [3, 4]]),
+                    np.array([[True, True], [True, False]]), "int64")
+    result = OnlineResult({"user_id": np.array([1, 2])}, batch,
+                          [(name, ("v", name)) for name in cols] + [("x", ("w", "x")), ("y", ("w", "y"))], 0)
     d = result.to_dict()
     assert np.isnan(d["f"][1]) and d["f"][0] == 1.5
     assert d["c"].dtype == np.int64 and np.isnan(d["i"][1])
@@ -104,7 +110,12 @@ def test_result_conversions_keep_nulls_and_types():
     table = result.to_arrow()
     assert table.schema.field("i").type == pa.int64() and table.column("i").to_pylist() == [3, None]
     assert table.schema.field("t").type == pa.timestamp("us", tz="UTC")
-    assert result.to_pandas().shape == (2, 7)
+    assert result.to_pandas().shape == (2, 9)
     lists = result.to_lists()
     assert lists["f"] == [1.5, None] and lists["t"] == ["2027-01-15T08:00:00Z", None]
-    assert len(result) == 2 and result.feature_names == list(cols)
+    assert lists["x"] == [1, 3] and lists["y"] == [2, None]
+    # Within a block, only the column that holds a null turns float.
+    assert d["x"].dtype == np.int64 and d["x"].tolist() == [1, 3]
+    assert np.isnan(d["y"][1]) and d["y"][0] == 2
+    assert len(result) == 2 and result.feature_names == [*cols, "x", "y"]
+    assert result["y"].valid.tolist() == [True, False]

@@ -24,11 +24,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from quiver import Aggregation, Bool, Entity, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.validate import build_catalog
-from quiver.compile.aggregations import AGG_FUNCTIONS, EVENTS_COLUMN, TILE_START, last_ts_column, view_partials
+from quiver.compile.aggregations import (
+    AGG_FUNCTIONS,
+    EVENTS_COLUMN,
+    TILE_START,
+    last_ts_column,
+    view_partials,
+)
 from quiver.config import Config
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, last_values_schema, partition_dir, tile_schema
 
@@ -246,6 +251,27 @@ def _tile_partial(column: str, kind: str, members: list[dict[str, Any]]) -> dict
     return {name: value, last_ts_column(column): ts}
 
 
+def tied_last_values(world: World, root: Path) -> tuple[Config, pd.DataFrame, dict[str, list[Any]]]:
+    """An offline store whose last values break the layout's one-row-per-(keys, event_ts) promise, and
+    what the tie rule (greatest field values, null lowest, in field order) makes of it."""
+    view = world.catalog.views["user_profile"]
+    rows = [(1, 0.7, 2, None, False), (1, 0.5, 1, "gold", True), (1, 0.7, None, None, None),
+            (2, None, 5, "a", True), (2, None, 3, "b", True), (2, None, 5, "a", None)]
+    columns: dict[str, Any] = {"user_id": [r[0] for r in rows],
+                               EVENT_TS: pa.array([BASE] * len(rows), pa.int64()).cast(TS_TYPE)}
+    for i, f in enumerate(view.fields, start=1):
+        columns[f.name] = [r[i] for r in rows]
+    config = Config(root=root, offline_root=str(root / "tied"))
+    folder = partition_dir(config.offline_dir, view.name, LAST_VALUES, _day(BASE))
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table(columns, schema=last_values_schema(view)), folder / "part-00000.parquet")
+    labels = pd.DataFrame({"user_id": [1, 2, 1], "event_ts": pd.to_datetime([BASE + 1, BASE + 1, BASE], unit="us",
+                                                                             utc=True)})
+    expected = {"score": [0.7, None, None], "level": [2, 5, None], "tier": [None, "a", None],
+                "flag": [False, True, None]}
+    return config, labels, expected
+
+
 # --- brute force -------------------------------------------------------------------------------------------
 
 
@@ -300,7 +326,7 @@ def _one_feature(view: ViewSpec, feature: str, events: list[dict[str, Any]], t: 
     if agg.fn in ("min", "max"):
         ints = [int(v) if isinstance(v, bool) else v for v in values]
         return min(ints) if agg.fn == "min" else max(ints)
-    ts, value = max(present, key=lambda p: (p[0], _value_key(p[1])))  # last: newest, ties greatest
+    _, value = max(present, key=lambda p: (p[0], _value_key(p[1])))  # last: newest, ties greatest
     return value
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from quiver.catalog.types import Float64, Int64, NUMERIC_DTYPES
+from quiver.catalog.types import NUMERIC_DTYPES, Float64, Int64
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ DUCKDB: Final = Dialect(
     types={"int64": "BIGINT", "float64": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN",
            "timestamp": "TIMESTAMPTZ"},
     param="${name}",
-    epoch_us="epoch_us({ts})",
+    epoch_us="epoch_us(CAST({ts} AS TIMESTAMPTZ))",  # also reads TIMESTAMP_NS, naive TIMESTAMP, DATE
     timestamp_from_us="make_timestamptz({us})",
     date_from_us="CAST(make_timestamp({us}) AS DATE)",
     struct="struct_pack(t := {t}, v := {v})",

@@ -19,7 +19,7 @@ SPARK: Final = Dialect(
     types={"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN",
            "timestamp": "TIMESTAMP"},
     param=":{name}",
-    epoch_us="unix_micros({ts})",
+    epoch_us="unix_micros(CAST({ts} AS TIMESTAMP))",  # also reads TIMESTAMP_NTZ and DATE
     timestamp_from_us="timestamp_micros({us})",
     date_from_us="to_date(timestamp_micros({us}))",
     struct="named_struct('t', {t}, 'v', {v})",

@@ -51,9 +51,9 @@ REASON_COLUMN: Final = "quarantine_reason"
 NULL_KEY: Final = "null_key"
 NULL_EVENT_TS: Final = "null_event_ts"
 _TS_US = "__ts_us"
-KINDS: Final = ("tiles", "last_values", "quarantine", "stats")
 
-# ---- the three tables: fn table ops → SQL. {x}: input, {p}: partial, {s}: struct(t, v), {w}: window filter
+# ---- the three tables: fn-table ops → SQL. {x}: input, {p}: partial, {t}: time, {s}: struct(t, v),
+# {w}: an optional extra condition
 
 # Per-event aggregate of each tile_op; {x} is the input already cast to the partial's dtype.
 TILE_OPS: Final[Mapping[str, str]] = {
@@ -122,8 +122,8 @@ def tile_exprs(d: Dialect, view: ViewSpec, ts_us: str) -> list[tuple[str, str]]:
     """(column, aggregate SQL) computing `n_events` and every partial of `view` over raw event rows.
 
     Input columns are referenced by their source names (already cast to their logical dtypes); `ts_us`
-    is the SQL of the event time in epoch µs. For `last` two columns come out: the winning struct under
-    `<col>__last` (turn it into value and time with `last_struct_fields`).
+    is the SQL of the event time in epoch µs. A `last` partial comes out as the winning struct (t, v)
+    under `<col>__last`; `last_struct_fields` turns it into `<col>__last` and `<col>__last_ts`.
     """
     out = [(EVENTS_COLUMN, "count(*)")]
     for partial in _partials(view):
@@ -173,6 +173,7 @@ def finalize_expr(d: Dialect, agg: AggSpec, ref: Callable[[str], str] | None = N
     names = {kind: ref(partial_column(agg.column, kind)) for kind in fn.partials}
     expr = FINALIZE[fn.finalize].format(**names)
     out = output_dtype(agg.fn, agg.input_dtype)
+    # A fn's value comes from its last-listed partial; only bool `last` (stored as BIGINT) needs a cast.
     stored = _partial_dtype(agg, fn.partials[-1])
     return d.cast(expr, out) if stored != out else expr
 

@@ -10,8 +10,13 @@
    `layout.replace_partition`; a date without events gets an empty partition, so re-running a range
    replaces exactly those dates and nothing else.
 
-Rows with a null join key (in range) or a null event time are written to `_quarantine/<view>/` and counted,
-never dropped silently. Each view's run is recorded in the registry (kind 'backfill').
+Rows with a null join key and an event time in range go to `_quarantine/<view>/date=…/` (replaced with
+their date); rows without an event time belong to no date, so every run rewrites the snapshot
+`_quarantine/<view>/no_event_ts/` of all of them in the source. Both are counted in the report, never
+dropped silently. Each view's run is recorded in the registry (kind 'backfill') with its counts.
+
+A run that fails before the swap changes nothing in the store. The swap itself is one rename per date and
+view: a crash in the middle of it leaves some dates new and some old, each of them whole.
 """
 
 from __future__ import annotations
@@ -99,11 +104,20 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
     if engine not in ("duckdb", "spark"):
         raise QuiverError(f"engine must be duckdb or spark, got {engine!r}")
     specs = _select_views(catalog, views)
-    files = check_sources(catalog, specs, config.root)
+    files = check_sources(catalog, specs, config.root, engine)
     if registry is None:
         from quiver.registry import Registry
 
         registry = Registry(config.registry, project=config.project)
+        try:
+            return _run(config, specs, files, start, end, engine, registry, progress, began)
+        finally:
+            registry.close()
+    return _run(config, specs, files, start, end, engine, registry, progress, began)
+
+
+def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path, pa.Schema]]], start: date,
+         end: date, engine: str, registry: Any, progress: Progress | None, began: float) -> BackfillReport:
     root = config.offline_dir
     params = {START_PARAM: _day_us(start), END_PARAM: _day_us(end + timedelta(days=1))}
     report = BackfillReport(start, end, engine, {v.name: ViewReport(v.name, main_kind(v)) for v in specs})
@@ -158,12 +172,13 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
     return report
 
 
-def check_sources(catalog: Catalog, views: Sequence[ViewSpec],
-                  root: Path) -> dict[str, list[tuple[Path, pa.Schema]]]:
+def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path,
+                  engine: str = "duckdb") -> dict[str, list[tuple[Path, pa.Schema]]]:
     """Files and footer schemas of every source the views read, checked before any engine runs.
 
     Raises QuiverError naming the file when one is not readable Parquet, lacks a column a view needs,
-    has a type the catalog does not expect, or disagrees with another file on a column's type.
+    has a type the catalog does not expect, disagrees with another file on a column's type, or (Spark)
+    holds nanosecond timestamps, which Spark's Parquet reader refuses.
     """
     needed: dict[str, dict[str, tuple[str, str]]] = {}  # source → column → (logical dtype, view)
     for view in views:
@@ -194,7 +209,12 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec],
                 if index < 0:
                     raise QuiverError(f"source {source_name!r}: {path} has no column {name!r} "
                                       f"(read by view {view_name!r})")
-                found = logical_dtype(schema.field(index).type)
+                arrow_type = schema.field(index).type
+                if engine == "spark" and pa.types.is_timestamp(arrow_type) and arrow_type.unit == "ns":
+                    raise QuiverError(f"source {source_name!r}: column {name!r} in {path} holds nanosecond "
+                                      "timestamps, which Spark cannot read; write microseconds (pyarrow: "
+                                      "coerce_timestamps='us') or use the duckdb engine")
+                found = logical_dtype(arrow_type)
                 if found != dtype:
                     raise QuiverError(f"source {source_name!r}: column {name!r} is {found} in {path}, but view "
                                       f"{view_name!r} expects {dtype}; re-apply the catalog or fix the file")

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def compile_command(
         view: Annotated[str | None, typer.Argument(help="feature view (default: all)")] = None,
-        target: Annotated[str, typer.Option(help="spark or duckdb")] = "duckdb",
+        target: Annotated[str, typer.Option(help="spark, duckdb or flink")] = "duckdb",
         kind: Annotated[str, typer.Option(help="main (tiles or last_values), quarantine, stats or all")] = "main",
         config: ConfigOption = None, catalog: CatalogOption = None,
         plain: Annotated[bool, typer.Option(help="no syntax highlighting")] = False,
@@ -29,8 +29,12 @@ def register(app: typer.Typer) -> None:
         """Print the SQL of a view (or all) for TARGET; parameters start_us/end_us are epoch µs."""
         from quiver.compile.sql import compile_view, dialect_for, main_kind
 
+        if target == "flink":  # one streaming job for all streamed views (quiver.streaming_cli)
+            from quiver.streaming_cli import print_flink_job
+
+            return print_flink_job(config, catalog, view, plain)
         if target not in ("spark", "duckdb"):
-            raise QuiverError(f"--target must be spark or duckdb, got {target!r}")
+            raise QuiverError(f"--target must be spark, duckdb or flink, got {target!r}")
         if kind not in ("main", "quarantine", "stats", "all"):
             raise QuiverError(f"--kind must be main, quarantine, stats or all, got {kind!r}")
         _, cat = open_project(config, catalog)

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -34,7 +34,7 @@ from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.config import Config
 from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
 
-LabelsInput = pd.DataFrame | pa.Table | str | Path
+LabelsInput: TypeAlias = pd.DataFrame | pa.Table | str | Path
 ENGINES = ("duckdb", "spark")
 _NEVER_NULL = ("count", "sum")
 

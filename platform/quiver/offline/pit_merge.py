@@ -1,8 +1,8 @@
-"""Merged window partials per label row, and their finalization, by the rules of compile.aggregations.
+"""Merged window partials per label row, and their finalization — by the project's one rule set.
 
-Both PIT engines end here: the embedded engine merges tiles and head events into `Merged`, the Spark engine
-collects its merged partials into one, and `finalize` turns it into feature values. The rules are read from
-`AGG_FUNCTIONS` (which partials, which finalize) and `PARTIALS` (how two partials merge); none is restated.
+Both PIT engines end here: each produces `Merged` partials for the whole tiles of a window and for its
+head events, `combine` merges the two by `PARTIALS[kind].merge_op` (compile.aggregations), and `finalize`
+evaluates compile.sql's FINALIZE expressions (the SQL the backfill and the online reader share) in DuckDB.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.compile.aggregations import AGG_FUNCTIONS, PARTIALS
+from quiver.catalog.ir import AggSpec
+from quiver.compile.aggregations import AGG_FUNCTIONS, PARTIALS, output_dtype, partial_column
 from quiver.offline.layout import arrow_type
 
 
@@ -63,31 +64,32 @@ def combine(older: Merged, newer: Merged) -> Merged:
     return out
 
 
-def finalize(fn: str, merged: Merged, dtype: str) -> pa.Array:
-    """The value of `fn` from merged partials, as an Arrow array of the feature's logical `dtype`.
+def finalize(aggs: list[AggSpec], merged: Merged) -> dict[str, pa.Array]:
+    """Values of `aggs` (all of one column and window) from their merged partials.
 
-    Empty windows (cnt 0) give count 0 and sum 0, and null otherwise; stddev is the sample deviation
-    (null below two values), from sum and sum of squares, clamped at 0 against rounding.
+    The rules are compile.sql's FINALIZE — the SQL every engine shares — run by DuckDB over the merged
+    partials: count 0 and sum 0 for empty windows, null otherwise; stddev is the sample deviation (null
+    below two values) from sum and sum of squares, clamped at 0 against rounding.
     """
-    rule = AGG_FUNCTIONS[fn].finalize
-    cnt = merged.cnt
-    empty = cnt == 0
-    kind = arrow_type(dtype)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if rule == "count":
-            return pa.array(cnt.astype(np.int64), kind)
-        if rule == "sum":
-            return pa.array(np.where(empty, 0.0, merged.get("sum")), kind)
-        if rule == "mean":
-            return pa.array(merged.get("sum") / np.where(empty, 1, cnt), kind, mask=empty)
-        if rule in ("min", "max"):
-            values = merged.get(rule)
-            return pa.array(values.astype(kind.to_pandas_dtype()), kind, mask=empty)
-        if rule == "last":
-            return pc.cast(merged.values["last"], kind)
-        if rule == "stddev":
-            n = cnt.astype(np.float64)
-            total, squares = merged.get("sum"), merged.get("sumsq")
-            var = (squares - total * total / np.where(empty, 1, n)) / np.maximum(n - 1, 1)
-            return pa.array(np.sqrt(np.maximum(var, 0.0)), kind, mask=cnt < 2)
-    raise ValueError(f"no finalize rule {rule!r} for fn {fn!r}")
+    import duckdb
+
+    from quiver.compile.sql import dialect_for, finalize_expr
+
+    d = dialect_for("duckdb")
+    column = aggs[0].column
+    empty = merged.cnt == 0
+    columns: dict[str, pa.Array] = {partial_column(column, "cnt"): pa.array(merged.cnt, pa.int64())}
+    for kind, values in merged.values.items():
+        if kind == "last":
+            columns[partial_column(column, kind)] = values  # null already where the window is empty
+        else:
+            columns[partial_column(column, kind)] = pa.array(values, mask=empty if kind in ("min", "max") else None)
+    select = ", ".join(f"{finalize_expr(d, agg)} AS {d.quote(agg.name)}" for agg in aggs)
+    con = duckdb.connect()
+    try:
+        con.register("merged", pa.table(columns))
+        result = con.sql(f"SELECT {select} FROM merged").to_arrow_table()
+    finally:
+        con.close()
+    return {agg.name: pc.cast(result[agg.name].combine_chunks(), arrow_type(output_dtype(agg.fn, agg.input_dtype)))
+            for agg in aggs}

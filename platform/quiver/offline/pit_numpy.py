@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +21,7 @@ import pyarrow.dataset as ds
 
 from quiver.catalog.errors import QuiverError
 from quiver.compile.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
-from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES
+from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
 from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds
 from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
 from quiver.offline.pit_ranges import Timeline, last_positions, range_merge, resolve_ties
@@ -31,8 +32,10 @@ _HEAD_BITMAP_BITS = 1 << 31
 
 def compute(labels: LabelSet, requests: Sequence[ViewRequest]) -> dict[tuple[str, str], pa.Array]:
     """Feature values per (view, feature), one entry per label row in label order."""
-    out: dict[tuple[str, str], pa.Array] = {}
     indexes: dict[tuple[str, ...], EntityIndex] = {}
+    out: dict[tuple[str, str], pa.Array] = {}
+    # Views run one after another: two threads were measured slower here (page faults contend) and use
+    # more memory.
     for req in requests:
         keys = tuple(req.view.key_names)
         if keys not in indexes:
@@ -151,7 +154,7 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
-def _read(req: ViewRequest, files: list, columns: list[str], what: str,
+def _read(req: ViewRequest, files: list[Path], columns: list[str], what: str,
           expression: ds.Expression | None = None) -> pa.Table | None:
     if not files:
         return None
@@ -182,7 +185,7 @@ def _last_values(req: ViewRequest, index: EntityIndex, labels: LabelSet) -> dict
         files = req.partition_files(LAST_VALUES, lo, hi)
         table = _read(req, files, [*view.key_names, EVENT_TS, *names], f"{LAST_VALUES} of {view.name}")
     if table is None or not table.num_rows:
-        return {f.name: pa.nulls(labels.n, _arrow(f.dtype)) for f in req.fields}
+        return {f.name: pa.nulls(labels.n, arrow_type(f.dtype)) for f in req.fields}
     codes = index.encode([table[k] for k in view.key_names])
     ts, ts_nulls = timestamps_us(table[EVENT_TS])
     keep = codes >= 0
@@ -231,12 +234,6 @@ def _single(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(array, pa.ChunkedArray):
         return array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     return array
-
-
-def _arrow(dtype: str) -> pa.DataType:
-    from quiver.offline.layout import arrow_type
-
-    return arrow_type(dtype)
 
 
 # --- windows ---------------------------------------------------------------------------------------------
@@ -316,9 +313,8 @@ def _windows(req: ViewRequest, index: EntityIndex, labels: LabelSet) -> dict[str
             wanted = [a for a in aggs if a.column == column and a.window_us == window]
             if wanted:
                 whole = tile_parts[column].merge(tile_start, tile_end, tile_line)
-                merged = combine(whole, head_merged[column])
-                for agg in wanted:
-                    out[agg.name] = _unpermute(order, finalize(agg.fn, merged, view.feature_dtype(agg.name)))
+                values = finalize(wanted, combine(whole, head_merged[column]))
+                out.update({name: _unpermute(order, array) for name, array in values.items()})
     return out
 
 
@@ -353,7 +349,7 @@ def _tile_partials(req: ViewRequest, index: EntityIndex, columns: list[str], kin
                 has = ordered(~_to_numpy(pc.is_null(data)).astype(bool))
                 times = ordered(_ints(table[last_ts_column(column)]))
                 # tile_schema stores a bool column's `last` as int64: back to the input type
-                values = _single(data).cast(_arrow(dtypes[column]))
+                values = _single(data).cast(arrow_type(dtypes[column]))
                 part.last = _LastColumn(values, line.rows, has, times)
             else:
                 part.arrays[kind] = ordered(_fill(data, PARTIALS[kind].merge_op))
@@ -443,7 +439,7 @@ def _in_label_tiles(codes: np.ndarray, ts: np.ndarray, tile: int, q_codes: np.nd
     found = bits[keys >> 3]
     np.bitwise_and(keys, 7, out=keys)
     found >>= keys.astype(np.uint8)
-    return inside & (found & 1).astype(bool)
+    return np.asarray(inside & (found & 1).astype(bool))
 
 
 def _empty_partials(columns: list[str], kinds: dict[str, list[str]], dtypes: dict[str, str],
@@ -454,7 +450,7 @@ def _empty_partials(columns: list[str], kinds: dict[str, list[str]], dtypes: dic
         part = _RowPartials(empty, {})
         for kind in kinds[column]:
             if kind == "last":
-                part.last = _LastColumn(pa.nulls(0, _arrow(dtypes[column])), empty, np.zeros(0, dtype=bool), empty)
+                part.last = _LastColumn(pa.nulls(0, arrow_type(dtypes[column])), empty, np.zeros(0, dtype=bool), empty)
             else:
                 floating = dtypes[column] == "float64" or kind in ("sum", "sumsq")
                 part.arrays[kind] = np.zeros(0, dtype=np.float64 if floating else np.int64)

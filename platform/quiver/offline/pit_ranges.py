@@ -90,10 +90,10 @@ class Timeline:
         return rows if self._rows_in is None else self._rows_in[rows]
 
     def codes_at(self, pos: np.ndarray) -> np.ndarray:
-        return self._key[pos] // self._span if self._key is not None else self.codes[pos]
+        return np.asarray(self._key[pos] // self._span if self._key is not None else self.codes[pos])
 
     def times_at(self, pos: np.ndarray) -> np.ndarray:
-        return self._key[pos] % self._span + self._t0 if self._key is not None else self.times[pos]
+        return np.asarray(self._key[pos] % self._span + self._t0 if self._key is not None else self.times[pos])
 
     def ties(self) -> np.ndarray:
         """For each row after the first: same (code, time) as the row before it."""
@@ -110,7 +110,7 @@ class Timeline:
         else:
             pos = self._segmented_search(codes, times)
         pos[codes < 0] = 0
-        return pos.astype(np.int64, copy=False)
+        return np.asarray(pos, dtype=np.int64)
 
     def _segmented_search(self, codes: np.ndarray, times: np.ndarray) -> np.ndarray:
         lo = np.searchsorted(self.codes, codes, side="left")
@@ -205,7 +205,7 @@ def _prefix_sum(values: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
         out = np.where(pos, np.inf, out)
         out = np.where(neg, -np.inf, out)
         out = np.where(nan | (pos & neg), np.nan, out)
-    return out
+    return np.asarray(out)
 
 
 def _sparse_table(ufunc: np.ufunc, values: np.ndarray, s: np.ndarray, e: np.ndarray,

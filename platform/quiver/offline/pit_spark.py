@@ -16,7 +16,6 @@ embedded engine uses — so the engines differ at most in float rounding of sums
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.compile.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
+from quiver.compile.aggregations import TILE_START, PartialColumn, last_ts_column, view_partials
+from quiver.compile.sql import MERGE_OPS, dialect_for, tile_exprs
 from quiver.config import Config
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
 from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds
@@ -34,20 +34,10 @@ _ROW, _T, _KIND, _ORDER, _TILE = "_q_row", "_q_t", "_q_kind", "_q_order", "_q_ti
 
 
 def session(config: Config) -> Any:
-    """The active SparkSession, or a new one on `config.spark_master` (UTC session time zone)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    """The process's SparkSession on `config.spark_master` (shared with the backfill: one per JVM)."""
+    from quiver.offline.engines import spark_session
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.conf.set("spark.sql.session.timeZone", "UTC")
-        return active
-    builder = (SparkSession.builder.master(config.spark_master).appName("quiver-pit")
-               .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false"))
-    if config.spark_master.startswith("local"):
-        builder = builder.config("spark.sql.shuffle.partitions", "8")
-    return builder.getOrCreate()
+    return spark_session(config.spark_master)
 
 
 def compute(labels: LabelSet, requests: Sequence[ViewRequest], config: Config,
@@ -141,7 +131,7 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
              prefix: str) -> tuple[Any, Decoder]:
     from pyspark.sql import functions as F
 
-    view, aggs, keys = req.view, req.aggregations, req.view.key_names
+    view, aggs = req.view, req.aggregations
     tile = int(view.tile_us or 1)
     columns = list(dict.fromkeys(a.column for a in aggs))
     kinds = {c: partial_kinds([a.fn for a in aggs if a.column == c]) for c in columns}
@@ -152,10 +142,8 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
     labelled = label_frame.withColumn(_TILE, F.col(_T) - F.pmod(F.col(_T), F.lit(tile)))
 
     tiles = _read(spark, req.partition_files(TILES, lo, hi))
-    frames = [_tile_windows(tiles, labelled, keys, columns, kinds, windows, lo, hi, prefix)
-              if tiles is not None else None,
-              _head(spark, req, labelled, keys, columns, kinds, tile, int(floors.min()), int(labels.t_us.max()),
-                    prefix)]
+    frames = [_tile_windows(tiles, labelled, req, windows, lo, hi, prefix) if tiles is not None else None,
+              _head(spark, req, labelled, tile, int(floors.min()), int(labels.t_us.max()), prefix)]
     present = [f for f in frames if f is not None]
     result = None
     if present:
@@ -173,24 +161,25 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
                     continue
                 kind, dtype = kinds[column], dtypes[column]
                 whole = _merged(table, names, f"{prefix}t{window}_{column}", kind, dtype, labels.n)
-                merged = combine(whole, _merged(table, names, f"{prefix}h_{column}", kind, dtype, labels.n))
-                for agg in wanted:
-                    out[agg.name] = finalize(agg.fn, merged, view.feature_dtype(agg.name))
+                head = _merged(table, names, f"{prefix}h_{column}", kind, dtype, labels.n)
+                out.update(finalize(wanted, combine(whole, head)))
         return out
 
     return result, decode
 
 
-def _tile_windows(tiles: Any, labelled: Any, keys: list[str], columns: list[str], kinds: dict[str, list[str]],
-                  windows: list[int], lo: int, hi: int, prefix: str) -> Any:
+def _tile_windows(tiles: Any, labelled: Any, req: ViewRequest, windows: list[int], lo: int, hi: int,
+                  prefix: str) -> Any:
+    """Per label and window, the whole tiles' partials merged by compile.sql's MERGE_OPS."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    d, keys = dialect_for("spark"), req.view.key_names
     wanted = []
-    for column in columns:
-        wanted += [partial_column(column, "cnt")] + [partial_column(column, k) for k in kinds[column]]
-        if "last" in kinds[column]:
-            wanted.append(last_ts_column(column))
+    for partial in _partials(req):
+        wanted.append(partial.name)
+        if partial.partial.kind == "last":
+            wanted.append(last_ts_column(partial.column))
     tiles = (tiles.select(*keys, F.col(TILE_START).alias(_ORDER), *wanted)
              .where(_all_present(keys) & (F.col(_ORDER) >= lo) & (F.col(_ORDER) < hi)))
     schema = {f.name: f.dataType for f in tiles.schema.fields}
@@ -201,30 +190,32 @@ def _tile_windows(tiles: Any, labelled: Any, keys: list[str], columns: list[str]
     merges = []
     for window in windows:
         frame = Window.partitionBy(*keys).orderBy(_ORDER).rangeBetween(-window, -1)
-        for column in columns:
-            name_of = f"{prefix}t{window}_{column}"
-            merges.append(F.sum(partial_column(column, "cnt")).over(frame).alias(f"{name_of}__cnt"))
-            for kind in kinds[column]:
-                name = partial_column(column, kind)
-                if kind == "last":
-                    latest = F.when(F.col(name).isNotNull(), F.struct(F.col(last_ts_column(column)).alias("ts"),
-                                                                      F.col(name).alias("v")))
-                    merges.append(F.max(latest).over(frame).alias(f"{name_of}__last"))
-                else:
-                    merge = {"sum": F.sum, "min": F.min, "max": F.max}[PARTIALS[kind].merge_op]
-                    merges.append(merge(name).over(frame).alias(f"{name_of}__{kind}"))
+        for partial in _partials(req, window):
+            alias = f"{prefix}t{window}_{partial.column}__{partial.partial.kind}"
+            # The bare aggregates of MERGE_OPS (merge_exprs wraps some in casts or field accesses, which a
+            # window cannot take); `last` stays the winning struct (last_ts, last), decoded on the driver.
+            ts = d.quote(last_ts_column(partial.column))
+            sql = MERGE_OPS[partial.partial.merge_op].format(
+                p=d.quote(partial.name), t=ts, s=d.struct.format(t=ts, v=d.quote(partial.name)), w="")
+            merges.append(F.expr(sql).over(frame).alias(alias))
     return union.select(_ROW, _KIND, *merges).where(F.col(_KIND) == 0).drop(_KIND)
 
 
-def _head(spark: Any, req: ViewRequest, labelled: Any, keys: list[str], columns: list[str],
-          kinds: dict[str, list[str]], tile: int, lo: int, hi: int, prefix: str) -> Any:
+def _partials(req: ViewRequest, window: int | None = None) -> list[PartialColumn]:
+    aggs = [a for a in req.aggregations if window is None or a.window_us == window]
+    return view_partials([(a.column, a.fn, a.input_dtype) for a in aggs])
+
+
+def _head(spark: Any, req: ViewRequest, labelled: Any, tile: int, lo: int, hi: int, prefix: str) -> Any:
+    """Per label, the partials of the raw events in [floor_g(t), t), by compile.sql's per-event TILE_OPS."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType
 
     events = _read(spark, req.source_files())
     if events is None:
         return None
+    d, keys = dialect_for("spark"), req.view.key_names
+    columns = list(dict.fromkeys(a.column for a in req.aggregations))
     ts = _micros(F.col(req.view.timestamp_field))
     events = (events.select(*keys, ts.alias(_T), *columns)
               .where(_all_present(keys) & F.col(_T).isNotNull() & (F.col(_T) >= lo) & (F.col(_T) < hi))
@@ -237,22 +228,9 @@ def _head(spark: Any, req: ViewRequest, labelled: Any, keys: list[str], columns:
     # Labels sort before events at the same time: an event at t is not in t's head.
     frame = (Window.partitionBy(*keys, _TILE).orderBy(_T, _KIND)
              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    merges = []
-    for column in columns:
-        value = F.col(column)
-        number = value.cast("long") if isinstance(schema[column], BooleanType) else value
-        merges.append(F.count(value).over(frame).alias(f"{prefix}h_{column}__cnt"))
-        for kind in kinds[column]:
-            name = f"{prefix}h_{column}__{kind}"
-            if kind == "sum":
-                merges.append(F.sum(number.cast("double")).over(frame).alias(name))
-            elif kind == "sumsq":
-                merges.append(F.sum(number.cast("double") * number.cast("double")).over(frame).alias(name))
-            elif kind in ("min", "max"):
-                merges.append((F.min if kind == "min" else F.max)(number).over(frame).alias(name))
-            else:
-                latest = F.when(value.isNotNull(), F.struct(F.col(_T).alias("ts"), value.alias("v")))
-                merges.append(F.max(latest).over(frame).alias(name))
+    wanted = {p.name: p for p in _partials(req)}
+    merges = [F.expr(sql).over(frame).alias(f"{prefix}h_{wanted[name].column}__{wanted[name].partial.kind}")
+              for name, sql in tile_exprs(d, req.view, d.quote(_T)) if name in wanted]
     return union.select(_ROW, _KIND, *merges).where(F.col(_KIND) == 0).drop(_KIND)
 
 

@@ -7,7 +7,7 @@ streaming loader only ever hold this interface.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, NamedTuple
@@ -35,6 +35,45 @@ class Column(NamedTuple):
     dtype: str  # logical dtype; timestamps are int64 epoch µs in `values`
 
 
+Key = tuple[str, str]  # (view, feature)
+
+
+class Batch(Mapping[Key, Column]):
+    """The columns of one read keyed by (view, feature), kept as blocks: a 2-D block per run of
+    same-typed features of a view, or a single column. A wide read then costs a few numpy calls instead
+    of a few per feature; a Column is sliced out only when someone asks for it."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[np.ndarray, np.ndarray, str]] = []  # (values, valid, dtype), 1-D or 2-D
+        self.index: dict[Key, tuple[int, int]] = {}  # key → (block, column in a 2-D block or -1)
+
+    def add(self, key: Key, column: Column) -> None:
+        """Add one column."""
+        self.index[key] = (len(self.blocks), -1)
+        self.blocks.append((column.values, column.valid, column.dtype))
+
+    def add_block(self, items: Sequence[tuple[Key, int]], values: np.ndarray, valid: np.ndarray,
+                  dtype: str) -> None:
+        """Add a 2-D block (entities × columns) and the keys of the columns wanted from it."""
+        number = len(self.blocks)
+        self.blocks.append((values, valid, dtype))
+        for key, position in items:
+            self.index[key] = (number, position)
+
+    def __getitem__(self, key: Key) -> Column:
+        number, position = self.index[key]
+        values, valid, dtype = self.blocks[number]
+        if position < 0:
+            return Column(values, valid, dtype)
+        return Column(values[:, position], valid[:, position], dtype)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
 @dataclass(frozen=True)
 class ViewRead:
     """What to read from one view: its spec and the features wanted (in output order)."""
@@ -58,7 +97,7 @@ class OnlineStore(abc.ABC):
 
     @abc.abstractmethod
     def read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
-             at: int | np.ndarray) -> dict[tuple[str, str], Column]:
+             at: int | np.ndarray) -> Batch:
         """Values of every (view, feature) as of `at` (epoch µs, scalar or one per entity), in one round trip."""
 
     @abc.abstractmethod

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from quiver.catalog.ir import ViewSpec
 from quiver.compile.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
 from quiver.offline.layout import EVENT_TS
-from quiver.online.base import Column, timestamp_us
+from quiver.online.base import Batch, Column, Key, timestamp_us
 from quiver.online.layout import (
     INT64_MIN,
     last_record_dtype,
@@ -42,7 +42,9 @@ def int64_values(column: ArrowColumn) -> np.ndarray:
         column = column.cast(pa.int64())
     elif pa.types.is_date(column.type):
         column = pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64())
-    return np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if column.null_count:
+        column = pc.fill_null(column, 0)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def slot_values(column: ArrowColumn, dtype: str) -> np.ndarray:
@@ -51,8 +53,11 @@ def slot_values(column: ArrowColumn, dtype: str) -> np.ndarray:
         return int64_values(column)
     if dtype == "bool":
         return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=np.uint8)
-    return np.asarray(pc.fill_null(column.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False),
-                      dtype=np.float64)
+    if column.type != pa.float64():
+        column = column.cast(pa.float64())
+    if column.null_count:
+        column = pc.fill_null(column, 0.0)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def string_values(column: ArrowColumn) -> list[bytes]:
@@ -60,7 +65,10 @@ def string_values(column: ArrowColumn) -> list[bytes]:
     return [b or b"" for b in pc.cast(column, pa.binary()).to_pylist()]
 
 
-def null_mask(column: ArrowColumn) -> np.ndarray:
+def null_mask(column: ArrowColumn) -> np.ndarray | None:
+    """True where null; None when the column has no nulls (the common case, and free to check)."""
+    if not column.null_count:
+        return None
     return np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -84,6 +92,15 @@ class LastCodec:
         empty["nulls"] = 0xFF
         self.empty = empty.tobytes()
         self.runs, self.where, self.read_dtype = _slot_runs(view, self.dtype)
+        self.run_start: dict[str, int] = {}
+        self.run_size: dict[str, int] = {}
+        self.run_dtype: dict[str, str] = {}
+        for i, f in enumerate(view.fields):
+            run = self.where[i][0]
+            self.run_start.setdefault(run, i)
+            self.run_size[run] = self.run_size.get(run, 0) + 1
+            self.run_dtype[run] = f.dtype
+        self._plans: dict[tuple[str, ...], tuple[list[Any], list[tuple[Key, int]]]] = {}
 
     def encode(self, table: pa.Table) -> tuple[list[bytes], np.ndarray]:
         """(one packed value per row, event_ts µs per row)."""
@@ -95,7 +112,9 @@ class LastCodec:
         strings: list[list[bytes]] = []
         for i, f in enumerate(fields):
             column = table.column(f.name)
-            nulls[:, i] = null_mask(column)
+            mask = null_mask(column)
+            if mask is not None:
+                nulls[:, i] = mask
             if f.dtype == "string":
                 strings.append(string_values(column))
                 rec[f"f{i}"] = [len(s) for s in strings[-1]]
@@ -108,8 +127,9 @@ class LastCodec:
         return [blob[i * w:(i + 1) * w] + b"".join(parts) for i, parts in enumerate(zip(*strings, strict=True))], ts
 
     def decode(self, values: Sequence[bytes | None], features: Sequence[str], at: np.ndarray,
-               ttl_us: int | None) -> dict[str, Column]:
-        """Columns of `features` as of `at` (µs, scalar or per entity); TTL applied here."""
+               ttl_us: int | None, batch: Batch | None = None) -> Batch:
+        """Columns of `features` as of `at` (µs, scalar or per entity), TTL applied, added to `batch`."""
+        batch = Batch() if batch is None else batch
         w, empty, n = self.width, self.empty, len(values)
         if self.strings:
             fixed = b"".join([v[:w] if v is not None and len(v) >= w else empty for v in values])
@@ -127,37 +147,43 @@ class LastCodec:
         if ttl_us is not None:
             fresh &= ts >= at - ttl_us
         nulls = np.unpackbits(rec["nulls"], axis=1, count=len(self.view.fields), bitorder="little")
-        # Column-major lists of row views: one numpy call per run instead of two slices per feature.
-        valid = list(((nulls == 0) & fresh[:, None]).T)
-        out: dict[str, Column] = {}
-        blocks: dict[str, list[np.ndarray]] = {}
-        starts: np.ndarray = np.zeros((n, 0), dtype=np.int64)
-        ends = starts
-        if self.strings and any(self.view.fields[self.index[f]].dtype == "string" for f in features):
+        valid = (nulls == 0) & fresh[:, None]
+        runs, strings = self._plan(tuple(features))
+        for run, first, count, dtype, items in runs:
+            raw = rec[run]
+            block = raw != 0 if dtype == "bool" else raw.astype(np.float64 if dtype == "float64" else np.int64)
+            batch.add_block(items, block, valid[:, first:first + count], dtype)
+        if strings:
             lengths = np.stack([rec[self.where[j][0]][:, self.where[j][1]].astype(np.int64)
                                 for j in self.strings], axis=1)
             ends = np.cumsum(lengths.ravel()).reshape(lengths.shape)
             starts = ends - lengths
-        new = tuple.__new__
-        for name in features:
-            i = self.index[name]
-            dtype = self.view.fields[i].dtype
-            if dtype == "string":
+            for key, i in strings:
                 k = self.strings.index(i)
                 lo, hi = starts[:, k].tolist(), ends[:, k].tolist()
                 col = np.full(n, None, dtype=object)
-                for r in np.flatnonzero(valid[i]).tolist():
+                for r in np.flatnonzero(valid[:, i]).tolist():
                     col[r] = var[lo[r]:hi[r]].decode()
-                out[name] = Column(col, valid[i], dtype)
-                continue
-            run, pos = self.where[i]
-            block = blocks.get(run)
-            if block is None:
-                raw = rec[run]
-                converted = raw != 0 if dtype == "bool" else raw.astype(np.float64 if dtype == "float64" else np.int64)
-                block = blocks[run] = list(converted.T)
-            out[name] = new(Column, (block[pos], valid[i], dtype))
-        return out
+                batch.add(key, Column(col, valid[:, i], "string"))
+        return batch
+
+    def _plan(self, features: tuple[str, ...]) -> tuple[list[Any], list[tuple[Key, int]]]:
+        """Per run of slots, the requested features in it; cached per feature tuple."""
+        plan = self._plans.get(features)
+        if plan is None:
+            by_run: dict[str, list[tuple[Key, int]]] = {}
+            strings: list[tuple[Key, int]] = []
+            for name in features:
+                i = self.index[name]
+                key = (self.view.name, name)
+                if self.view.fields[i].dtype == "string":
+                    strings.append((key, i))
+                else:
+                    by_run.setdefault(self.where[i][0], []).append((key, self.where[i][1]))
+            runs = [(run, self.run_start[run], self.run_size[run], self.run_dtype[run], items)
+                    for run, items in by_run.items()]
+            plan = self._plans[features] = (runs, strings)
+        return plan
 
 
 def _slot_runs(view: ViewSpec, dtype: np.dtype[Any]) -> tuple[list[str], dict[int, tuple[str, int]], np.dtype[Any]]:
@@ -255,8 +281,10 @@ class TileCodec:
             rec["var_len"] = var_len
         return rec
 
-    def decode(self, values: Sequence[bytes | None], features: Sequence[str], at: np.ndarray) -> dict[str, Column]:
-        """Window values of `features` as of `at` (µs, scalar or per entity)."""
+    def decode(self, values: Sequence[bytes | None], features: Sequence[str], at: np.ndarray,
+               batch: Batch | None = None) -> Batch:
+        """Window values of `features` as of `at` (µs, scalar or per entity), added to `batch`."""
+        batch = Batch() if batch is None else batch
         n, w = len(values), self.width
         strings: list[list[str]] = [[] for _ in self.string_slots]
         if self.string_slots:
@@ -282,7 +310,10 @@ class TileCodec:
             if partial.partial.kind == "last":
                 partials[last_ts_column(partial.column)] = np.ascontiguousarray(rec[f"t{i}"])
         tile_start = np.ascontiguousarray(rec["tile_start"])
-        return window_features(self.view, features, tile_start, partials, segs, np.asarray(at, dtype=np.int64))
+        columns = window_features(self.view, features, tile_start, partials, segs, np.asarray(at, dtype=np.int64))
+        for name, column in columns.items():
+            batch.add((self.view.name, name), column)
+        return batch
 
     def _walk(self, values: Sequence[bytes | None], strings: list[list[str]]) -> tuple[bytes, np.ndarray]:
         # Records with strings are self-delimiting (var_len at a fixed offset); walk them one by one.
@@ -306,6 +337,33 @@ class TileCodec:
                 counts[e] += 1
                 pos += w + var_len
         return b"".join(fixed), counts
+
+
+def newest_per_entity(view: ViewSpec, table: pa.Table) -> pa.Table:
+    """The newest row per entity; ties at one event_ts keep the greatest field values (NULL lowest), in
+    field order — the offline store's rule, so online and offline pick the same row."""
+    if table.num_rows <= 1:
+        return table
+    names = [*view.key_names, EVENT_TS, *(f.name for f in view.fields)]
+    order = _sort_nulls_first(table, names)
+    last = np.zeros(table.num_rows, dtype=bool)
+    last[-1] = True
+    for k in view.key_names:
+        col = table.column(k).take(order).to_numpy(zero_copy_only=False)
+        last[:-1] |= col[1:] != col[:-1]
+    if last.all():
+        if np.array_equal(order.to_numpy(), np.arange(table.num_rows)):
+            return table  # already one row per entity, in order (what materialize hands over)
+        return table.take(order)
+    # Take only the winners: moving every column of every row just to drop most of them costs more.
+    return table.take(pc.array_filter(order, pa.array(last)))
+
+
+def _sort_nulls_first(table: pa.Table, names: Sequence[str]) -> pa.Array:
+    """Ascending sort indices with NULL lowest (per-key null placement where pyarrow has it, ≥ 25)."""
+    if int(pa.__version__.split(".")[0]) >= 25:
+        return pc.sort_indices(table, sort_keys=[(n, "ascending", "at_start") for n in names])
+    return pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names], null_placement="at_start")
 
 
 def codec_for(view: ViewSpec) -> LastCodec | TileCodec:

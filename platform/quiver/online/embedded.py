@@ -121,3 +121,48 @@ def stop_embedded(config: Config, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return True
+
+
+class LocalRedis:
+    """A throwaway redis-server on a free loopback port, no persistence (benchmarks, experiments).
+
+    Use as a context manager: `with LocalRedis() as url: ...`; the server stops on exit.
+    """
+
+    def __init__(self, *args: str):
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dir: Path | None = None
+        self.port = 0
+
+    def __enter__(self) -> str:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.dir = Path(tempfile.mkdtemp(prefix="quiver-redis-"))
+        self.proc = subprocess.Popen(
+            [_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.dir), *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{self.port}/0"
+        deadline = time.monotonic() + 15
+        while not _answers(url):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise OnlineStoreError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.05)
+        return url
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None

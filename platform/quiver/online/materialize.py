@@ -34,6 +34,7 @@ from quiver.compile.aggregations import TILE_START
 from quiver.config import Config
 from quiver.offline import layout
 from quiver.online.base import OnlineStore, now_us, timestamp_us
+from quiver.online.codec import newest_per_entity
 from quiver.online.layout import view_tag
 
 KIND = "materialize"
@@ -212,9 +213,7 @@ def _head_tiles(config: Config, catalog: Catalog, spec: ViewSpec, end_us: int) -
 
 
 def _write(store: OnlineStore, spec: ViewSpec, table: pa.Table, tick: Progress) -> int:
-    if spec.kind == "last":
-        from quiver.online.redis_store import newest_per_entity
-
+    if spec.kind == "last":  # one row per entity first, so chunks never split an entity
         table = newest_per_entity(spec, table)
     total, done, written = table.num_rows, 0, 0
     tick(spec.name, 0, total)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,9 +24,9 @@ from redis.retry import Retry
 
 from quiver.catalog.ir import ViewSpec
 from quiver.offline.layout import EVENT_TS
-from quiver.online.base import Column, OnlineStore, OnlineStoreError, OnlineStoreUnavailable, ViewRead
-from quiver.online.codec import LastCodec, TileCodec, codec_for, empty_at
-from quiver.online.layout import entity_keys, key_prefix, meta_key
+from quiver.online.base import Batch, OnlineStore, OnlineStoreError, OnlineStoreUnavailable, ViewRead
+from quiver.online.codec import LastCodec, TileCodec, codec_for, empty_at, newest_per_entity
+from quiver.online.layout import INT64_MIN, entity_keys, key_prefix, meta_key
 
 log = logging.getLogger(__name__)
 
@@ -116,21 +116,28 @@ return 1
 """
 
 _SCRIPTS = {"last": LAST_SCRIPT, "tile": TILE_SCRIPT, "meta": META_SCRIPT}
-_DEPTH = 4  # commands in flight while the next batch is packed: the server works while we pack
+_DEPTH = 8  # commands in flight while the next batch is packed: the server works while we pack
+_ENCODE_ROWS = 4_000  # rows encoded at a time, between sends, so encoding overlaps Redis' work
+
+
+def _bulk(args: Sequence[bytes]) -> bytes:
+    # One %-format over all arguments runs in C: ~1.7x faster than formatting them one by one.
+    flat: list[Any] = [None] * (2 * len(args))
+    flat[0::2] = map(len, args)
+    flat[1::2] = args
+    return b"$%d\r\n%s\r\n" * len(args) % tuple(flat)
 
 
 def pack(*args: bytes) -> bytes:
     """One command in RESP."""
-    return b"*%d\r\n" % len(args) + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+    return b"*%d\r\n" % len(args) + _bulk(args)
 
 
 def _eval(name: str, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
     # EVAL, not EVALSHA: Redis caches the compiled script anyway, and a restarted or flushed server can
     # never answer NOSCRIPT in the middle of a pipelined write.
     body, n = _SCRIPTS[name], b"%d" % len(keys)
-    head = b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (3 + len(keys) + len(args), len(body),
-                                                                   body, len(n), n)
-    return head + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in (*keys, *args)])
+    return b"*%d\r\n$4\r\nEVAL\r\n" % (3 + len(keys) + len(args)) + _bulk([body, n, *keys, *args])
 
 
 class RedisOnlineStore(OnlineStore):
@@ -222,20 +229,25 @@ class RedisOnlineStore(OnlineStore):
     def _run_scripts(self, name: str, keys: Sequence[bytes], values: Sequence[bytes],
                      extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None) -> int:
         """EVAL `name` over batches of keys with several batches in flight; returns keys changed."""
-        if not keys:
-            return 0
+        return self._stream(name, [(keys, values)], extra, progress)
+
+    def _stream(self, name: str, chunks: Iterable[tuple[Sequence[bytes], Sequence[bytes]]],
+                extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None) -> int:
+        """EVAL `name` over batches of `self.batch` keys from `chunks`, which may be a generator that packs
+        the next chunk while Redis still runs the batches in flight (so client and server work overlap)."""
         written = 0
         pending: list[int] = []
         with self._errors():
             conn = self._connection()
             try:
-                for start in range(0, len(keys), self.batch):
-                    stop = min(start + self.batch, len(keys))
-                    command = _eval(name, keys[start:stop], [*extra, *values[start:stop]])
-                    conn.send_packed_command([command], check_health=False)
-                    pending.append(stop - start)
-                    if len(pending) >= _DEPTH:
-                        written += self._settle(conn, pending.pop(0), progress)
+                for keys, values in chunks:
+                    for start in range(0, len(keys), self.batch):
+                        stop = min(start + self.batch, len(keys))
+                        command = _eval(name, keys[start:stop], [*extra, *values[start:stop]])
+                        conn.send_packed_command([command], check_health=False)
+                        pending.append(stop - start)
+                        if len(pending) >= _DEPTH:
+                            written += self._settle(conn, pending.pop(0), progress)
                 while pending:
                     written += self._settle(conn, pending.pop(0), progress)
             except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -263,10 +275,17 @@ class RedisOnlineStore(OnlineStore):
         table = newest_per_entity(view, _drop_null_keys(view, table, EVENT_TS))
         if table.num_rows == 0:
             return 0
-        values, ts = codec.encode(table)
         keys = entity_keys(prefix, view, _key_columns(view, table))
-        self._run_scripts("last", keys, values, progress=progress)
-        self._touch(view.name, int(ts.max()))
+        newest = [INT64_MIN]
+
+        def chunks() -> Iterator[tuple[Sequence[bytes], Sequence[bytes]]]:
+            for start in range(0, table.num_rows, _ENCODE_ROWS):
+                values, ts = codec.encode(table.slice(start, _ENCODE_ROWS))
+                newest[0] = max(newest[0], int(ts.max()))
+                yield keys[start:start + _ENCODE_ROWS], values
+
+        self._stream("last", chunks(), progress=progress)
+        self._touch(view.name, newest[0])
         return len(keys)
 
     def write_tiles(self, view: ViewSpec, table: pa.Table,
@@ -299,7 +318,7 @@ class RedisOnlineStore(OnlineStore):
     # ----- reads -----
 
     def read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
-             at: int | np.ndarray) -> dict[tuple[str, str], Column]:
+             at: int | np.ndarray) -> Batch:
         """One MGET for every view and entity, decoded per view (see OnlineStore)."""
         spans: list[tuple[ViewRead, Any, int, int]] = []
         keys: list[bytes] = []
@@ -311,16 +330,14 @@ class RedisOnlineStore(OnlineStore):
         n = spans[0][3] - spans[0][2] if spans else 0
         at_arr = empty_at(at, n)
         values: list[bytes | None] = self._call([pack(b"MGET", *keys)])[0] if keys else []
-        out: dict[tuple[str, str], Column] = {}
+        batch = Batch()
         for r, codec, start, stop in spans:
-            chunk = values[start:stop]
+            chunk = values[start:stop] if len(spans) > 1 else values
             if isinstance(codec, LastCodec):
-                decoded = codec.decode(chunk, r.features, at_arr, r.view.ttl_us)
+                codec.decode(chunk, r.features, at_arr, r.view.ttl_us, batch)
             else:
-                decoded = codec.decode(chunk, r.features, at_arr)
-            for name, column in decoded.items():
-                out[(r.view.name, name)] = column
-        return out
+                codec.decode(chunk, r.features, at_arr, batch)
+        return batch
 
     def read_raw(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """MGET of raw keys (diagnostics and benchmarks)."""
@@ -352,28 +369,6 @@ class RedisOnlineStore(OnlineStore):
             self._all.clear()
         self._local = threading.local()
         self._pool.disconnect()
-
-
-def newest_per_entity(view: ViewSpec, table: pa.Table) -> pa.Table:
-    """The newest row per entity; ties at one event_ts keep the greatest field values (NULL lowest), in
-    field order — the offline store's rule, so online and offline pick the same row."""
-    if table.num_rows <= 1:
-        return table
-    names = [*view.key_names, EVENT_TS, *(f.name for f in view.fields)]
-    table = table.take(_sort_nulls_first(table, names))
-    last = np.zeros(table.num_rows, dtype=bool)
-    last[-1] = True
-    for k in view.key_names:
-        col = table.column(k).to_numpy(zero_copy_only=False)
-        last[:-1] |= col[1:] != col[:-1]
-    return table if last.all() else table.filter(pa.array(last))
-
-
-def _sort_nulls_first(table: pa.Table, names: Sequence[str]) -> pa.Array:
-    """Ascending sort indices with NULL lowest (per-key null placement where pyarrow has it, ≥ 25)."""
-    if int(pa.__version__.split(".")[0]) >= 25:
-        return pc.sort_indices(table, sort_keys=[(n, "ascending", "at_start") for n in names])
-    return pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names], null_placement="at_start")
 
 
 def _drop_null_keys(view: ViewSpec, table: pa.Table, time_column: str) -> pa.Table:

@@ -1,54 +1,81 @@
-"""OnlineResult: feature values for a batch of entities, as numpy, pandas, Arrow or JSON-ready lists."""
+"""OnlineResult: feature values for a batch of entities, as numpy, pandas, Arrow or JSON-ready lists.
+
+Values stay in the read's blocks (one 2-D array per run of same-typed features of a view) until a
+conversion asks for them, and conversions work a block at a time.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from quiver.online.base import Column
+from quiver.online.base import Batch, Column, Key
 
 _ARROW = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string(),
           "timestamp": pa.timestamp("us", tz="UTC")}
+_NAT = np.iinfo(np.int64).min
 
 
 class OnlineResult:
-    """Entity key columns plus one column per requested feature ("view:feature"), in request order."""
+    """Entity key columns plus one column per requested feature, in request order."""
 
-    def __init__(self, entities: Mapping[str, np.ndarray], columns: Mapping[str, Column], at: int | np.ndarray):
+    def __init__(self, entities: Mapping[str, np.ndarray], batch: Batch, outputs: Sequence[tuple[str, Key]],
+                 at: int | np.ndarray):
         self.entities = dict(entities)
-        self.columns = dict(columns)
+        self.batch = batch
+        self.outputs = list(outputs)  # (column name, (view, feature))
         self.at = at
 
     @property
     def feature_names(self) -> list[str]:
-        return list(self.columns)
+        return [name for name, _ in self.outputs]
+
+    @property
+    def columns(self) -> dict[str, Column]:
+        """Every feature as a Column (values + validity mask)."""
+        return {name: self.batch[key] for name, key in self.outputs}
 
     def __len__(self) -> int:
         first = next(iter(self.entities.values()), None)
         return 0 if first is None else len(first)
 
     def __getitem__(self, name: str) -> Column:
-        return self.columns[name]
+        for output, key in self.outputs:
+            if output == name:
+                return self.batch[key]
+        raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.columns)
+        return iter(self.feature_names)
 
     def to_dict(self) -> dict[str, np.ndarray]:
         """Entity keys and features as numpy arrays. Nulls: NaN in float columns (int columns that hold a
         null become float64), NaT in timestamps, None in string and bool columns (object dtype)."""
         out: dict[str, np.ndarray] = dict(self.entities)
-        for name, col in self.columns.items():
-            out[name] = _numpy(col)
+        converted: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        for name, key in self.outputs:
+            number, position = self.batch.index[key]
+            if number not in converted:
+                converted[number] = _numpy_block(*self.batch.blocks[number])
+            plain, fallback = converted[number]
+            if position < 0:
+                out[name] = fallback if fallback is not None else plain
+            else:
+                _, valid, _ = self.batch.blocks[number]
+                use = fallback is not None and not valid[:, position].all()
+                out[name] = fallback[:, position] if use else plain[:, position]  # type: ignore[index]
         return out
 
     def to_arrow(self) -> pa.Table:
         """An Arrow table with real nulls (exact types, ints stay ints)."""
         arrays: dict[str, pa.Array] = {k: pa.array(v) for k, v in self.entities.items()}
-        for name, col in self.columns.items():
-            arrays[name] = _arrow(col)
+        for name, key in self.outputs:
+            col = self.batch[key]
+            values = col.values.tolist() if col.dtype == "string" else col.values
+            arrays[name] = pa.array(values, type=_ARROW[col.dtype], mask=~col.valid)
         return pa.table(arrays)
 
     def to_pandas(self) -> Any:
@@ -58,40 +85,43 @@ class OnlineResult:
     def to_lists(self) -> dict[str, list[Any]]:
         """JSON-ready columns: None for nulls (and non-finite floats), ISO-8601 strings for timestamps."""
         out: dict[str, list[Any]] = {k: v.tolist() for k, v in self.entities.items()}
-        for name, col in self.columns.items():
-            out[name] = _plain(col)
+        converted: dict[int, list[list[Any]]] = {}
+        for name, key in self.outputs:
+            number, position = self.batch.index[key]
+            if number not in converted:
+                converted[number] = _plain_block(*self.batch.blocks[number])
+            out[name] = converted[number][max(position, 0)]
         return out
 
 
-def _numpy(col: Column) -> np.ndarray:
-    if col.dtype == "float64":
-        return np.where(col.valid, col.values, np.nan)
-    if col.dtype == "timestamp":
-        return np.where(col.valid, col.values, np.iinfo(np.int64).min).astype("datetime64[us]")
-    if col.dtype == "int64":
-        return col.values if col.valid.all() else np.where(col.valid, col.values, np.nan)
-    if col.valid.all():
-        return col.values
-    out = np.asarray(col.values, dtype=object).copy()
-    out[~col.valid] = None
-    return out
+def _numpy_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values with nulls filled where the dtype allows, or as is; a fallback for columns holding nulls)."""
+    if valid.all():
+        if dtype == "timestamp":
+            return values.astype("datetime64[us]"), None
+        return values, None
+    if dtype == "float64":
+        return np.where(valid, values, np.nan), None
+    if dtype == "timestamp":
+        return np.where(valid, values, _NAT).astype("datetime64[us]"), None
+    if dtype == "int64":
+        return values, np.where(valid, values, np.nan)
+    filled = np.asarray(values, dtype=object).copy()
+    filled[~valid] = None
+    return values, filled
 
 
-def _arrow(col: Column) -> pa.Array:
-    mask = ~col.valid
-    if col.dtype == "string":
-        return pa.array(col.values.tolist(), type=pa.string(), mask=mask)
-    return pa.array(col.values, type=_ARROW[col.dtype], mask=mask)
-
-
-def _plain(col: Column) -> list[Any]:
-    values: list[Any] = col.values.tolist()
-    if col.dtype == "timestamp":
-        values = [_iso(v) for v in values]
-    bad = ~(col.valid & np.isfinite(col.values)) if col.dtype == "float64" else ~col.valid
-    for i in np.flatnonzero(bad).tolist():
-        values[i] = None
-    return values
+def _plain_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> list[list[Any]]:
+    """Per column, a list with None for nulls; one tolist() per block, then only the nulls are patched."""
+    bad = ~(valid & np.isfinite(values)) if dtype == "float64" else ~valid
+    two_d = values.ndim == 2
+    columns: list[list[Any]] = values.T.tolist() if two_d else [values.tolist()]
+    if dtype == "timestamp":
+        columns = [[_iso(v) for v in column] for column in columns]
+    rows, cols = np.nonzero(bad) if two_d else (np.flatnonzero(bad), np.zeros(int(bad.sum()), dtype=np.int64))
+    for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+        columns[c][r] = None
+    return columns
 
 
 def _iso(us: int) -> str | None:

@@ -21,7 +21,7 @@ import numpy as np
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.config import Config, load_config
-from quiver.online.base import OnlineStore, ViewRead, now_us, timestamp_us
+from quiver.online.base import Batch, Column, OnlineStore, ViewRead, now_us, timestamp_us
 from quiver.serving.result import OnlineResult
 
 Features = str | Sequence[str]
@@ -36,6 +36,10 @@ class ReadPlan:
     reads: tuple[ViewRead, ...]
     outputs: tuple[tuple[str, str, str], ...]  # (output column, view, feature)
     keys: tuple[tuple[str, str], ...]  # join keys (name, dtype) every read needs, in first-seen order
+
+    @property
+    def named_keys(self) -> list[tuple[str, tuple[str, str]]]:
+        return [(name, (view, feature)) for name, view, feature in self.outputs]
 
 
 def resolve(catalog: Catalog, features: Features, full_feature_names: bool = False) -> ReadPlan:
@@ -183,14 +187,13 @@ class FeatureStore:
         entities = entity_columns(plan, entity_rows)
         n = len(next(iter(entities.values()))) if entities else 0
         times = request_times(at, n)
-        values = self.online.read(plan.reads, entities, times) if n else {}
-        columns = {}
-        for name, view, feature in plan.outputs:
-            if n:
-                columns[name] = values[(view, feature)]
-            else:
-                columns[name] = _empty(self.catalog.views[view], feature)
-        return OnlineResult(entities, columns, times)
+        if n:
+            batch = self.online.read(plan.reads, entities, times)
+        else:
+            batch = Batch()
+            for _, view, feature in plan.outputs:
+                batch.add((view, feature), _empty(self.catalog.views[view], feature))
+        return OnlineResult(entities, batch, plan.named_keys, times)
 
     def get_historical_features(self, labels: Any, features: Features, **kwargs: Any) -> Any:
         """Point-in-time correct training data (a DataFrame): see `quiver.offline.pit.get_historical_features`."""
@@ -215,9 +218,7 @@ class FeatureStore:
         self.close()
 
 
-def _empty(view: ViewSpec, feature: str) -> Any:
-    from quiver.online.base import Column
-
+def _empty(view: ViewSpec, feature: str) -> Column:
     dtype = view.feature_dtype(feature)
     np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_, "timestamp": np.int64}.get(dtype, object)
     return Column(np.zeros(0, dtype=np_dtype), np.zeros(0, dtype=bool), dtype)

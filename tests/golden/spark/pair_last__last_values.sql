@@ -4,7 +4,7 @@ WITH `events` AS (
   SELECT
     CAST(`user_id` AS BIGINT) AS `user_id`,
     CAST(`merchant_id` AS BIGINT) AS `merchant_id`,
-    unix_micros(`ts`) AS `__ts_us`,
+    unix_micros(CAST(`ts` AS TIMESTAMP)) AS `__ts_us`,
     CAST(`amount` AS DOUBLE) AS `amount`,
     CAST(`cat` AS STRING) AS `cat`
   FROM `events`

@@ -3,7 +3,7 @@
 WITH `events` AS (
   SELECT
     CAST(`user_id` AS BIGINT) AS `user_id`,
-    unix_micros(`ts`) AS `__ts_us`,
+    unix_micros(CAST(`ts` AS TIMESTAMP)) AS `__ts_us`,
     CAST(`amount` AS DOUBLE) AS `amount`,
     CAST(`qty` AS BIGINT) AS `qty`,
     CAST(`flag` AS BOOLEAN) AS `flag`,

@@ -7,7 +7,7 @@ SELECT
   CAST(`amount` AS DOUBLE) AS `amount`,
   CAST(`qty` AS BIGINT) AS `qty`,
   CASE WHEN `ts` IS NULL THEN 'null_event_ts' ELSE 'null_key' END AS `quarantine_reason`,
-  to_date(timestamp_micros(unix_micros(`ts`))) AS `__date`
+  to_date(timestamp_micros(unix_micros(CAST(`ts` AS TIMESTAMP)))) AS `__date`
 FROM `events`
 WHERE `ts` IS NULL
    OR (`ts` >= timestamp_micros(:start_us) AND `ts` < timestamp_micros(:end_us) AND (`user_id` IS NULL OR `merchant_id` IS NULL))

@@ -1,0 +1,218 @@
+"""Materialization throughput: Quiver's `materialize` vs Feast 0.67's `materialize`, end to end, same data.
+
+N entities × 50 float64 features, two events per entity (an older and a newer one), as Quiver's offline
+last_values partition and as Feast's FileSource Parquet. Each system reads its offline data, keeps the
+newest row per entity and writes it to a redis-server this script starts (flushed before every run).
+Also timed: Quiver's Redis write stage alone (newer-wins Lua, pipelined) against a raw pipelined MSET of
+the very same keys and bytes. Both stores must then return the newest values for sampled entities.
+
+    python benchmarks/materialize.py [--quick]
+Last line: RESULT materialize ratio=<Feast time / Quiver time> quiver=<entities/s>/s peer=<entities/s>/s
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+F = 50
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def make_frame(n: int, now: datetime) -> pd.DataFrame:
+    rng = np.random.default_rng(3)
+    ids = np.concatenate([np.arange(n), np.arange(n)])
+    ts = np.concatenate([np.full(n, 2), np.full(n, 1)])  # hours ago: the second copy is the newest
+    frame = pd.DataFrame({"user_id": ids.astype(np.int64),
+                          "event_ts": pd.Timestamp(now) - pd.to_timedelta(ts, unit="h")})
+    for i in range(F):
+        frame[f"f{i}"] = rng.random(2 * n)
+    return frame
+
+
+def quiver_project(root: Path, url: str, frame: pd.DataFrame, now: datetime) -> tuple[Any, Any]:
+    from quiver import Entity, FeatureView, Field, Float64, Source
+    from quiver.catalog.validate import build_catalog
+    from quiver.config import Config
+    from quiver.offline import layout
+
+    user = Entity("user", ["user_id"])
+    source = Source("events", "unused", timestamp_field="event_ts")
+    view = FeatureView("v", [user], source, ttl="30d", schema=[Field(f"f{i}", Float64) for i in range(F)])
+    columns = {"user_id": "int64", "event_ts": "timestamp", **{f"f{i}": "float64" for i in range(F)}}
+    catalog = build_catalog([user, source, view], schema_reader=lambda s: columns)
+    config = Config(root=root, project="bench", registry_url=f"sqlite:///{root}/registry.db",
+                    offline_root="offline", redis_url=url)
+    spec = catalog.views["v"]
+    folder = layout.partition_dir(config.offline_dir, "v", layout.LAST_VALUES, now.date())
+    folder.mkdir(parents=True)
+    table = pa.Table.from_pandas(frame, preserve_index=False).cast(layout.last_values_schema(spec))
+    pq.write_table(table, folder / "part-00000.parquet")
+    return config, catalog
+
+
+def feast_repo(root: Path, url: str, frame: pd.DataFrame) -> Any:
+    import logging
+
+    import yaml
+    from feast import Entity, FeatureStore, FeatureView, Field, FileSource, ValueType
+    from feast.types import Float64
+
+    logging.getLogger("feast").setLevel(logging.ERROR)
+    data = root / "data"
+    data.mkdir(parents=True)
+    frame.to_parquet(data / "v.parquet")
+    (root / "feature_store.yaml").write_text(yaml.safe_dump({
+        "project": "bench", "registry": str(data / "registry.db"), "provider": "local",
+        "online_store": {"type": "redis", "connection_string": url.split("//", 1)[1].split("/", 1)[0]},
+        "offline_store": {"type": "file"}, "entity_key_serialization_version": 3}))
+    user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
+    source = FileSource(path=str(data / "v.parquet"), timestamp_field="event_ts")
+    view = FeatureView(name="v", entities=[user], ttl=timedelta(days=30), source=source, online=True,
+                       schema=[Field(name=f"f{i}", dtype=Float64) for i in range(F)])
+    store = FeatureStore(repo_path=str(root))
+    store.apply([user, view])
+    return store
+
+
+def raw_mset(url: str, keys: list[bytes], values: list[bytes], batch: int = 500, depth: int = 4) -> float:
+    """Hand-packed pipelined MSET of the same keys and bytes on the same kind of connection (the floor)."""
+    import redis
+    from quiver.online.redis_store import pack
+
+    conn = redis.ConnectionPool.from_url(url).make_connection()
+    t = time.perf_counter()
+    pending = 0
+    for start in range(0, len(keys), batch):
+        args = [b"MSET"]
+        for k, v in zip(keys[start:start + batch], values[start:start + batch], strict=True):
+            args += [k, v]
+        conn.send_packed_command([pack(*args)], check_health=False)
+        pending += 1
+        if pending >= depth:
+            conn.read_response()
+            pending -= 1
+    for _ in range(pending):
+        conn.read_response()
+    elapsed = time.perf_counter() - t
+    conn.disconnect()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--entities", type=int, default=None, help="entities (default 100k, quick 20k)")
+    args = parser.parse_args()
+    n = args.entities or (20_000 if args.quick else 100_000)
+    runs = 3
+    feast_runs = 1 if args.quick else 2
+
+    import redis
+    from quiver.online.embedded import LocalRedis
+    from quiver.online.layout import entity_keys, key_prefix
+    from quiver.online.materialize import materialize
+    from quiver.online.redis_store import RedisOnlineStore, newest_per_entity
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    end = now + timedelta(seconds=1)
+    frame = make_frame(n, now)
+    report: dict[str, Any] = {"entities": n, "rows": len(frame), "features": F, "quick": args.quick}
+    with LocalRedis() as url, tempfile.TemporaryDirectory() as tmp:
+        client = redis.Redis.from_url(url)
+        config, catalog = quiver_project(Path(tmp) / "quiver", url, frame, now)
+        spec = catalog.views["v"]
+        quiver_times = []
+        for _ in range(runs):
+            client.flushall()
+            t = time.perf_counter()
+            result = materialize(config, catalog, end, full=True)
+            quiver_times.append(time.perf_counter() - t)
+            assert result.entities_written == n, result
+        # The Redis write stage alone, against a raw MSET of the very same bytes.
+        from quiver.offline.layout import last_values_schema
+
+        table = newest_per_entity(spec, pa.Table.from_pandas(frame, preserve_index=False).cast(
+            last_values_schema(spec)))
+        store = RedisOnlineStore(url, "bench", timeout_s=10)
+        values, _ = store._view(spec)[1].encode(table)
+        keys = entity_keys(key_prefix("bench", spec), spec, {"user_id": table.column("user_id").to_numpy()})
+        write_times, mset_times = [], []
+        for _ in range(runs):
+            client.flushall()
+            t = time.perf_counter()
+            store.write_last_values(spec, table)
+            write_times.append(time.perf_counter() - t)
+            client.flushall()
+            mset_times.append(raw_mset(url, keys, values))
+        # What Quiver's writer adds over MSET, with the packing excluded: the Lua newer-wins check.
+        lua_times = []
+        for _ in range(runs):
+            client.flushall()
+            t = time.perf_counter()
+            store._run_scripts("last", keys, values)
+            lua_times.append(time.perf_counter() - t)
+        client.flushall()
+        materialize(config, catalog, end, full=True)
+
+        feast = feast_repo(Path(tmp) / "feast", url, frame)
+        feast_times = []
+        for _ in range(feast_runs):
+            for key in client.scan_iter(match="*", count=10_000):
+                if not key.startswith(b"q:"):
+                    client.delete(key)
+            t = time.perf_counter()
+            feast.materialize(now - timedelta(days=1), end)
+            feast_times.append(time.perf_counter() - t)
+
+        # Same answers: the newest values, from both stores.
+        from quiver.serving.store import FeatureStore
+
+        rng = np.random.default_rng(5)
+        sample = rng.choice(n, 100, replace=False)
+        features = [f"v:f{i}" for i in range(F)]
+        with FeatureStore(config=config, catalog=catalog, online_store=store) as ours:
+            got = ours.get_online_features(features, {"user_id": sample}, at=end).to_dict()
+        theirs = feast.get_online_features(features=features,
+                                           entity_rows=[{"user_id": int(u)} for u in sample]).to_dict()
+        newest = frame.iloc[n:].set_index("user_id")
+        for i in range(F):
+            want = newest[f"f{i}"].to_numpy()[sample]
+            assert np.array_equal(got[f"f{i}"], want), f"quiver f{i}"
+            assert np.array_equal(np.array(theirs[f"f{i}"], dtype=float), want), f"feast f{i}"
+        report["same_answers"] = True
+
+    q, fe = statistics.median(quiver_times), statistics.median(feast_times)
+    report.update({
+        "quiver_s": quiver_times, "feast_s": feast_times,
+        "quiver_entities_per_s": n / q, "feast_entities_per_s": n / fe, "ratio": fe / q,
+        "write_stage_s": write_times, "raw_mset_s": mset_times, "lua_only_s": lua_times,
+        "write_stage_over_mset": statistics.median(write_times) / statistics.median(mset_times),
+        "lua_over_mset": statistics.median(lua_times) / statistics.median(mset_times),
+        "load_average": os.getloadavg(),
+    })
+    print(f"quiver materialize: {n / q:,.0f} entities/s (median of {runs}: {q:.2f}s)")
+    print(f"feast materialize:  {n / fe:,.0f} entities/s (median of {feast_runs}: {fe:.2f}s)")
+    print(f"write stage {statistics.median(write_times):.3f}s (encode + Lua) vs raw MSET "
+          f"{statistics.median(mset_times):.3f}s: {report['write_stage_over_mset']:.2f}x; Lua alone "
+          f"{report['lua_over_mset']:.2f}x")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "materialize.json").write_text(json.dumps(report, indent=2))
+    print(f"RESULT materialize ratio={fe / q:.1f} quiver={n / q:.0f}/s peer={n / fe:.0f}/s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Online read latency: Quiver's in-process SDK vs Feast 0.67's Redis online store, with a raw floor.
+
+The same data (N entities × 50 float64 features of one last-value view) goes into both stores on one
+redis-server this script starts on a free port. For 1, 100 and 1000 entities × 50 features it times
+`FeatureStore.get_online_features(...).to_dict()` (Quiver) and `feast.FeatureStore.get_online_features(...)
+.to_dict()` (Feast), plus the floor: redis-py MGET of the same packed bytes with prebuilt keys and one
+numpy.frombuffer. Systems are timed in alternating rounds so machine noise hits all alike; p50/p99 over
+every call. Both stores must return the same values for the sampled entities.
+
+    python benchmarks/online_read.py [--quick]
+Last line: RESULT online_read ratio=<Feast p99 / Quiver p99, 1 entity> quiver=<p99>us peer=<p99>us
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+F = 50
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def quiver_setup(url: str, frame: pd.DataFrame) -> tuple[Any, Any, Any]:
+    from quiver import Entity, FeatureView, Field, Float64, Source
+    from quiver.catalog.validate import build_catalog
+    from quiver.config import Config
+    from quiver.offline.layout import last_values_schema
+    from quiver.online.redis_store import RedisOnlineStore
+    from quiver.serving.store import FeatureStore
+
+    user = Entity("user", ["user_id"])
+    source = Source("events", "unused", timestamp_field="event_ts")
+    view = FeatureView("v", [user], source, ttl="30d", schema=[Field(f"f{i}", Float64) for i in range(F)])
+    columns = {"user_id": "int64", "event_ts": "timestamp", **{f"f{i}": "float64" for i in range(F)}}
+    catalog = build_catalog([user, source, view], schema_reader=lambda s: columns)
+    spec = catalog.views["v"]
+    online = RedisOnlineStore(url, "bench", timeout_s=5.0)
+    online.write_last_values(spec, pa.Table.from_pandas(frame, preserve_index=False).cast(last_values_schema(spec)))
+    return FeatureStore(config=Config(project="bench"), catalog=catalog, online_store=online), spec, online
+
+
+def feast_setup(url: str, frame: pd.DataFrame, repo: Path) -> Any:
+    import logging
+
+    import yaml
+    from feast import Entity, FeatureStore, FeatureView, Field, FileSource, ValueType
+    from feast.types import Float64
+
+    logging.getLogger("feast").setLevel(logging.ERROR)
+    host_port = url.split("//", 1)[1].split("/", 1)[0]
+    data = repo / "data"
+    data.mkdir(parents=True)
+    frame.to_parquet(data / "v.parquet")
+    (repo / "feature_store.yaml").write_text(yaml.safe_dump({
+        "project": "bench", "registry": str(data / "registry.db"), "provider": "local",
+        "online_store": {"type": "redis", "connection_string": host_port},
+        "offline_store": {"type": "file"}, "entity_key_serialization_version": 3}))
+    user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
+    source = FileSource(path=str(data / "v.parquet"), timestamp_field="event_ts")
+    view = FeatureView(name="v", entities=[user], ttl=timedelta(days=30), source=source, online=True,
+                       schema=[Field(name=f"f{i}", dtype=Float64) for i in range(F)])
+    store = FeatureStore(repo_path=str(repo))
+    store.apply([user, view])
+    # Feast's own materialize loads its Redis (faster here than write_to_online_store).
+    newest = frame["event_ts"].max().to_pydatetime()
+    store.materialize(newest - timedelta(days=1), newest + timedelta(seconds=1))
+    return store
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    arr = np.array(samples) * 1e6
+    return {"p50_us": float(np.percentile(arr, 50)), "p99_us": float(np.percentile(arr, 99)),
+            "mean_us": float(arr.mean()), "calls": len(samples)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--entities", type=int, default=None, help="entities stored (default 100k, quick 10k)")
+    args = parser.parse_args()
+    n_entities = args.entities or (10_000 if args.quick else 100_000)
+    # Calls per batch size: Quiver and the floor; Feast is 10-100x slower, so it gets fewer at 1000.
+    calls = {1: 400, 100: 300, 1000: 40} if args.quick else {1: 3000, 100: 2000, 1000: 2000}
+    feast_calls = {1: 300, 100: 40, 1000: 5} if args.quick else {1: 2000, 100: 500, 1000: 50}
+
+    from quiver.online.embedded import LocalRedis
+    from quiver.online.layout import entity_keys, key_prefix
+
+    rng = np.random.default_rng(7)
+    now = datetime.now(UTC).replace(microsecond=0)
+    frame = pd.DataFrame({"user_id": np.arange(n_entities, dtype=np.int64),
+                          "event_ts": pd.Timestamp(now - timedelta(hours=1))})
+    for i in range(F):
+        frame[f"f{i}"] = rng.random(n_entities)
+    features = [f"v:f{i}" for i in range(F)]
+    report: dict[str, Any] = {"entities_stored": n_entities, "features": F, "quick": args.quick, "sizes": {}}
+    with LocalRedis() as url, tempfile.TemporaryDirectory() as tmp:
+        import redis
+
+        t0 = time.perf_counter()
+        quiver, spec, online = quiver_setup(url, frame)
+        report["quiver_load_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        feast = feast_setup(url, frame, Path(tmp) / "repo")
+        report["feast_load_s"] = time.perf_counter() - t0
+        raw = redis.Redis.from_url(url)
+        record = online._view(spec)[1].dtype
+        prefix = key_prefix("bench", spec)
+
+        # Same answers: every feature of a sample of entities, Quiver vs Feast vs the stored frame.
+        sample = rng.choice(n_entities, 200, replace=False)
+        ours = quiver.get_online_features(features, {"user_id": sample}).to_dict()
+        theirs = feast.get_online_features(features=features, entity_rows=[{"user_id": int(u)} for u in sample])
+        theirs_d = theirs.to_dict()
+        for i in range(F):
+            expected = frame[f"f{i}"].to_numpy()[sample]
+            assert np.array_equal(ours[f"f{i}"], expected), f"quiver differs on f{i}"
+            assert np.array_equal(np.array(theirs_d[f"f{i}"], dtype=float), expected), f"feast differs on f{i}"
+        report["same_answers"] = True
+
+        for size in (1, 100, 1000):
+            pool = [rng.choice(n_entities, size, replace=False) for _ in range(64)]
+            rows = [{"user_id": ids} for ids in pool]
+            feast_rows = [[{"user_id": int(u)} for u in ids] for ids in pool]
+            raw_keys = [entity_keys(prefix, spec, {"user_id": ids}) for ids in pool]
+            samples: dict[str, list[float]] = {"quiver": [], "feast": [], "raw": []}
+            rounds = 10
+            for r in range(rounds):
+                for _ in range(calls[size] // rounds):
+                    k = len(samples["quiver"]) % len(pool)
+                    t = time.perf_counter()
+                    quiver.get_online_features(features, rows[k]).to_dict()
+                    samples["quiver"].append(time.perf_counter() - t)
+                for _ in range(calls[size] // rounds):
+                    k = len(samples["raw"]) % len(pool)
+                    t = time.perf_counter()
+                    np.frombuffer(b"".join(raw.mget(raw_keys[k])), dtype=record)
+                    samples["raw"].append(time.perf_counter() - t)
+                for _ in range(max(1, feast_calls[size] // rounds)):
+                    k = len(samples["feast"]) % len(pool)
+                    t = time.perf_counter()
+                    feast.get_online_features(features=features, entity_rows=feast_rows[k]).to_dict()
+                    samples["feast"].append(time.perf_counter() - t)
+                del r
+            stats = {name: percentiles(values) for name, values in samples.items()}
+            stats["p99_ratio_feast_over_quiver"] = stats["feast"]["p99_us"] / stats["quiver"]["p99_us"]
+            stats["p50_ratio_feast_over_quiver"] = stats["feast"]["p50_us"] / stats["quiver"]["p50_us"]
+            stats["p50_ratio_quiver_over_raw"] = stats["quiver"]["p50_us"] / stats["raw"]["p50_us"]
+            stats["p99_ratio_quiver_over_raw"] = stats["quiver"]["p99_us"] / stats["raw"]["p99_us"]
+            report["sizes"][str(size)] = stats
+            print(f"{size:>5} entities × {F}: quiver p50 {stats['quiver']['p50_us']:8.0f}us "
+                  f"p99 {stats['quiver']['p99_us']:8.0f}us | feast p50 {stats['feast']['p50_us']:8.0f}us "
+                  f"p99 {stats['feast']['p99_us']:8.0f}us | raw floor p50 {stats['raw']['p50_us']:6.0f}us "
+                  f"p99 {stats['raw']['p99_us']:6.0f}us", flush=True)
+        quiver.close()
+    report["load_average"] = os.getloadavg()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "online_read.json").write_text(json.dumps(report, indent=2))
+    one = report["sizes"]["1"]
+    print(f"RESULT online_read ratio={one['p99_ratio_feast_over_quiver']:.1f} "
+          f"quiver={one['quiver']['p99_us']:.0f}us peer={one['feast']['p99_us']:.0f}us")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""`quiver training-set`: labels + features → a point-in-time correct training set in Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from quiver.catalog.errors import QuiverError
+from quiver.cli import CatalogOption, ConfigOption, console, open_project, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `training-set` command to the `quiver` CLI."""
+
+    @app.command("training-set")
+    @user_errors
+    def training_set(
+        labels: Annotated[Path, typer.Argument(help="labels Parquet file: join keys, a timestamp, anything else")],
+        out: Annotated[Path, typer.Option("--out", help="training set to write (Parquet, atomically)")],
+        features: Annotated[str | None, typer.Option(help="comma-separated view:feature list")] = None,
+        service: Annotated[str | None, typer.Option(help="a feature service instead of --features")] = None,
+        engine: Annotated[str | None, typer.Option(help="duckdb or spark (default: from config)")] = None,
+        timestamp_column: Annotated[str, typer.Option(help="label timestamp column")] = "event_ts",
+        full_feature_names: Annotated[bool, typer.Option(help="name columns view__feature")] = False,
+        assume_utc: Annotated[bool, typer.Option(help="read naive label timestamps as UTC")] = False,
+        config: ConfigOption = None,
+        catalog: CatalogOption = None,
+    ) -> None:
+        """Join every label row with its features as of the row's timestamp; write OUT."""
+        from quiver.offline.pit import get_historical_features, write_training_set
+
+        if (features is None) == (service is None):
+            raise QuiverError("give exactly one of --features view:feature,… or --service NAME")
+        cfg, cat = open_project(config, catalog)
+        wanted: str | list[str] = service or [f.strip() for f in (features or "").split(",") if f.strip()]
+        frame = get_historical_features(labels, wanted, catalog=cat, config=cfg, engine=engine or cfg.engine,
+                                        full_feature_names=full_feature_names, timestamp_column=timestamp_column,
+                                        assume_utc=assume_utc)
+        write_training_set(frame, out)
+        console.print(f"wrote {out}: {len(frame):,} rows × {len(frame.columns)} columns")
+        console.print(frame.head(5).to_string(max_cols=12), highlight=False, soft_wrap=True)

@@ -1,0 +1,112 @@
+"""Label and feature validation: every mistake is a QuiverError that names what is wrong and what would do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from quiver import QuiverError
+from quiver.offline.pit import get_historical_features
+
+from tests.unit.test_pit_reference import BASE, World, make_world
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    return make_world(tmp_path_factory.mktemp("labels"), seed=5, n_events=120, n_labels=30)
+
+
+def _labels(**columns: object) -> pd.DataFrame:
+    base: dict[str, object] = {"user_id": [1, 2], "merchant_code": ["m-a", "m-b"],
+                               "event_ts": pd.to_datetime([BASE, BASE + 1], unit="us", utc=True)}
+    base.update(columns)
+    return pd.DataFrame({k: v for k, v in base.items() if v is not None})
+
+
+def _run(world: World, labels: object, features: object = ("pair_spend:amount_sum_20m",), **kw: object) -> pd.DataFrame:
+    return get_historical_features(labels, list(features) if not isinstance(features, str) else features,  # type: ignore[arg-type]
+                                   catalog=world.catalog, config=world.config, **kw)  # type: ignore[arg-type]
+
+
+def test_missing_join_keys_and_timestamp_name_columns_and_views(world: World) -> None:
+    with pytest.raises(QuiverError) as err:
+        _run(world, _labels(merchant_code=None, event_ts=None, ts=[1, 2]),
+             ["pair_spend:amount_sum_20m", "merchant_stats:amount_max_1h", "user_profile:score"])
+    message = str(err.value)
+    assert "'merchant_code' (needed by pair_spend, merchant_stats)" in message
+    assert "timestamp column 'event_ts'" in message and "timestamp_column" in message
+    assert "label columns: user_id, ts" in message
+    assert "'user_id'" not in message.split("label columns")[0]
+
+
+def test_other_timestamp_column_name(world: World) -> None:
+    labels = _labels().rename(columns={"event_ts": "scored_at"})
+    got = _run(world, labels, timestamp_column="scored_at")
+    assert len(got) == 2 and "amount_sum_20m" in got
+
+
+def test_wrong_key_dtypes(world: World) -> None:
+    with pytest.raises(QuiverError, match=r"'user_id' must hold int64 join keys for pair_spend, got float64.*Int64"):
+        _run(world, _labels(user_id=[1.0, None]))
+    with pytest.raises(QuiverError, match="'merchant_code' must hold string join keys"):
+        _run(world, _labels(merchant_code=[1, 2]))
+    with pytest.raises(QuiverError, match="'merchant_code' must hold string join keys"):
+        _run(world, _labels(merchant_code=["m-a", 3]))
+
+
+def test_nullable_and_narrow_integer_keys_are_fine(world: World) -> None:
+    got = _run(world, _labels(user_id=pd.array([1, None], dtype="Int64")))
+    assert got["amount_sum_20m"].iloc[1] == 0.0
+    narrow = _run(world, _labels(user_id=pd.array([1, 2], dtype="int32")))
+    wide = _run(world, _labels())
+    assert narrow["amount_sum_20m"].tolist() == wide["amount_sum_20m"].tolist()
+
+
+def test_naive_timestamps_need_assume_utc(world: World) -> None:
+    naive = _labels(event_ts=pd.to_datetime([BASE, BASE + 1], unit="us"))
+    with pytest.raises(QuiverError, match=r"timezone-naive.*assume_utc=True"):
+        _run(world, naive)
+    as_utc = _run(world, naive, assume_utc=True)
+    aware = _run(world, _labels())
+    assert as_utc["amount_sum_20m"].tolist() == aware["amount_sum_20m"].tolist()
+
+
+def test_other_time_zones_are_converted(world: World) -> None:
+    berlin = _labels(event_ts=pd.to_datetime([BASE, BASE + 1], unit="us", utc=True).tz_convert("Europe/Berlin"))
+    assert _run(world, berlin)["amount_sum_20m"].tolist() == _run(world, _labels())["amount_sum_20m"].tolist()
+
+
+def test_timestamps_must_be_timestamps_and_not_null(world: World) -> None:
+    with pytest.raises(QuiverError, match="'event_ts' must hold timestamps"):
+        _run(world, _labels(event_ts=["2026-11-01", "2026-11-02"]))
+    with pytest.raises(QuiverError, match=r"1 null timestamp\(s\) \(rows 1\)"):
+        _run(world, _labels(event_ts=pd.to_datetime([BASE, None], unit="us", utc=True)))
+
+
+def test_unknown_views_features_and_services_list_the_valid_ones(world: World) -> None:
+    with pytest.raises(QuiverError, match="unknown feature view 'nope'; views: merchant_stats, pair_spend"):
+        _run(world, _labels(), ["nope:x"])
+    with pytest.raises(QuiverError, match="view 'user_profile' has no feature 'age'; its features: score, level"):
+        _run(world, _labels(), ["user_profile:age"])
+    with pytest.raises(QuiverError, match="unknown feature service 'nope'"):
+        _run(world, _labels(), "nope")
+    with pytest.raises(QuiverError, match="must be written 'view:feature'"):
+        _run(world, _labels(), ["user_profile"])
+    with pytest.raises(QuiverError, match="no features requested"):
+        _run(world, _labels(), [])
+
+
+def test_bad_inputs(world: World, tmp_path: Path) -> None:
+    with pytest.raises(QuiverError, match="does not exist"):
+        _run(world, tmp_path / "missing.parquet")
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(QuiverError, match="cannot read labels"):
+        _run(world, tmp_path / "bad.parquet")
+    with pytest.raises(QuiverError, match="pandas DataFrame, a pyarrow Table or a Parquet path"):
+        _run(world, [1, 2, 3])
+    with pytest.raises(QuiverError, match="unknown engine 'polars'"):
+        _run(world, _labels(), engine="polars")
+    table = pa.Table.from_pandas(_labels(), preserve_index=False)
+    assert len(_run(world, table)) == 2

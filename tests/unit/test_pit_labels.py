@@ -110,3 +110,13 @@ def test_bad_inputs(world: World, tmp_path: Path) -> None:
         _run(world, _labels(), engine="polars")
     table = pa.Table.from_pandas(_labels(), preserve_index=False)
     assert len(_run(world, table)) == 2
+
+
+def test_nanosecond_label_times_round_up_to_the_microsecond(world: World) -> None:
+    events = world.events["tx"].dropna(subset=["user_id", "ts", "amount"])
+    user, t = int(events["user_id"].iloc[0]), int(events["ts"].iloc[0])
+    at = pd.Timestamp(t * 1000, unit="ns", tz="UTC")
+    labels = pd.DataFrame({"user_id": [user, user], "event_ts": [at, at + pd.Timedelta(1, "ns")]})
+    got = _run(world, labels, ["user_spend:amount_count_30m"])
+    assert got["amount_count_30m"].iloc[1] == got["amount_count_30m"].iloc[0] + (events["ts"] == t).where(
+        events["user_id"] == user, False).sum()

@@ -27,6 +27,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from quiver.catalog.errors import QuiverError
@@ -206,6 +207,9 @@ def _label_times(series: pd.Series, name: str, assume_utc: bool) -> np.ndarray:
                           f"(e.g. labels[{name!r}].dt.tz_localize('UTC')) or pass assume_utc=True to read "
                           f"them as UTC")
     values, nulls = timestamps_us(array)
+    if array.type.unit == "ns":  # µs is the store's unit: round up, so "event_ts < t" keeps its meaning
+        nanos = np.asarray(pc.fill_null(pc.cast(array, pa.int64()), 0).to_numpy(zero_copy_only=False))
+        values = -(-nanos // 1000)
     if nulls is not None:
         rows = np.flatnonzero(nulls)
         raise QuiverError(f"label column {name!r} has {len(rows)} null timestamp(s) (rows "

@@ -14,8 +14,8 @@ pipelines/stream_producer.py as 20k-line files. Figures:
   view's changes go to a vectorised pandas UDF that writes Redis through the same online writer. Both
   runs' online values are compared for a sample of users (must be equal).
 
-`--quick` (< 60 s is not reachable with two Flink jobs on this 2-core machine; see the report): 100k
-events, parallelism 2, 5 s of freshness probes, peer on 50k events.
+`--quick`: 50k events, parallelism 2, 5 s of freshness probes, the peer on the same 50k events. It takes
+2-3 minutes here, not < 60 s: each of its three Flink jobs spends 25-40 s starting on this loaded machine.
 
 Last line: RESULT streaming ratio=<peer_time/quiver_time> quiver=<ev/s> peer=<ev/s>
 """
@@ -85,9 +85,12 @@ def make_project(root: Path, redis_url: str, events: int, users: int, project: s
     return tx
 
 
+RUNNER_ARGS: list[str] = []  # --state-backend / --checkpoint-interval-ms from the command line
+
+
 def run_quiver(root: Path, state: Path, parallelism: int, *extra: str, bounded: bool = True) -> subprocess.Popen[str]:
     cmd = [str(STREAM_PY), "-m", "quiver.streaming.runner", "--config", str(root / "quiver.yaml"),
-           "--state-dir", str(state), "--parallelism", str(parallelism), "--state-backend", "hashmap", *extra]
+           "--state-dir", str(state), "--parallelism", str(parallelism), *RUNNER_ARGS, *extra]
     if bounded:
         cmd.append("--bounded")
     log = (state.parent / f"{state.name}.log").open("a")
@@ -322,15 +325,21 @@ def main() -> int:
     p.add_argument("--parallelism", default=None, help="comma-separated, e.g. 1,2")
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--state-backend", choices=("rocksdb", "hashmap"), default="rocksdb")
+    p.add_argument("--checkpoint-interval-ms", type=int, default=250)
+    p.add_argument("--runner-args", default="", help="extra runner options, e.g. '--roll-interval-ms 100'")
+    p.add_argument("--fresh-rate", type=int, default=None, help="background events/s during the freshness probes")
     p.add_argument("--peer-worker", nargs=2, metavar=("CONFIG", "STATE"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.peer_worker:
         peer_worker(*a.peer_worker)
         return 0
-    events = a.events or (100_000 if a.quick else 1_000_000)
+    events = a.events or (50_000 if a.quick else 1_000_000)
     levels = [int(x) for x in (a.parallelism or ("2" if a.quick else "1,2")).split(",")]
     repeats = a.repeats or (1 if a.quick else 3)
     users = 50_000
+    RUNNER_ARGS[:] = ["--state-backend", a.state_backend, "--checkpoint-interval-ms", str(a.checkpoint_interval_ms),
+                      *a.runner_args.split()]
     if not STREAM_PY.exists():
         sys.exit(f"streaming virtualenv missing: {STREAM_PY} (run `make setup`)")
     tmp = Path(tempfile.mkdtemp(prefix="quiver-bench-stream-"))
@@ -352,7 +361,7 @@ def main() -> int:
                       f"(processing {fig['processing_s']:.1f} s, job start {fig['startup_s']:.1f} s)", flush=True)
         best_level = levels[-1]
         fresh = freshness(root, tmp / f"state-p{best_level}", best_level, 5.0 if a.quick else 30.0,
-                          rate=2_000 if a.quick else 5_000)
+                          rate=a.fresh_rate or (2_000 if a.quick else 5_000))
         print(f"freshness p={best_level}: p50 {fresh['p50_s']:.2f} s, p99 {fresh['p99_s']:.2f} s "
               f"({fresh['probes']} probes, {fresh['missing']} not seen)", flush=True)
         median = {lvl: statistics.median(f["events_per_s"] for f in figs) for lvl, figs in runs.items()}
@@ -360,20 +369,21 @@ def main() -> int:
         peer: dict[str, Any] | None = None
         checked = 0
         if not a.no_peer:
-            peer_events = min(events, 50_000 if a.quick else 200_000)
+            peer_events = events if a.quick else min(events, 200_000)
             if peer_events != events:  # the peer reads the same stream dir: give it a smaller one
                 shutil.rmtree(tmp / "peer", ignore_errors=True)
                 make_project(tmp / "peer", url, peer_events, users)
                 root_peer = tmp / "peer"
             else:
                 root_peer = root
-            peer = run_peer(root_peer, peer_events, flush)
-            # Same answers: our job over the same (smaller) stream, then compare the two projects.
-            throughput(root_peer, tmp / "state-check", best_level, peer_events, lambda: None)
+            keep = flush if root_peer != root else (lambda: None)  # same data: keep our run's values to compare
+            peer = run_peer(root_peer, peer_events, keep)
+            if root_peer != root:  # same answers: our job over the peer's (smaller) stream too
+                throughput(root_peer, tmp / "state-check", best_level, peer_events, lambda: None)
             checked = same_answers(url, root_peer, users)
             print(f"peer (pandas UDF sink, p=1): {peer['events_per_s']:,.0f} ev/s; {checked:,} values equal",
                   flush=True)
-        result = {"events": events, "users": users, "quick": a.quick, "throughput": runs,
+        result = {"events": events, "users": users, "quick": a.quick, "runner_args": RUNNER_ARGS, "throughput": runs,
                   "median_events_per_s": median, "freshness": fresh, "peer": peer, "values_compared": checked,
                   "targets": {"events_per_s": TARGET_EVENTS_S, "freshness_p99_s": TARGET_P99_S},
                   "host": {"cpus": os.cpu_count(), "load": os.getloadavg()}}

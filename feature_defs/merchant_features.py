@@ -19,9 +19,9 @@ merchant_traffic = FeatureView(
     entities=[merchant],
     source=transactions,
     aggregations=[
-        Aggregation("amount", "count", "1h"),
-        Aggregation("amount", "count", "24h"),
-        Aggregation("amount", "mean", "24h"),
+        Aggregation("amount", "count", "1h", name="merchant_tx_count_1h"),
+        Aggregation("amount", "count", "24h", name="merchant_tx_count_24h"),
+        Aggregation("amount", "mean", "24h", name="merchant_amount_mean_24h"),
     ],
     owner="risk-team@example.com",
 )

@@ -29,9 +29,9 @@ user_last_transaction = FeatureView(
     entities=[user],
     source=transactions,
     schema=[
-        Field("amount", Float64, description="Amount of the previous transaction."),
-        Field("merchant_id", Int64, description="Merchant of the previous transaction."),
-        Field("category", String),
+        Field("last_amount", Float64, column="amount", description="Amount of the previous transaction."),
+        Field("last_merchant_id", Int64, column="merchant_id", description="Merchant of the previous one."),
+        Field("last_category", String, column="category"),
     ],
     ttl="7d",
     owner="fraud-team@example.com",

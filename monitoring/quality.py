@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -346,7 +348,8 @@ class _GeRunner:
     """One ephemeral GE context reused across batches (creating one costs ~0.1 s; importing GE ~3 s)."""
 
     def __init__(self) -> None:
-        import great_expectations as gx
+        with _main_module_file():
+            import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self._gx = gx
@@ -384,6 +387,22 @@ class _GeRunner:
             return (f"<html><body><h1>{summary['source']} — batch {summary['batch_id']}</h1>"
                     f"<p>{summary['n_bad_rows']} of {summary['n_rows']} rows bad</p><table>"
                     f"<tr><th>expectation</th><th>column</th><th>unexpected</th></tr>{rows}</table></body></html>")
+
+
+@contextmanager
+def _main_module_file() -> Iterator[None]:
+    """GE imports pyspark when present; pyspark.sql.connect calls sys.exit(0) on import when `__main__` has no
+    file (it takes that for a doctest run) — true under pytest-xdist workers and `python -c`. Give `__main__`
+    a placeholder file for the duration of the import."""
+    main = sys.modules.get("__main__")
+    patch = main is not None and getattr(main, "__spec__", None) is None and not hasattr(main, "__file__")
+    if patch and main is not None:
+        main.__file__ = "<quiver>"
+    try:
+        yield
+    finally:
+        if patch and main is not None:
+            del main.__file__
 
 
 def _for_json(summary: dict[str, Any]) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         state_dir: StateDirOption = None,
         views: Annotated[str | None, typer.Option(help="comma-separated views (default: all streamed)")] = None,
         fresh: Annotated[bool, typer.Option(help="ignore checkpoints; replay the stream directory")] = False,
-        checkpoint_interval_ms: Annotated[int, typer.Option(help="checkpoint (and Redis load) interval")] = 500,
+        checkpoint_interval_ms: Annotated[int, typer.Option(help="checkpoint (and Redis load) interval")] = 250,
         state_backend: Annotated[str, typer.Option(help="rocksdb or hashmap")] = "rocksdb",
         config: ConfigOption = None, catalog: CatalogOption = None,
     ) -> None:

@@ -123,6 +123,24 @@ def test_newer_wins_under_reordered_writes(store, cat, seed):
     assert read(store, last, ["amount"], [0], T0 + 55 * M)["amount"] == [newest[0]]
 
 
+def test_bulk_write_falls_back_to_newer_wins_when_keys_exist(store, cat, redis_url):
+    last = cat.views["last"]
+    client = redis.Redis.from_url(redis_url)
+
+    def calls(command: str) -> int:
+        return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    nx, evals = calls("msetnx"), calls("eval")
+    store.write_last_values(last, rows(last, user_id=[1], event_ts=[T0 + 10], amount=[10.0]))
+    # Fresh keys: one plain bulk set, and one EVAL for the freshness metadata.
+    assert (calls("msetnx") - nx, calls("eval") - evals) == (1, 1)
+    # One batch with a fresh key, a key holding a newer value, and another fresh key: MSETNX refuses the
+    # whole batch (writes nothing), the newer-wins merge writes it.
+    store.write_last_values(last, rows(last, user_id=[0, 1, 2], event_ts=[T0, T0, T0], amount=[0.5, 1.5, 2.5]))
+    assert (calls("msetnx") - nx, calls("eval") - evals) == (2, 3)
+    assert read(store, last, ["amount"], [0, 1, 2], T0 + 20)["amount"] == [0.5, 10.0, 2.5]
+
+
 def test_windows_decay_over_simulated_time(store, cat):
     agg = cat.views["agg"]
     events = [(1, T0 + 1 * M, 1.0, "a"), (1, T0 + 12 * M, 2.0, "b"), (1, T0 + 47 * M, 4.0, "c")]

@@ -6,13 +6,17 @@ For each label row (join keys, timestamp t) every requested feature is its value
   else null;
 * windowed aggregates over ``[floor_g(t) - w, t)``: the whole tiles of ``<offline>/<view>/tiles`` with
   ``tile_start`` in ``[floor_g(t) - w, floor_g(t))``, merged with the raw "head" events of the view's source
-  with ``event_ts`` in ``[floor_g(t), t)``, then finalized — all by the one rule table in
-  ``quiver.compile.aggregations`` (an empty window gives count 0 and sum 0, null otherwise).
+  with ``event_ts`` in ``[floor_g(t), t)``, merged by ``compile.aggregations.PARTIALS`` and finalized by
+  ``compile.sql.FINALIZE`` (an empty window gives count 0 and sum 0, null otherwise).
 
 The result keeps every label row — duplicates included — with all label columns, **in the input order and
 with the input index**, and appends one column per feature. Label rows whose keys are null or unknown get
 null features (0 for count and sum). Feature dtypes: float64 (NaN for null), nullable Int64 / boolean,
-object for strings, datetime64[us, UTC]; count is plain int64.
+object for strings, datetime64[us, UTC]; count is plain int64. Times are compared in µs, the store's unit;
+nanosecond label times round up, so ``event_ts < t`` keeps its meaning.
+
+Engines: ``duckdb`` (default, embedded: vectorised numpy over pyarrow reads, finalized in DuckDB — see
+pit_numpy for why) and ``spark`` (the same results from Spark window functions, for data beyond one machine).
 """
 
 from __future__ import annotations

@@ -7,11 +7,12 @@ a window over sorted rows rather than a range join:
   events (an event at t is not seen) and events by their field values (ties take the greatest); the TTL is
   checked on the found event_ts.
 * whole tiles: per entity ordered by tile_start, label rows carry floor_g(t) and a RANGE frame [-w, -1]
-  merges the tiles with tile_start in [floor_g(t) - w, floor_g(t)).
-* head events: per (entity, tile) ordered by time, a running frame merges the raw events in [floor_g(t), t).
+  merges the tiles with tile_start in [floor_g(t) - w, floor_g(t)) with compile.sql's MERGE_OPS.
+* head events: per (entity, tile) ordered by time, a running frame computes the partials of the raw events
+  in [floor_g(t), t) with compile.sql's per-event TILE_OPS (the backfill's own tile SQL).
 
-Merged partials come back to the driver and go through pit_merge.combine / finalize — the same rules the
-embedded engine uses — so the engines differ at most in float rounding of sums.
+Merged partials come back to the driver in one collect and go through pit_merge.combine / finalize — the
+same code the embedded engine ends in — so the engines differ at most in float rounding of sums.
 """
 
 from __future__ import annotations

@@ -227,44 +227,66 @@ class RedisOnlineStore(OnlineStore):
     # ----- writes -----
 
     def _run_scripts(self, name: str, keys: Sequence[bytes], values: Sequence[bytes],
-                     extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None) -> int:
-        """EVAL `name` over batches of keys with several batches in flight; returns keys changed."""
-        return self._stream(name, [(keys, values)], extra, progress)
+                     extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None,
+                     merge: bool = False) -> int:
+        """Write keys in batches (see `_stream`); `merge=True` skips the MSETNX attempt."""
+        return self._stream(name, [(keys, values)], extra, progress, merge)
 
     def _stream(self, name: str, chunks: Iterable[tuple[Sequence[bytes], Sequence[bytes]]],
-                extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None) -> int:
-        """EVAL `name` over batches of `self.batch` keys from `chunks`, which may be a generator that packs
-        the next chunk while Redis still runs the batches in flight (so client and server work overlap)."""
+                extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None,
+                merge: bool = False) -> int:
+        """Write batches of `self.batch` keys from `chunks` with several batches in flight; `chunks` may be a
+        generator that packs the next chunk while Redis still works on the batches sent.
+
+        Each batch first goes as MSETNX, which writes all of its keys when none exists yet and nothing
+        otherwise: a bulk load into empty keys runs at raw MSET speed and can never overwrite a value.
+        When a batch finds keys present, it is re-sent as the EVAL of `name` (newer-wins / tile merge),
+        and so is every later batch of this call. Returns the keys written.
+        """
         written = 0
-        pending: list[int] = []
+        pending: list[tuple[bool, Sequence[bytes], Sequence[bytes]]] = []  # (was MSETNX, keys, values)
         with self._errors():
             conn = self._connection()
+
+            def send(as_merge: bool, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+                if as_merge:
+                    command = _eval(name, keys, [*extra, *values])
+                else:
+                    pairs: list[bytes] = [b""] * (2 * len(keys))
+                    pairs[0::2], pairs[1::2] = keys, values
+                    command = pack(b"MSETNX", *pairs)
+                conn.send_packed_command([command], check_health=False)
+                pending.append((not as_merge, keys, values))
+
+            def settle() -> None:
+                nonlocal written, merge
+                was_nx, keys, values = pending.pop(0)
+                try:
+                    reply = int(conn.read_response())
+                except ResponseError as exc:
+                    # The replies of the batches still in flight would be read as answers to later commands.
+                    conn.disconnect()
+                    raise OnlineStoreError(f"Redis refused a write: {exc}") from None
+                if was_nx and reply == 0:  # some key exists: merge this batch, and assume later ones too
+                    merge = True
+                    send(True, keys, values)
+                    return
+                written += len(keys) if was_nx else reply
+                if progress:
+                    progress(len(keys))
+
             try:
                 for keys, values in chunks:
                     for start in range(0, len(keys), self.batch):
-                        stop = min(start + self.batch, len(keys))
-                        command = _eval(name, keys[start:stop], [*extra, *values[start:stop]])
-                        conn.send_packed_command([command], check_health=False)
-                        pending.append(stop - start)
-                        if len(pending) >= _DEPTH:
-                            written += self._settle(conn, pending.pop(0), progress)
+                        send(merge, keys[start:start + self.batch], values[start:start + self.batch])
+                        while len(pending) >= _DEPTH:
+                            settle()
                 while pending:
-                    written += self._settle(conn, pending.pop(0), progress)
+                    settle()
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 conn.disconnect()
                 raise
         return written
-
-    def _settle(self, conn: Any, size: int, progress: Callable[[int], None] | None) -> int:
-        try:
-            reply = conn.read_response()
-        except ResponseError as exc:
-            # The replies of the batches still in flight would be read as answers to later commands.
-            conn.disconnect()
-            raise OnlineStoreError(f"Redis refused a write: {exc}") from None
-        if progress:
-            progress(size)
-        return int(reply)
 
     def write_last_values(self, view: ViewSpec, table: pa.Table,
                           progress: Callable[[int], None] | None = None) -> int:

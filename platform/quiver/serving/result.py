@@ -26,7 +26,7 @@ class OnlineResult:
                  at: int | np.ndarray):
         self.entities = dict(entities)
         self.batch = batch
-        self.outputs = list(outputs)  # (column name, (view, feature))
+        self.outputs = outputs  # (column name, (view, feature))
         self.at = at
 
     @property
@@ -55,18 +55,18 @@ class OnlineResult:
         """Entity keys and features as numpy arrays. Nulls: NaN in float columns (int columns that hold a
         null become float64), NaT in timestamps, None in string and bool columns (object dtype)."""
         out: dict[str, np.ndarray] = dict(self.entities)
-        converted: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        index, blocks = self.batch.index, self.batch.blocks
+        split: dict[int, tuple[list[np.ndarray], list[np.ndarray] | None, list[bool]]] = {}
         for name, key in self.outputs:
-            number, position = self.batch.index[key]
-            if number not in converted:
-                converted[number] = _numpy_block(*self.batch.blocks[number])
-            plain, fallback = converted[number]
+            number, position = index[key]
             if position < 0:
+                plain, fallback = _numpy_block(*blocks[number])
                 out[name] = fallback if fallback is not None else plain
-            else:
-                _, valid, _ = self.batch.blocks[number]
-                use = fallback is not None and not valid[:, position].all()
-                out[name] = fallback[:, position] if use else plain[:, position]  # type: ignore[index]
+                continue
+            if number not in split:
+                split[number] = _split_block(*blocks[number])
+            columns, fallbacks, has_null = split[number]
+            out[name] = fallbacks[position] if fallbacks is not None and has_null[position] else columns[position]
         return out
 
     def to_arrow(self) -> pa.Table:
@@ -109,6 +109,17 @@ def _numpy_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> tuple[np.
     filled = np.asarray(values, dtype=object).copy()
     filled[~valid] = None
     return values, filled
+
+
+def _split_block(values: np.ndarray, valid: np.ndarray,
+                 dtype: str) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[bool]]:
+    """Per-column arrays of a 2-D block (row views of its transpose: one numpy call, not one per column),
+    the null-holding fallbacks, and which columns hold a null."""
+    plain, fallback = _numpy_block(values, valid, dtype)
+    if fallback is None:
+        return list(plain.T), None, []
+    has_null = [bool(x) for x in np.atleast_1d(~valid.all(axis=0))]
+    return list(plain.T), list(fallback.T), has_null
 
 
 def _plain_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> list[list[Any]]:

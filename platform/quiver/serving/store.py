@@ -36,10 +36,7 @@ class ReadPlan:
     reads: tuple[ViewRead, ...]
     outputs: tuple[tuple[str, str, str], ...]  # (output column, view, feature)
     keys: tuple[tuple[str, str], ...]  # join keys (name, dtype) every read needs, in first-seen order
-
-    @property
-    def named_keys(self) -> list[tuple[str, tuple[str, str]]]:
-        return [(name, (view, feature)) for name, view, feature in self.outputs]
+    named_keys: tuple[tuple[str, tuple[str, str]], ...] = ()  # (output column, (view, feature))
 
 
 def resolve(catalog: Catalog, features: Features, full_feature_names: bool = False) -> ReadPlan:
@@ -59,7 +56,8 @@ def resolve(catalog: Catalog, features: Features, full_feature_names: bool = Fal
         for key, dtype in view.keys:
             keys.setdefault(key, dtype)
     reads = tuple(ViewRead(catalog.views[v], tuple(fs)) for v, fs in per_view.items())
-    return ReadPlan(reads, tuple((r.column, r.view, r.feature) for r in refs), tuple(keys.items()))
+    return ReadPlan(reads, tuple((r.column, r.view, r.feature) for r in refs), tuple(keys.items()),
+                    tuple((r.column, (r.view, r.feature)) for r in refs))
 
 
 def _view(catalog: Catalog, name: str) -> ViewSpec:

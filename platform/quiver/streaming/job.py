@@ -28,7 +28,7 @@ class JobOptions:
     """Runtime settings of the Flink job (the SQL comes from compile/flink.py)."""
 
     parallelism: int = 1
-    checkpoint_interval_ms: int = 500
+    checkpoint_interval_ms: int = 250
     state_backend: str = "rocksdb"  # or "hashmap" (faster, bounded by heap)
     retained_checkpoints: int = 2
     restart_attempts: int = 3

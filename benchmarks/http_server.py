@@ -156,6 +156,7 @@ def main() -> None:
     rounds = 2 if args.quick else 4
 
     import httpx
+
     from quiver.online.embedded import LocalRedis
 
     rng = np.random.default_rng(11)

@@ -91,6 +91,7 @@ def feast_repo(root: Path, url: str, frame: pd.DataFrame) -> Any:
 def raw_mset(url: str, keys: list[bytes], values: list[bytes], batch: int = 500, depth: int = 4) -> float:
     """Hand-packed pipelined MSET of the same keys and bytes on the same kind of connection (the floor)."""
     import redis
+
     from quiver.online.redis_store import pack
 
     conn = redis.ConnectionPool.from_url(url).make_connection()
@@ -122,6 +123,7 @@ def main() -> None:
     feast_runs = 1 if args.quick else 2
 
     import redis
+
     from quiver.online.embedded import LocalRedis
     from quiver.online.layout import entity_keys, key_prefix
     from quiver.online.materialize import materialize

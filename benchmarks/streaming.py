@@ -125,9 +125,9 @@ def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: i
     """Keep the job running; write a file every 100 ms with `rate/10` events + one probe; time visibility."""
     import numpy as np
     import pyarrow as pa
-    from quiver.serving.store import FeatureStore
 
     from pipelines.stream_producer import StreamWriter
+    from quiver.serving.store import FeatureStore
 
     proc = run_quiver(root, state, parallelism, bounded=False)
     writer = StreamWriter(root / "data" / "stream" / "transactions")
@@ -202,6 +202,7 @@ def peer_worker(config_path: str, state: str) -> None:
     import pyarrow as pa
     from pyflink.table import DataTypes, EnvironmentSettings, TableEnvironment
     from pyflink.table.udf import ScalarFunction, udf
+
     from quiver.catalog.loader import load_catalog
     from quiver.compile.flink import FlinkTarget, compile_flink, streamed_views
     from quiver.config import load_config
@@ -214,7 +215,7 @@ def peer_worker(config_path: str, state: str) -> None:
     views = streamed_views(cat)
     paths = StreamPaths.at(state)
     sources = sorted({v.source for v in views})
-    Feeder({s: Path(cfg.root) / cat.sources[s].stream.path for s in sources}, paths).feed()  # type: ignore[union-attr]
+    fed = Feeder({s: Path(cfg.root) / cat.sources[s].stream.path for s in sources}, paths).feed()  # type: ignore[union-attr]
     job = compile_flink(cat, FlinkTarget(inbox={s: paths.inbox(s).as_uri() for s in sources},
                                          sink_root=paths.sinks.as_uri()))
 
@@ -267,7 +268,7 @@ def peer_worker(config_path: str, state: str) -> None:
     result = ss.execute()
     running = time.time()
     result.wait()
-    print(json.dumps({"submit_s": running - began, "processing_s": time.time() - running}))
+    print(json.dumps({"submit_s": running - began, "processing_s": time.time() - running, "lines": fed.total_lines}))
 
 
 def run_peer(root: Path, events: int, flush: Any) -> dict[str, Any]:
@@ -281,7 +282,7 @@ def run_peer(root: Path, events: int, flush: Any) -> dict[str, Any]:
     if out.returncode != 0:
         raise RuntimeError(f"peer failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
     figures = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"events": events, "events_per_s": events / figures["processing_s"], **figures}
+    return {"events": figures["lines"], "events_per_s": figures["lines"] / figures["processing_s"], **figures}
 
 
 def same_answers(redis_url: str, root: Path, users: int) -> int:
@@ -289,6 +290,7 @@ def same_answers(redis_url: str, root: Path, users: int) -> int:
     import math
 
     import numpy as np
+
     from quiver.catalog.loader import load_catalog
     from quiver.config import load_config
     from quiver.online.base import ViewRead

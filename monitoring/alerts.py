@@ -32,10 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from quiver.registry import Registry
-
 from monitoring import repository
 from monitoring.repository import SEVERITIES, AlertRecord
+from quiver.registry import Registry
 
 Alert = AlertRecord
 log = logging.getLogger("quiver.alerts")

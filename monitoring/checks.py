@@ -17,11 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from quiver.registry import Registry
 
 from monitoring import metrics, repository
 from monitoring.alerts import AlertManager
 from monitoring.drift import DriftConfig, DriftReport, Frame, compute_drift
+from quiver.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 

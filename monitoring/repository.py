@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from quiver.registry import Registry
-from quiver.registry.monitoring_tables import alert_deliveries, alerts, drift_results, drift_runs
 from sqlalchemy import insert, select, update
 
 from monitoring.drift import DriftReport
+from quiver.registry import Registry
+from quiver.registry.monitoring_tables import alert_deliveries, alerts, drift_results, drift_runs
 
 SEVERITIES = ("info", "warning", "critical")
 _SCORE_COLUMNS = ("psi", "ks_statistic", "ks_pvalue", "wasserstein", "jensenshannon")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from quiver.catalog.errors import QuiverError
 from quiver.config import Config
 

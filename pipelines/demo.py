@@ -6,16 +6,19 @@ Each step prints what it did; the data lives under ./data and the registry under
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
-from quiver.catalog.ir import Catalog
-from quiver.config import Config, load_config
 from rich.console import Console
 
-console = Console()
+from quiver.catalog.ir import Catalog
+from quiver.config import Config, load_config
+
+# Piped output (CI logs, `make demo | tee`) gets a wide console instead of rich's 80-column default.
+console = Console() if sys.stdout.isatty() else Console(width=140)
 START = date(2026, 11, 1)
 
 
@@ -93,7 +96,8 @@ def training_set(config: Config, catalog: Catalog, days: int) -> None:
 
 @step("5. Materialize to Redis and read online features")
 def online(config: Config, days: int) -> None:
-    from datetime import UTC, datetime, time as clock
+    from datetime import UTC, datetime
+    from datetime import time as clock
 
     import pyarrow.parquet as pq
 

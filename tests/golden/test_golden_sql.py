@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from quiver.catalog.ir import Catalog
 from quiver.catalog.loader import load_catalog
 from quiver.compile.sql import compile_values_at_boundary, compile_view, dialect_for

@@ -10,14 +10,14 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
+
 from quiver.catalog.errors import QuiverError
 from quiver.compile.duckdb import DUCKDB
 from quiver.compile.sql import AS_OF_PARAM, compile_values_at_boundary
 from quiver.offline import layout
 from quiver.offline.backfill import NO_EVENT_TS, QUARANTINE, backfill, quarantine_schema
 from quiver.registry import Registry
-from typer.testing import CliRunner
-
 from tests.integration.test_backfill_support import (
     DAY0,
     GOLDEN_CATALOG,

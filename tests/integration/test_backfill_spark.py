@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from quiver.catalog.ir import Catalog
 from quiver.compile.spark import SPARK
 from quiver.compile.sql import AS_OF_PARAM, compile_values_at_boundary
@@ -19,7 +20,6 @@ from quiver.config import Config
 from quiver.offline import layout
 from quiver.offline.backfill import NO_EVENT_TS, QUARANTINE, BackfillReport, backfill
 from quiver.offline.engines import spark_session, stop_spark
-
 from tests.integration.test_backfill_support import (
     DAY0,
     US_PER_DAY,

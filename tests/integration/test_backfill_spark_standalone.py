@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from quiver.offline.backfill import backfill
 from quiver.offline.engines import spark_session, stop_spark
-
 from tests.integration.test_backfill_support import DAY0, assert_rows_equal, project, store_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

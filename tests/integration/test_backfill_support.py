@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.loader import load_catalog
 from quiver.config import Config

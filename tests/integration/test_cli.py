@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from quiver.registry import Registry
 
+from quiver.registry import Registry
 from tests.unit.catalogs.builders import line_of, transactions, write_catalog, write_parquet
 
 pytestmark = pytest.mark.integration

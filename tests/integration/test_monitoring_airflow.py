@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from quiver.registry import Registry
 
 from monitoring.alerts import AirflowAssetSink, AlertManager
+from quiver.registry import Registry
 
 pytestmark = pytest.mark.integration
 

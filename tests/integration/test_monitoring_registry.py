@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-from quiver.registry import Registry
 
 from monitoring.alerts import AlertManager
 from monitoring.checks import run_drift_check
 from monitoring.repository import drift_history, drift_results_of, list_alerts, list_drift_runs
+from quiver.registry import Registry
 
 pytestmark = pytest.mark.integration
 

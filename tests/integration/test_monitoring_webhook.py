@@ -9,10 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from quiver.registry import Registry
 
 from monitoring.alerts import AlertManager, WebhookSink
 from monitoring.repository import get_alert
+from quiver.registry import Registry
 
 pytestmark = pytest.mark.integration
 

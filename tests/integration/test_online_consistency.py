@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import redis
+
 from quiver.offline.backfill import backfill
 from quiver.offline.pit import get_historical_features
 from quiver.online.materialize import materialize
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.serving.store import FeatureStore
-
 from tests.integration.test_online_materialize import DAY, DAY0, DAY0_US, make_project, random_events
 
 pytestmark = pytest.mark.integration

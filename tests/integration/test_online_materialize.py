@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import redis
+from typer.testing import CliRunner
+
 from quiver import Aggregation, Entity, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.validate import build_catalog
 from quiver.config import Config
@@ -20,7 +22,6 @@ from quiver.online.base import OnlineStoreError, ViewRead
 from quiver.online.materialize import materialize
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.registry import Registry
-from typer.testing import CliRunner
 
 pytestmark = pytest.mark.integration
 

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import redis
+
 from quiver import Aggregation, Entity, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.validate import build_catalog
 from quiver.config import Config
@@ -21,7 +22,6 @@ from quiver.online.codec import TileCodec
 from quiver.online.embedded import ensure_redis, stop_embedded
 from quiver.online.layout import key_prefix
 from quiver.online.redis_store import RedisOnlineStore
-
 from tests.harness import free_port
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+
 from quiver.catalog.loader import load_catalog
 from quiver.config import Config
 from quiver.offline.backfill import backfill
 from quiver.offline.pit import get_historical_features
-
 from tests.unit.test_pit_reference import World, assert_same, reference_features
 
 pytestmark = pytest.mark.integration

@@ -8,10 +8,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
+
 from quiver.config import Config
 from quiver.offline import pit_spark
 from quiver.offline.pit import get_historical_features
-
 from tests.unit.test_pit_reference import (
     ALL_FEATURES,
     BASE,

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+
 from quiver import Catalog, QuiverError
 from quiver.catalog.ir import content_hash
 from quiver.catalog.validate import build_catalog
 from quiver.registry import Registry
 from quiver.registry.diff import diff_catalogs
-
 from tests.unit.catalogs.builders import transactions, write_parquet
 
 pytestmark = pytest.mark.integration
@@ -47,8 +47,9 @@ def make_catalog(root: Path, *, ttl: str = "1d", fields: tuple[str, ...] = ("amo
 
 
 def _alembic_head() -> str:
-    import quiver.registry.repository as repository
     from alembic.script import ScriptDirectory
+
+    import quiver.registry.repository as repository
 
     head = ScriptDirectory(str(repository._MIGRATIONS)).get_current_head()
     assert head is not None

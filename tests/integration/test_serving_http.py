@@ -13,6 +13,8 @@ import pytest
 import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error, response_schema_conformance
+
 from quiver import Aggregation, Entity, FeatureService, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.validate import build_catalog
 from quiver.config import Config
@@ -20,8 +22,6 @@ from quiver.offline.layout import last_values_schema
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.serving.server import create_app
 from quiver.serving.store import FeatureStore
-from schemathesis.checks import not_a_server_error, response_schema_conformance
-
 from tests.harness import free_port
 
 pytestmark = pytest.mark.integration

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
+
 from quiver.catalog.errors import QuiverError
 from quiver.offline.backfill import backfill
 from quiver.serving.store import FeatureStore
-
 from tests.integration.test_online_materialize import DAY0, random_events, write_source
 
 pytestmark = pytest.mark.integration

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from quiver.catalog.loader import load_catalog
 from quiver.offline import layout
 from quiver.offline.backfill import backfill
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.streaming.job import latest_checkpoint
 from quiver.streaming.paths import StreamPaths
-
 from tests.integration.test_streaming_e2e import (
     DAY0,
     REPO,

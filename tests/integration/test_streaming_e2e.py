@@ -27,6 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from pipelines.stream_producer import to_ndjson
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.loader import load_catalog
 from quiver.config import Config, load_config
@@ -38,8 +40,6 @@ from quiver.online.layout import entity_keys, key_prefix, tile_partials, tile_re
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.streaming.loader import late_events
 from quiver.streaming.paths import StreamPaths
-
-from pipelines.stream_producer import to_ndjson
 from tests.harness import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -357,8 +357,9 @@ def test_malformed_events_are_quarantined_with_their_reason(streamed: Streamed) 
 
 
 def test_stream_status_cli_reports_counts(streamed: Streamed) -> None:
-    from quiver.cli import _register_optional_commands, app
     from typer.testing import CliRunner
+
+    from quiver.cli import _register_optional_commands, app
 
     _register_optional_commands()
     out = CliRunner().invoke(app, ["stream-status", "--json", "--config", str(Path(streamed.config.root) / "quiver.yaml")])

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
 from quiver import Aggregation, Entity, FeatureService, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.types import duration_label, is_identifier, parse_duration, to_micros
 

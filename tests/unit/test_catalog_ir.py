@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from quiver import Catalog, load_catalog
 from quiver.catalog.ir import content_hash
-
 from tests.unit.catalogs.builders import PREAMBLE, transactions, write_catalog, write_parquet
 
 

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from quiver import CatalogError, Entity, FeatureView, QuiverError, load_catalog
 from quiver.catalog.loader import collect_definitions
-
 from tests.unit.catalogs.builders import PREAMBLE, line_of, transactions, write_catalog, write_parquet
 
 

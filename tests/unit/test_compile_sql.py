@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 import pytest
+
 from quiver.catalog.definitions import Location
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import AggSpec, FieldSpec, ViewSpec

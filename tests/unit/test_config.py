@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from quiver import Config, QuiverError, load_config
 from quiver.config import DEFAULT_CONFIG_TEXT
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quiver.registry import Registry
 
 from monitoring.alerts import (
     AirflowAssetSink,
@@ -22,6 +21,7 @@ from monitoring.alerts import (
     slack_payload,
 )
 from monitoring.repository import get_alert, list_alerts, undelivered
+from quiver.registry import Registry
 
 
 class Recorder:

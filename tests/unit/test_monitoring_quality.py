@@ -12,9 +12,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from quiver.catalog.errors import QuiverError
-from quiver.catalog.loader import load_catalog
-from quiver.registry import Registry
 
 from monitoring.alerts import AlertManager
 from monitoring.quality import (
@@ -24,6 +21,9 @@ from monitoring.quality import (
     load_user_expectations,
     tag_expectations,
 )
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.loader import load_catalog
+from quiver.registry import Registry
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 DEFS = '''

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from quiver import Aggregation, Entity, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.validate import build_catalog
 from quiver.offline.layout import last_values_schema, tile_schema

@@ -8,6 +8,7 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from quiver import Aggregation, Entity, FeatureView, Source
 from quiver.catalog.validate import build_catalog
 from quiver.compile.aggregations import AGG_FUNCTIONS

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from quiver import Aggregation, Entity, FeatureService, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.validate import build_catalog

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import typer
-from quiver.offline import training_cli
 from typer.testing import CliRunner
 
+from quiver.offline import training_cli
 from tests.unit.test_pit_reference import World, assert_same, make_world, reference_features
 
 CATALOG = '''

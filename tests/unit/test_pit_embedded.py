@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from quiver import QuiverError
 from quiver.offline.pit import get_historical_features, write_training_set
-
 from tests.unit.test_pit_reference import (
     ALL_FEATURES,
     BASE,

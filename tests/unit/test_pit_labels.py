@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
+
 from quiver import QuiverError
 from quiver.offline.pit import get_historical_features
-
 from tests.unit.test_pit_reference import BASE, World, make_world
 
 

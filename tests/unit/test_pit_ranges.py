@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from quiver.offline import pit_ranges
 from quiver.offline.pit_numpy import EntityIndex
 from quiver.offline.pit_ranges import Timeline, last_positions, range_merge, resolve_ties

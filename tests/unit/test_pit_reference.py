@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from quiver import Aggregation, Bool, Entity, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.validate import build_catalog

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from quiver import CatalogError, load_catalog
 from quiver.catalog.errors import DefinitionProblem
-
 from tests.unit.catalogs.builders import (
     PREAMBLE,
     TX_SCHEMA,

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from quiver.catalog.ir import Catalog
 from quiver.catalog.loader import load_catalog
 from quiver.compile.flink import FlinkTarget, compile_flink, streamed_views

@@ -4,7 +4,18 @@ The golden catalog's views (every fn on float, int and bool inputs, `count`/`las
 last-value views) on a source with a local stream binding, plus a Kafka-bound source for the production DDL.
 """
 
-from quiver import Aggregation, Bool, Entity, FeatureView, Field, Float64, Int64, Source, StreamBinding, String
+from quiver import (
+                Aggregation,
+                Bool,
+                Entity,
+                FeatureView,
+                Field,
+                Float64,
+                Int64,
+                Source,
+                StreamBinding,
+                String,
+)
 
 FNS = ("count", "sum", "mean", "min", "max", "last", "stddev")
 

@@ -210,7 +210,7 @@ def main() -> None:
     print(f"feast materialize:  {n / fe:,.0f} entities/s (median of {feast_runs}: {fe:.2f}s)")
     print(f"write stage {statistics.median(write_times):.3f}s (dedupe + encode + MSETNX) vs raw MSET "
           f"{statistics.median(mset_times):.3f}s: {report['write_stage_over_mset']:.2f}x; newer-wins Lua path "
-          f"(existing keys) {report['lua_over_mset']:.2f}x")
+          f"(taken when keys exist) {report['lua_over_mset']:.2f}x")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "materialize.json").write_text(json.dumps(report, indent=2))
     print(f"RESULT materialize ratio={fe / q:.1f} quiver={n / q:.0f}/s peer={n / fe:.0f}/s")

@@ -6,19 +6,15 @@ Each step prints what it did; the data lives under ./data and the registry under
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
-from rich.console import Console
-
 from quiver.catalog.ir import Catalog
+from quiver.cli import console  # one console for the demo and the CLI: wide when piped
 from quiver.config import Config, load_config
 
-# Piped output (CI logs, `make demo | tee`) gets a wide console instead of rich's 80-column default.
-console = Console() if sys.stdout.isatty() else Console(width=140)
 START = date(2026, 11, 1)
 
 
@@ -73,25 +69,30 @@ def run_backfill(config: Config, catalog: Catalog, days: int, engine: str) -> No
     console.print(f"offline store: {config.offline_dir}")
 
 
-@step("4. Point-in-time training set (labels of the last 3 days × the fraud_model service)")
-def training_set(config: Config, catalog: Catalog, days: int) -> None:
+def labelled_features(config: Config, catalog: Catalog, first: date, last: date, out: Path) -> object:
+    """Training set for the labels of days first..last (inclusive) × the fraud_model service → `out`."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from quiver.offline.pit import get_historical_features
 
     labels = pq.read_table(config.root / "data/labels/labels.parquet")
-    since = START + timedelta(days=days - 3)
-    labels = labels.filter(pc.greater_equal(labels["event_ts"], pc.cast(pc.strptime(
-        since.isoformat(), "%Y-%m-%d", "us"), labels.schema.field("event_ts").type)))
-    frame = get_historical_features(labels, "fraud_model", catalog=catalog, config=config)
-    out = config.root / "data/training/fraud_model.parquet"
+    day = pc.cast(labels["event_ts"], "date32")
+    keep = pc.and_(pc.greater_equal(day, pa.scalar(first)), pc.less_equal(day, pa.scalar(last)))
+    frame = get_historical_features(labels.filter(keep), "fraud_model", catalog=catalog, config=config)
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(out, index=False)
-    console.print(f"training set {frame.shape[0]:,} rows × {frame.shape[1]} columns → {out}")
-    preview = frame[["user_id", "event_ts", "is_fraud", "amount_count_1h", "amount_mean_24h",
-                               "last_amount", "credit_limit", "risk_score"]].head(5)
-    show(preview)
+    return frame
+
+
+@step("4. Point-in-time training set (labels of the last 3 days × the fraud_model service)")
+def training_set(config: Config, catalog: Catalog, days: int) -> None:
+    out = config.root / "data/training/fraud_model.parquet"
+    frame = labelled_features(config, catalog, START + timedelta(days=days - 3), START + timedelta(days=days - 1), out)
+    console.print(f"training set {frame.shape[0]:,} rows × {frame.shape[1]} columns → {out}")  # type: ignore[attr-defined]
+    show(frame[["user_id", "event_ts", "is_fraud", "amount_count_1h", "amount_mean_24h",  # type: ignore[index]
+                "last_amount", "credit_limit", "risk_score"]].head(5))
 
 
 @step("5. Materialize to Redis and read online features")
@@ -112,6 +113,21 @@ def online(config: Config, days: int) -> None:
         result = store.get_online_features("fraud_model", entity_rows, at=end)
         show(result.to_pandas()[["user_id", "amount_count_24h", "amount_mean_24h", "amount_stddev_7d",
                                  "last_amount", "country", "risk_score"]])
+
+
+@step("6. Drift check: a pre-drift window (reference) vs the drifted days (current)")
+def drift_check(config: Config, catalog: Catalog, days: int, drift_from_day: int) -> None:
+    from quiver.monitoring_cli import drift
+
+    reference = config.root / "data/training/reference.parquet"
+    first = START + timedelta(days=max(drift_from_day - 5, 0))
+    labelled_features(config, catalog, first, START + timedelta(days=drift_from_day - 1), reference)
+    report = config.root / "data/reports/drift.html"
+    features = ["amount_count_24h", "amount_mean_24h", "amount_max_24h", "amount_mean_7d", "online_share_24h",
+                "last_amount", "last_category", "credit_limit", "risk_score", "merchant_amount_mean_24h"]
+    drift(reference=reference, current=config.root / "data/training/fraud_model.parquet", features=features,
+          report=report, name="fraud_model", record=True, alert=True)
+    console.print(f"HTML drift report: {report}")
 
 
 def show(frame: object) -> None:
@@ -136,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     run_backfill(config, catalog, args.days, args.engine)
     training_set(config, catalog, args.days)
     online(config, args.days)
+    drift_check(config, catalog, args.days, args.drift_from_day)
     console.print(f"[green]demo done[/green]: data in {config.root / 'data'}, "
                   f"end date {START + timedelta(days=args.days - 1)}")
 

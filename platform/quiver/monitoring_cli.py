@@ -7,15 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import user_errors
+from quiver.cli import ConfigOption, console, user_errors
 from quiver.config import CONFIG_FILE, load_config
 
-console = Console()
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="quiver.yaml (default: ./quiver.yaml)")]
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "alert": "bold red", "insufficient_data": "dim",
                  "skipped": "dim"}
 

@@ -38,3 +38,25 @@ def materialize_until(day: str, config_path: str | None = None) -> dict[str, Any
     end = datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(), tzinfo=UTC)
     report = materialize(config, catalog, end=end)
     return {"day": day, "entities_written": report.entities_written, "seconds": round(report.seconds, 3)}
+
+
+def drift_check(reference: str, current: str, name: str = "features", config_path: str | None = None,
+                features: list[str] | None = None) -> dict[str, Any]:
+    """Compare `current` with `reference` (Parquet files or folders), record the run, raise/resolve alerts.
+
+    Alerts go to the sinks of the project's monitoring.yaml (an `airflow_asset` sink triggers retraining).
+    """
+    from monitoring.alerts import AlertManager, sinks_from_config
+    from monitoring.checks import read_table, run_drift_check
+    from monitoring.settings import load_settings
+    from quiver.registry import Registry
+
+    config = load_config(Path(config_path) if config_path else None)
+    registry = Registry(config.registry, project=config.project)
+    alerts = AlertManager(registry, sinks_from_config(load_settings(config).alert_sinks))
+    check = run_drift_check(read_table(config.root / reference, features), read_table(config.root / current, features),
+                            name=name, features=features, registry=registry, alerts=alerts,
+                            reference_label=reference, current_label=current)
+    report = check.report
+    return {"run_id": check.run_id, "dataset_drift": report.dataset_drift, "drift_share": report.drift_share,
+            "drifted": [f.feature for f in report.drifted], "alerts": [a.alert.id for a in check.alerts]}

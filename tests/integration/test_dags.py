@@ -60,3 +60,30 @@ def test_materialize_dag_runs_for_real(tmp_path: Path, redis_url: str) -> None:
     # The day was backfilled offline and its values reached Redis.
     assert any((project / "data/offline/user_spend/tiles").glob("date=2026-11-02/*.parquet"))
     assert redis.Redis.from_url(redis_url).dbsize() > 0
+
+
+def test_drift_dag_records_the_run_and_raises_alerts(tmp_path: Path) -> None:
+    import numpy as np
+    import pandas as pd
+    from sqlalchemy import create_engine, text
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "feature_defs", project / "feature_defs")
+    rng = np.random.default_rng(5)
+    (project / "data").mkdir()
+    pd.DataFrame({"amount": rng.normal(50, 10, 5_000), "stable": rng.normal(0, 1, 5_000)}).to_parquet(
+        project / "data/reference.parquet")
+    pd.DataFrame({"amount": rng.normal(80, 10, 5_000), "stable": rng.normal(0, 1, 5_000)}).to_parquet(
+        project / "data/current.parquet")
+    # No sources are read by a drift check, so the catalog's data need not exist; only the registry.
+    (project / "quiver.yaml").write_text("project: drifttest\nregistry_url: sqlite:///.quiver/registry.db\n")
+    env = _airflow_env(tmp_path / "airflow", QUIVER_CONFIG=str(project / "quiver.yaml"),
+                       QUIVER_DRIFT_REFERENCE="data/reference.parquet", QUIVER_DRIFT_CURRENT="data/current.parquet")
+    assert subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, timeout=300).returncode == 0
+    run = subprocess.run([str(AIRFLOW), "dags", "test", "quiver_drift", "2026-11-02"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    engine = create_engine(f"sqlite:///{project / '.quiver/registry.db'}")
+    with engine.connect() as connection:
+        subjects = {row[0] for row in connection.execute(text("SELECT subject FROM alerts"))}
+    assert "scheduled:amount" in subjects and "scheduled:stable" not in subjects

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from quiver import Aggregation, Entity, FeatureView, Field, Float64, Source, StreamBinding
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.validate import build_catalog

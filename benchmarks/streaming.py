@@ -132,6 +132,8 @@ def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: i
     proc = run_quiver(root, state, parallelism, bounded=False)
     writer = StreamWriter(root / "data" / "stream" / "transactions")
     store = FeatureStore(root / "quiver.yaml")
+    probe_view = store.catalog.views["user_last_transaction"]
+    probe_feature = next(f.name for f in probe_view.fields if f.column == "amount")
     deadline = time.time() + 120
     while read_status(state).get("state") != "running":
         if proc.poll() is not None or time.time() > deadline:
@@ -147,9 +149,10 @@ def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: i
         while not stop.is_set() or len(seen) < len(written):
             pending = [p for p in list(written) if p not in seen]
             if pending:
-                out = store.get_online_features(["user_last_transaction:amount"], {"user_id": pending}).to_dict()
+                out = store.get_online_features([f"{probe_view.name}:{probe_feature}"],
+                                                {"user_id": pending}).to_dict()
                 now = time.time()
-                for probe, value in zip(pending, out["amount"], strict=True):
+                for probe, value in zip(pending, out[probe_feature], strict=True):
                     if value == value and value is not None:  # not NaN: visible
                         seen[probe] = now
             if stop.is_set() and time.time() > stop_at[0] + 15:
@@ -183,6 +186,7 @@ def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: i
     stop_at[0] = time.time()
     stop.set()
     poller.join()
+    time.sleep(2.0)  # a few more checkpoints: every view's changes of the last files are committed and loaded
     proc.terminate()
     proc.wait(timeout=60)
     store.close()
@@ -285,9 +289,9 @@ def run_peer(root: Path, events: int, flush: Any) -> dict[str, Any]:
     return {"events": figures["lines"], "events_per_s": figures["lines"] / figures["processing_s"], **figures}
 
 
-def same_answers(redis_url: str, root: Path, users: int) -> int:
-    """Online values of both projects for a sample of users: equal (floats to 1e-9)."""
-    import math
+def same_answers(redis_url: str, root: Path, users: int, backlog_end_us: int) -> int:
+    """Online values of both projects for a sample of entities at the backlog's end and now: equal
+    (floats to 1e-9: the two paths sum tile partials in different orders)."""
 
     import numpy as np
 
@@ -298,7 +302,6 @@ def same_answers(redis_url: str, root: Path, users: int) -> int:
 
     cfg = load_config(root / "quiver.yaml")
     cat = load_catalog(cfg.catalog_dir, root=cfg.root)
-    at = int(time.time() * 1e6)
     checked = 0
     with RedisOnlineStore(redis_url, "bench") as ours, RedisOnlineStore(redis_url, "peer") as peer:
         for view in cat.views.values():
@@ -307,16 +310,24 @@ def same_answers(redis_url: str, root: Path, users: int) -> int:
             key = view.key_names[0]
             ids = np.arange(1, min(users, 2000) + 1, dtype=np.int64)
             reads = [ViewRead(view, tuple(view.feature_names))]
-            a, b = ours.read(reads, {key: ids}, at), peer.read(reads, {key: ids}, at)
-            for name in a:
-                for i in range(len(ids)):
-                    va, vb = a[name].valid[i], b[name].valid[i]
-                    assert va == vb, f"{name} entity {ids[i]}: valid {va} vs {vb}"
-                    if va:
-                        x, y = a[name].values[i], b[name].values[i]
-                        ok = x == y or (isinstance(x, float) and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9))
-                        assert ok, f"{name} entity {ids[i]}: {x!r} vs {y!r}"
-                        checked += 1
+            for at in (backlog_end_us, int(time.time() * 1e6)):
+                checked += _compare(ours.read(reads, {key: ids}, at), peer.read(reads, {key: ids}, at), ids)
+    return checked
+
+
+def _compare(a: Any, b: Any, ids: Any) -> int:
+    import math
+
+    checked = 0
+    for name in a:
+        for i in range(len(ids)):
+            va, vb = a[name].valid[i], b[name].valid[i]
+            assert va == vb, f"{name} entity {ids[i]}: valid {va} vs {vb}"
+            if va:
+                x, y = a[name].values[i], b[name].values[i]
+                ok = x == y or (isinstance(x, float) and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9))
+                assert ok, f"{name} entity {ids[i]}: {x!r} vs {y!r}"
+                checked += 1
     return checked
 
 
@@ -346,12 +357,16 @@ def main() -> int:
         sys.exit(f"streaming virtualenv missing: {STREAM_PY} (run `make setup`)")
     tmp = Path(tempfile.mkdtemp(prefix="quiver-bench-stream-"))
     redis_proc, url = start_redis(tmp)
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import redis
 
     flush = redis.Redis.from_url(url).flushall
     try:
         began = time.time()
-        make_project(tmp / "project", url, events, users)
+        tx_end: dict[Path, int] = {}
+        tx = make_project(tmp / "project", url, events, users)
+        tx_end[tmp / "project"] = pc.max(tx.column("event_ts")).cast(pa.int64()).as_py()
         print(f"data: {events:,} events, {users:,} users ({time.time() - began:.1f} s)", flush=True)
         root = tmp / "project"
         runs: dict[int, list[dict[str, float]]] = {}
@@ -374,15 +389,17 @@ def main() -> int:
             peer_events = events if a.quick else min(events, 200_000)
             if peer_events != events:  # the peer reads the same stream dir: give it a smaller one
                 shutil.rmtree(tmp / "peer", ignore_errors=True)
-                make_project(tmp / "peer", url, peer_events, users)
+                tx = make_project(tmp / "peer", url, peer_events, users)
                 root_peer = tmp / "peer"
+                tx_end[root_peer] = pc.max(tx.column("event_ts")).cast(pa.int64()).as_py()
             else:
                 root_peer = root
             keep = flush if root_peer != root else (lambda: None)  # same data: keep our run's values to compare
             peer = run_peer(root_peer, peer_events, keep)
             if root_peer != root:  # same answers: our job over the peer's (smaller) stream too
                 throughput(root_peer, tmp / "state-check", best_level, peer_events, lambda: None)
-            checked = same_answers(url, root_peer, users)
+            end_us = int(tx_end[root_peer]) + 1
+            checked = same_answers(url, root_peer, users, end_us)
             print(f"peer (pandas UDF sink, p=1): {peer['events_per_s']:,.0f} ev/s; {checked:,} values equal",
                   flush=True)
         result = {"events": events, "users": users, "quick": a.quick, "runner_args": RUNNER_ARGS, "throughput": runs,

@@ -4,6 +4,8 @@ The public API is re-exported here; `tests/unit/test_public_api.py` pins `__all_
 Heavy engines (pyspark, duckdb, torch, …) are imported lazily by the functions that need them.
 """
 
+import typing as _typing
+
 from quiver.catalog.definitions import (
     Aggregation,
     Entity,
@@ -19,6 +21,31 @@ from quiver.catalog.loader import load_catalog
 from quiver.catalog.types import Bool, Float64, Int64, String, Timestamp
 from quiver.config import Config, load_config
 
+if _typing.TYPE_CHECKING:
+    from quiver.offline.backfill import backfill
+    from quiver.offline.pit import get_historical_features
+    from quiver.online.materialize import materialize
+    from quiver.serving.store import FeatureStore
+
+# Engine-backed entry points import on first use, so `import quiver` stays light (the Flink venv has no
+# pyspark or duckdb) and fast.
+_LAZY = {
+    "FeatureStore": "quiver.serving.store",
+    "backfill": "quiver.offline.backfill",
+    "get_historical_features": "quiver.offline.pit",
+    "materialize": "quiver.online.materialize",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'quiver' has no attribute {name!r}")
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -29,6 +56,7 @@ __all__ = [
     "Config",
     "Entity",
     "FeatureService",
+    "FeatureStore",
     "FeatureView",
     "Field",
     "Float64",
@@ -38,6 +66,9 @@ __all__ = [
     "StreamBinding",
     "String",
     "Timestamp",
+    "backfill",
+    "get_historical_features",
     "load_catalog",
     "load_config",
+    "materialize",
 ]

@@ -30,7 +30,10 @@ Aggregation view, the live tiles of one entity, sorted by tile_start, one fixed-
     timestamp i8, float64 f8, string u4 length with its bytes after the record, var_len = their total).
     A partial whose column had no non-null value in the tile (cnt = 0) is stored as 0 and read as null.
 
-Writes (redis_store.py) are Lua scripts over a batch of keys (one MGET, one MSET inside the script):
+Writes (redis_store.py) go in pipelined batches of a few hundred keys. A batch is first sent as MSETNX,
+which sets every key when none exists and nothing otherwise (a bulk load into an empty store runs at raw
+MSET speed and can never overwrite anything); a refused batch is re-sent as a Lua script (one MGET, one
+MSET inside) that applies the rules below:
 
 - last value: newer wins. The incoming record replaces the stored one only when its event_ts is >= the
   stored event_ts, so replays and late writes never overwrite a newer value (a replay of the same event
@@ -46,6 +49,11 @@ exactly the events before ``t`` when the events ingested so far are those before
 offline rule (whole tiles in ``[floor_g(t) - w, floor_g(t))`` plus raw events in ``[floor_g(t), t)``),
 so online equals offline; and windows decay with no events arriving. TTL of last values is applied at
 read: a value counts when ``t - ttl <= event_ts < t``.
+
+Limits: the online store answers for "now" and later. Read as of a time before data already written, a
+last value newer than ``t`` reads as null (the older one is gone) and the current tile may hold events
+at or after ``t``. Keys carry no Redis expiry: stale tiles are trimmed, stale last values are hidden by
+the TTL at read, and memory is bounded by the number of entities.
 """
 
 from __future__ import annotations

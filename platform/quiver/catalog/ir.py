@@ -98,6 +98,17 @@ class ViewSpec:
         return [f.name for f in self.fields] + [a.name for a in self.aggregations]
 
     @property
+    def source_columns(self) -> list[tuple[str, str]]:
+        """(source column, dtype) the view reads: keys, event time, then inputs, each once, in order."""
+        cols: dict[str, str] = dict(self.keys)
+        cols.setdefault(self.timestamp_field, "timestamp")
+        for f in self.fields:
+            cols.setdefault(f.column, f.dtype)
+        for a in self.aggregations:
+            cols.setdefault(a.column, a.input_dtype)
+        return list(cols.items())
+
+    @property
     def max_window_us(self) -> int:
         return max((a.window_us for a in self.aggregations), default=0)
 

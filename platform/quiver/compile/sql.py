@@ -269,7 +269,7 @@ def compile_quarantine(d: Dialect, view: ViewSpec) -> str:
     """
     q = d.quote
     ts = q(view.timestamp_field)
-    cols = [(d.cast(q(name), dtype), q(name)) for name, dtype in _source_columns(view)]
+    cols = [(d.cast(q(name), dtype), q(name)) for name, dtype in view.source_columns]
     reason = f"CASE WHEN {ts} IS NULL THEN '{NULL_EVENT_TS}' ELSE '{NULL_KEY}' END"
     cols += [(reason, q(REASON_COLUMN)), (d.date_from_us.format(us=d.epoch_us.format(ts=ts)), q(DATE_COLUMN))]
     return "\n".join([
@@ -348,7 +348,7 @@ def dialect_for(target: str) -> Dialect:
 
 def _check_names(view: ViewSpec) -> None:
     # Generated queries name their helper columns __…; a user column of that shape could collide.
-    names = view.key_names + view.feature_names + [c for c, _ in _source_columns(view)]
+    names = view.key_names + view.feature_names + [c for c, _ in view.source_columns]
     clashes = sorted({n for n in names if n.startswith("__")})
     if clashes:
         raise QuiverError(f"{view.location}: feature view {view.name!r}: names starting with '__' are "
@@ -363,17 +363,6 @@ def _partials(view: ViewSpec, aggs: list[AggSpec] | None = None) -> list[Partial
 def _partial_dtype(agg: AggSpec, kind: str) -> str:
     partial = PartialColumn(partial_column(agg.column, kind), agg.column, PARTIALS[kind], agg.input_dtype)
     return partial.dtype
-
-
-def _source_columns(view: ViewSpec) -> list[tuple[str, str]]:
-    """(source column, logical dtype) the view reads: keys, event time, inputs — each once, in order."""
-    cols: dict[str, str] = dict(view.keys)
-    cols.setdefault(view.timestamp_field, "timestamp")
-    for f in view.fields:
-        cols.setdefault(f.column, f.dtype)
-    for a in view.aggregations:
-        cols.setdefault(a.column, a.input_dtype)
-    return list(cols.items())
 
 
 def _events_cte(d: Dialect, view: ViewSpec, tile_us: int | None = None,

@@ -183,7 +183,7 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path,
     needed: dict[str, dict[str, tuple[str, str]]] = {}  # source → column → (logical dtype, view)
     for view in views:
         cols = needed.setdefault(view.source, {})
-        for name, dtype in _read_columns(view):
+        for name, dtype in view.source_columns:
             cols.setdefault(name, (dtype, view.name))
     out: dict[str, list[tuple[Path, pa.Schema]]] = {}
     for source_name, columns in sorted(needed.items()):
@@ -226,7 +226,7 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path,
 def _unreadable_file(files: dict[str, list[tuple[Path, pa.Schema]]],
                      views: Sequence[ViewSpec]) -> QuiverError | None:
     for source, checked in sorted(files.items()):
-        columns = sorted({c for v in views if v.source == source for c, _ in _read_columns(v)})
+        columns = sorted({c for v in views if v.source == source for c, _ in v.source_columns})
         for path, _ in checked:
             try:
                 for _batch in pq.ParquetFile(path).iter_batches(columns=columns):
@@ -234,17 +234,6 @@ def _unreadable_file(files: dict[str, list[tuple[Path, pa.Schema]]],
             except (pa.ArrowException, OSError) as exc:
                 return QuiverError(f"source {source!r}: cannot read Parquet file {path}: {exc}")
     return None
-
-
-def _read_columns(view: ViewSpec) -> list[tuple[str, str]]:
-    """(source column, logical dtype) a view reads: keys, event time, inputs — each once, in order."""
-    columns: dict[str, str] = dict(view.keys)
-    columns.setdefault(view.timestamp_field, "timestamp")
-    for f in view.fields:
-        columns.setdefault(f.column, f.dtype)
-    for a in view.aggregations:
-        columns.setdefault(a.column, a.input_dtype)
-    return list(columns.items())
 
 
 # ---- staging ----
@@ -282,7 +271,7 @@ def _stage_quarantine(runner: BatchEngine, spec: ViewSpec, params: dict[str, int
 
 def quarantine_schema(spec: ViewSpec) -> pa.Schema:
     """Arrow schema of a view's quarantined rows: the source columns it reads, then the reason."""
-    fields = [pa.field(name, layout.arrow_type(dtype)) for name, dtype in _read_columns(spec)]
+    fields = [pa.field(name, layout.arrow_type(dtype)) for name, dtype in spec.source_columns]
     return pa.schema([*fields, pa.field(REASON_COLUMN, pa.string())])
 
 

@@ -384,3 +384,27 @@ def test_everything_fed_was_accounted_for(streamed: Streamed) -> None:
     non_null_users = sum(u is not None for u in s.data.valid.column("user_id").to_pylist())
     assert sum(redis_tiles(s.store, s.config.project, view, entity_grid(view)).column("n_events").to_pylist()) \
         == n_events == non_null_users
+
+
+def test_quiver_stream_cli_resumes_without_counting_anything_twice(streamed: Streamed) -> None:
+    """Last in this module: `quiver stream --bounded` again (via the CLI and the streaming venv) resumes
+    from the retained checkpoint, finds nothing new, and leaves Redis and every count unchanged."""
+    from typer.testing import CliRunner
+
+    from quiver.cli import _register_optional_commands, app
+
+    s = streamed
+    before = {v: redis_tiles(s.store, s.config.project, s.catalog.views[v], entity_grid(s.catalog.views[v]))
+              for v in ("user_activity", "user_merchant")}
+    counts = json.loads(s.paths.status_file.read_text())["loader"]
+    _register_optional_commands()
+    out = CliRunner().invoke(app, ["stream", "--bounded", "--parallelism", "2",
+                                   "--config", str(Path(s.config.root) / "quiver.yaml")])
+    assert out.exit_code == 0, out.output
+    status = json.loads(s.paths.status_file.read_text())
+    assert status["restored_from"] and status["state"] == "finished"
+    assert status["loader"]["late"] == counts["late"] and status["loader"]["quarantined"] == counts["quarantined"]
+    assert status["feeder"]["lines"] == 0  # nothing new to feed
+    for name, tiles in before.items():
+        view = s.catalog.views[name]
+        assert redis_tiles(s.store, s.config.project, view, entity_grid(view)).equals(tiles)

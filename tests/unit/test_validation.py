@@ -303,8 +303,8 @@ def test_example_catalog_validates_against_demo_data(tmp_path: Path) -> None:
     assert [a.input_dtype for a in spend.aggregations if a.column == "is_online"] == ["bool"]
     last = catalog.view("user_last_transaction")
     assert last.kind == "last" and last.ttl_us == 7 * 86_400 * 1_000_000
-    assert [(f.name, f.dtype) for f in last.fields] == [("amount", "float64"), ("merchant_id", "int64"),
-                                                      ("category", "string")]
+    assert [(f.name, f.column, f.dtype) for f in last.fields] == [("last_amount", "amount", "float64"),
+        ("last_merchant_id", "merchant_id", "int64"), ("last_category", "category", "string")]
     assert dict(catalog.sources["transactions"].columns)["event_ts"] == "timestamp"
     service = catalog.services["fraud_model"]
     assert len(service.features) == sum(len(v.feature_names) for v in catalog.views.values())

@@ -6,6 +6,7 @@ Each step prints what it did; the data lives under ./data and the registry under
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from datetime import date, timedelta
@@ -130,6 +131,52 @@ def drift_check(config: Config, catalog: Catalog, days: int, drift_from_day: int
     console.print(f"HTML drift report: {report}")
 
 
+@step("7. Stream two more hours of events (12:00–14:00 the next day) through Flink into Redis (quiver stream --bounded)")
+def stream(config: Config, days: int) -> None:
+    import shutil
+    import subprocess
+    from datetime import UTC, datetime
+    from datetime import time as clock
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from pipelines.stream_producer import StreamWriter
+    from quiver.serving.store import FeatureStore
+
+    # Fresh events: 12:00–14:00 of the last day, replayed one day later, written as stream files.
+    day_end = datetime.combine(START + timedelta(days=days), clock(), tzinfo=UTC)
+    source = ds.dataset(config.root / "data/events/transactions", format="parquet", partitioning="hive")
+    ts = pc.field("event_ts")
+    utc = pa.timestamp("us", "UTC")
+    window = source.to_table(filter=(ts >= pa.scalar(day_end - timedelta(hours=12), utc))
+                             & (ts < pa.scalar(day_end - timedelta(hours=10), utc)))
+    window = window.drop_columns([c for c in window.column_names if c == "date"])
+    window = window.set_column(window.schema.get_field_index("event_ts"), "event_ts",
+                               pc.add(window["event_ts"], pa.scalar(timedelta(days=1), pa.duration("us"))))
+    window = window.sort_by("event_ts")
+    stream_dir = config.root / "data/stream/transactions"
+    shutil.rmtree(stream_dir, ignore_errors=True)
+    shutil.rmtree(config.root / ".quiver/stream", ignore_errors=True)  # a demo rerun starts a fresh job
+    writer = StreamWriter(stream_dir)
+    for start in range(0, window.num_rows, 5_000):
+        writer.write(window.slice(start, 5_000))
+    at = day_end + timedelta(hours=14)
+    users = [{"user_id": int(u), "merchant_id": 1} for u in pc.unique(window["user_id"]).to_pylist()[:6] if u]
+    features = ["user_spend:amount_count_1h", "user_spend:amount_count_24h", "user_last_transaction:last_amount"]
+    with FeatureStore(config=config) as store:
+        before = store.get_online_features(features, users, at=at).to_pandas()
+        console.print(f"{window.num_rows:,} events in {len(list(stream_dir.glob('*.jsonl')))} files → Flink")
+        subprocess.run([sys.executable.replace("python", "quiver"), "stream", "--bounded"], check=True,
+                       cwd=config.root)
+        after = store.get_online_features(features, users, at=at).to_pandas()
+    for name in ("amount_count_1h", "amount_count_24h", "last_amount"):
+        before[f"{name} (streamed)"] = after[name]
+    console.print(f"online values as of {at:%Y-%m-%d %H:%M} UTC, before and after the stream:")
+    show(before)
+
+
 def show(frame: object) -> None:
     """Print a small DataFrame as a rich table (floats rounded)."""
     from rich.table import Table
@@ -144,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--drift-from-day", type=int, default=10)
+    parser.add_argument("--no-stream", action="store_true", help="skip the Flink streaming step")
     parser.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
     args = parser.parse_args(argv)
     config = load_config(Path("quiver.yaml") if Path("quiver.yaml").exists() else None)
@@ -153,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     training_set(config, catalog, args.days)
     online(config, args.days)
     drift_check(config, catalog, args.days, args.drift_from_day)
+    if not args.no_stream:
+        stream(config, args.days)
     console.print(f"[green]demo done[/green]: data in {config.root / 'data'}, "
                   f"end date {START + timedelta(days=args.days - 1)}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -10,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.harness import PostgresCluster, RedisServer, ServiceError, find_postgres_bin, postgres_run_as
+
+# py4j's finalizers log "Closing down clientserver connection" at interpreter exit, after pytest has closed
+# the captured streams; logging would print a full traceback for each. They are harmless: stay quiet.
+logging.raiseExceptions = False
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,7 @@ def test_backfill_then_training_set_equals_brute_force(demo: tuple[Config, Any, 
     assert_same(got, expected, columns)
     # Each label sits exactly at its own transaction (which must not count itself); most have history.
     assert got["user_spend__amount_count_24h"].gt(0).mean() > 0.5
-    assert got["user_last_transaction__amount"].notna().mean() > 0.3
+    assert got["user_last_transaction__last_amount"].notna().mean() > 0.3
 
 
 @pytest.mark.slow

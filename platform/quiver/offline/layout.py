@@ -3,14 +3,15 @@
     <offline_root>/<view>/tiles/date=YYYY-MM-DD/part-00000.parquet
         join keys…, tile_start (int64, epoch µs, aligned to the view's tile), n_events (int64),
         one column per partial: <col>__cnt int64, <col>__sum / <col>__sumsq float64,
-        <col>__min / <col>__max / <col>__last (input dtype; bool as int64 for min/max), <col>__last_ts int64 µs.
+        <col>__min / <col>__max / <col>__last (input dtype; bool stored as int64), <col>__last_ts int64 µs.
         A tile never crosses midnight UTC (tiles divide a day), so its date is its tile_start's date.
     <offline_root>/<view>/last_values/date=YYYY-MM-DD/part-00000.parquet
         join keys…, event_ts (timestamp µs UTC), one column per field (named as the feature).
         The view's projected event log, one row per (keys, event_ts): the value as of t is the newest row
         before t. Ties at one event_ts keep the row with the greatest field values (NULL lowest), in
         field order, so every engine picks the same row.
-    <offline_root>/_quarantine/<view>/date=YYYY-MM-DD/…   rows skipped for null keys or timestamps.
+    <offline_root>/_quarantine/<view>/date=YYYY-MM-DD/…   rows skipped for null join keys, by event date.
+    <offline_root>/_quarantine/<view>/no_event_ts/…       rows without an event time (rewritten by every run).
 
 Every partition is written to a temp folder beside it and renamed into place, so readers see the old day
 or the new day, never half of one; re-running a date range replaces exactly those dates.

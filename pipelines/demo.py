@@ -106,6 +106,14 @@ def online(config: Config, days: int) -> None:
     from quiver.serving.store import FeatureStore
 
     end = datetime.combine(START + timedelta(days=days), clock(), tzinfo=UTC)
+    if not config.redis_url:
+        import redis
+
+        from quiver.online.embedded import ensure_redis
+
+        # The embedded Redis outlives a demo run; start each run from an empty store (step 7's streamed
+        # values would otherwise show up in this run's "before" column).
+        redis.Redis.from_url(ensure_redis(config)).flushdb()
     with FeatureStore(config=config) as store:
         report = store.materialize(end=end)
         console.print(str(report))

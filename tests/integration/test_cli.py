@@ -119,8 +119,8 @@ def test_user_errors_print_one_line_per_problem_and_exit_2(project: Path) -> Non
     lines = user_error(quiver("apply", cwd=project))
     assert len(lines) == 3, lines
     marker = line_of(path)
-    assert any(f"views.py:{line_of(path, 'user_last = ')}: feature view 'user_last': ttl: not a duration" in x
-               for x in lines)
+    bad_ttl = f"views.py:{line_of(path, 'user_last = ')}: feature view 'user_last': ttl: not a duration"
+    assert any(bad_ttl in x for x in lines)
     assert any(f"views.py:{marker}: feature view 'bad': aggregation fn 'median' is unknown" in x for x in lines)
     assert any(f"views.py:{marker + 1}: feature service 'svc': feature 'nope:x' names unknown view" in x
                for x in lines)

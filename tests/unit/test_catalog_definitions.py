@@ -88,7 +88,8 @@ def test_definitions_are_frozen_and_picklable() -> None:
     (timedelta(hours=-1), timedelta(hours=-1)),  # a timedelta passes through; the validator rejects negatives
 ])
 def test_parse_duration_accepts(text: object, expected: timedelta) -> None:
-    assert parse_duration(text) == expected  # type: ignore[arg-type]
+    parsed = parse_duration(text)  # type: ignore[arg-type]
+    assert parsed == expected
 
 
 @pytest.mark.parametrize("bad", ["", "soon", "-1h", "1H", "1.5h", "1h30m", "h", True, None, [1], float("nan"),
@@ -104,12 +105,14 @@ def test_parse_duration_refuses(bad: object) -> None:
     (timedelta(days=1, seconds=1), "86401s"),
 ])
 def test_duration_label_is_exact(value: timedelta, label: str) -> None:
-    assert duration_label(value) == label
+    got = duration_label(value)
+    assert got == label
 
 
 def test_to_micros() -> None:
-    assert to_micros(timedelta(days=1, seconds=1, microseconds=5)) == 86_401_000_005
-    assert to_micros(timedelta(hours=-1)) == -3_600_000_000
+    one_day_and_a_bit = to_micros(timedelta(days=1, seconds=1, microseconds=5))
+    minus_one_hour = to_micros(timedelta(hours=-1))
+    assert (one_day_and_a_bit, minus_one_hour) == (86_401_000_005, -3_600_000_000)
 
 
 @pytest.mark.parametrize("name", ["a", "_x", "user_id", "A1", "x" * 63])

@@ -217,13 +217,14 @@ def test_stream_files_are_time_ordered_atomic_and_complete(dirty: GenerationSumm
     records = []
     for path in files:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
-        assert int(path.name.split("-")[0]) == rows[0]["ts_ms"]
+        first_event_time = rows[0]["ts_ms"]
+        assert int(path.name.split("-")[0]) == first_event_time
         records += rows
-    ts_ms = [r["ts_ms"] for r in records]
-    assert ts_ms == sorted(ts_ms) and len(records) == events.num_rows
+    event_times = [r["ts_ms"] for r in records]
+    assert event_times == sorted(event_times) and len(records) == events.num_rows
     assert set(records[0]) == {"ts_ms", *events.column_names} - {"event_ts"}
     expected = pc.divide(events.column("event_ts").cast(pa.int64()), 1000).to_pylist()
-    assert sorted(expected) == ts_ms
+    assert sorted(expected) == event_times
     users = [r["user_id"] for r in records]
     assert users.count(None) == events.column("user_id").null_count > 0
     assert all(u is None or isinstance(u, int) for u in users)

@@ -1,6 +1,6 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
-.PHONY: help setup demo test lint bench bench-quick check clean
+.PHONY: help setup demo airflow test lint bench bench-quick check clean reset
 
 PY := .venv/bin/python
 PYTEST_ARGS ?=
@@ -14,7 +14,11 @@ setup:  ## check Java 17 / redis-server, build .venv and .venv-stream (no-op whe
 	@bash scripts/setup.sh
 
 demo: setup  ## run the end-to-end demo
-	$(PY) -m pipelines.demo
+	$(PY) -m quiver.pipelines.demo
+
+AIRFLOW_PORT ?= 8080
+airflow: setup  ## Airflow standalone (UI on :$(AIRFLOW_PORT)) with dags/ and this project (run `make demo` first)
+	$(PY) -m quiver.pipelines.loop_airflow standalone $(AIRFLOW_PORT)
 
 test: setup  ## run the test suite (extra args: PYTEST_ARGS="-k foo -x")
 	$(PY) -m pytest tests $(PYTEST_ARGS)
@@ -34,7 +38,11 @@ bench-quick: setup  ## run every benchmark with --quick
 
 check: lint test  ## lint + test
 
-clean:  ## remove data/ and caches (keeps the venvs)
+clean:  ## remove data/ and caches (keeps the venvs and .quiver/; `make reset` removes that too)
 	rm -rf data .pytest_cache .mypy_cache .ruff_cache build dist
 	find . -path ./.venv -prune -o -path ./.venv-stream -prune -o -name __pycache__ -type d -print0 \
 	  | xargs -0 rm -rf
+
+reset: clean  ## clean, stop the embedded Redis, delete .quiver/ (registry, online store, stream state)
+	@if [ -x $(PY) ]; then $(PY) -m quiver.cli redis stop || true; fi
+	rm -rf .quiver

@@ -21,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from online_read import feast_setup, quiver_setup  # noqa: E402  (same data setup as the read benchmark)
+from online_read import feast_setup, quiver_setup, user_frame  # noqa: E402  (same data as the read benchmark)
 
 DEFS = f"""
 from quiver import Entity, FeatureView, Field, Float64, Source
@@ -160,11 +159,7 @@ def main() -> None:
     from quiver.online.embedded import LocalRedis
 
     rng = np.random.default_rng(11)
-    now = datetime.now(UTC).replace(microsecond=0)
-    frame = pd.DataFrame({"user_id": np.arange(n_entities, dtype=np.int64),
-                          "event_ts": pd.Timestamp(now - timedelta(hours=1))})
-    for i in range(F):
-        frame[f"f{i}"] = rng.random(n_entities)
+    frame = user_frame(n_entities, rng)
     report: dict[str, Any] = {"entities": n_entities, "features": F, "concurrency": args.concurrency,
                               "quick": args.quick}
     began = time.perf_counter()

@@ -1,41 +1,59 @@
-"""Drift check after each materialization: recent features vs the training reference (PSI / KS).
+"""Drift of the champion's serving traffic: what the model received vs what it was trained on.
 
-Runs when `quiver_materialize` updates the offline store. Drift alerts go to the sinks in monitoring.yaml;
-an `airflow_asset` sink there emits the drift Asset that triggers retraining. Thin: the work lives in
-`pipelines.scheduled.drift_check`. Paths are relative to the project root (QUIVER_CONFIG's folder).
+Runs after each materialization (Asset `quiver://offline/features`) and daily. For the project's model
+(`loop_model` in quiver.yaml) it compares the champion's training reference, stored with its model version,
+with the champion arm's serving logs of the run's day (features and scores, PSI / KS), records the run in the
+registry and raises alerts. On dataset drift it emits the Asset `quiver://drift/<model>` carrying the drift
+run id and window; `quiver_retrain` is scheduled on it. The work lives in `quiver.pipelines.loop_drift`.
 """
 
 from __future__ import annotations
 
-import os
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import Any
 
-from airflow.sdk import Asset, dag, task
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronDataIntervalTimetable, dag, task
+from airflow.sdk.exceptions import AirflowSkipException
 
+from quiver.pipelines.loop import settings
+from quiver.pipelines.loop_common import drift_asset_uri
+
+S = settings()
 OFFLINE_FEATURES = Asset("quiver://offline/features")
-CONFIG = os.environ.get("QUIVER_CONFIG")
-REFERENCE = os.environ.get("QUIVER_DRIFT_REFERENCE", "data/training/reference.parquet")
-CURRENT = os.environ.get("QUIVER_DRIFT_CURRENT", "data/training/fraud_model.parquet")
+DRIFT = Asset(drift_asset_uri(S.model))
 
 
 @dag(
     dag_id="quiver_drift",
-    schedule=[OFFLINE_FEATURES],
+    schedule=AssetOrTimeSchedule(timetable=CronDataIntervalTimetable("@daily", timezone="UTC"),
+                                 assets=[OFFLINE_FEATURES]),
     start_date=datetime(2026, 11, 1),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
-    tags=["quiver", "monitoring"],
+    default_args=S.default_args(retries=1, retry_delay_s=120),
+    tags=["quiver", "monitoring", "loop"],
     doc_md=__doc__,
 )
 def quiver_drift() -> None:
     @task
-    def check_drift() -> dict[str, object]:
-        from pipelines.scheduled import drift_check
+    def check_drift(data_interval_start: Any = None, data_interval_end: Any = None,
+                    triggering_asset_events: Any = None) -> dict[str, Any]:
+        from quiver.pipelines.loop import drift_step, event_extras
 
-        return drift_check(REFERENCE, CURRENT, name="scheduled", config_path=CONFIG)
+        return drift_step(S.config_path, S.model, data_interval_start, data_interval_end,
+                          event_extras(triggering_asset_events))
 
-    check_drift()
+    @task(outlets=[DRIFT])
+    def emit_drift(result: dict[str, Any], outlet_events: Any = None) -> dict[str, Any]:
+        from quiver.pipelines.loop import drift_event_extra
+
+        if not result.get("dataset_drift"):
+            raise AirflowSkipException(f"no dataset drift ({result.get('status')}): retraining not triggered")
+        extra = drift_event_extra(result)
+        outlet_events[DRIFT].extra = extra
+        return extra
+
+    emit_drift(check_drift())
 
 
 quiver_drift()

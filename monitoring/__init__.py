@@ -4,7 +4,7 @@ Heavy libraries (Evidently, Great Expectations, matplotlib, scipy) load only ins
 them, so `import monitoring` stays cheap for the serving process.
 """
 
-from monitoring.alerts import (
+from quiver.monitoring.alerts import (
     AirflowAssetSink,
     AlertManager,
     AlertSink,
@@ -13,10 +13,10 @@ from monitoring.alerts import (
     WebhookSink,
     sinks_from_config,
 )
-from monitoring.checks import DriftCheck, run_drift_check
-from monitoring.drift import DriftConfig, DriftReport, FeatureDrift, Thresholds, compute_drift
-from monitoring.quality import QualityGate, QualityGateError, QualityResult
-from monitoring.serving_log import ServingLogger, read_serving_logs
+from quiver.monitoring.checks import DriftCheck, run_drift_check
+from quiver.monitoring.drift import DriftConfig, DriftReport, FeatureDrift, Thresholds, compute_drift
+from quiver.monitoring.quality import QualityGate, QualityGateError, QualityResult
+from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
 
 __all__ = [
     "AirflowAssetSink",

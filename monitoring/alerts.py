@@ -5,7 +5,7 @@ Every sink implements one method, `send(alert) -> attempts`, and raises `Deliver
 delivering, then records per sink `delivered` or `failed` with the attempts used; `redeliver()` retries the
 failed and pending ones later (e.g. from the scheduler).
 
-Sinks here:
+Sinks here (configured under `alert_sinks:` in monitoring.yaml; the format is in docs/configuration.md):
 * `LogSink` — a log line (level by severity).
 * `WebhookSink` — POSTs Slack-compatible JSON {"text", "blocks"}; retries connection errors, timeouts, 429
   and 5xx with exponential backoff (honouring Retry-After); other 4xx fail at once (retrying cannot help).
@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from monitoring import repository
-from monitoring.repository import SEVERITIES, AlertRecord
+from quiver.monitoring import repository
+from quiver.monitoring.repository import SEVERITIES, AlertRecord
 from quiver.registry import Registry
 
 Alert = AlertRecord
@@ -242,7 +242,7 @@ class AlertManager:
         """Record the alert (one open per kind+subject), then deliver it when it is new or escalated."""
         record, outcome = repository.open_alert(self.registry, kind, subject, severity, title, message, detail,
                                                 list(self.sinks))
-        from monitoring import metrics
+        from quiver.monitoring import metrics
 
         metrics.ALERTS.labels(kind=kind, severity=severity, outcome=outcome).inc()
         if outcome != "repeated":
@@ -264,7 +264,7 @@ class AlertManager:
         else:
             repository.record_delivery(self.registry, alert.id, sink.name, True, attempts)
             return True
-        from monitoring import metrics
+        from quiver.monitoring import metrics
 
         metrics.ALERT_DELIVERY_FAILURES.labels(sink=sink.name).inc()
         return False

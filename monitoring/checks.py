@@ -18,9 +18,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from monitoring import metrics, repository
-from monitoring.alerts import AlertManager
-from monitoring.drift import DriftConfig, DriftReport, Frame, compute_drift
+from quiver.monitoring import metrics, repository
+from quiver.monitoring.alerts import AlertManager
+from quiver.monitoring.drift import DriftConfig, DriftReport, Frame, compute_drift
 from quiver.registry import Registry
 
 
@@ -42,6 +42,82 @@ def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Tab
         return ds.dataset(source, format="parquet", partitioning="hive").to_table(
             columns=list(columns) if columns else None)
     return pq.read_table(source, columns=list(columns) if columns else None)
+
+
+@dataclass(frozen=True)
+class DriftColumns:
+    """Which columns a drift check compares by default, and which it left out and why."""
+
+    features: list[str]
+    left_out: dict[str, str]  # column → reason (join key, timestamp, not a feature, …)
+    origin: str  # what the features came from, e.g. "feature service fraud_model"
+
+
+def default_drift_columns(catalog: Any, reference_columns: Sequence[str], current_columns: Sequence[str],
+                          service: str | None = None) -> DriftColumns:
+    """The catalog's features present in both tables (a service's when named), never keys, times or labels.
+
+    Training sets and serving logs name features as the training set does (the feature name). Tables that
+    hold raw source events instead (no feature columns) are compared on the source columns the views read.
+    """
+    both = [c for c in reference_columns if c in set(current_columns)]
+    keys = {k for view in catalog.views.values() for k in view.key_names}
+    times = {src.timestamp_field for src in catalog.sources.values()} | {"event_ts", "event_timestamp",
+                                                                         "created_ts", "date"}
+    if service is not None:
+        if service not in catalog.services:
+            raise ValueError(f"unknown feature service {service!r}; services: "
+                             f"{', '.join(sorted(catalog.services)) or 'none'}")
+        wanted = [ref.partition(":")[2] for ref in catalog.services[service].features]
+        missing = [f for f in wanted if f not in both]
+        if missing:
+            raise ValueError(f"feature service {service!r}: feature(s) {', '.join(missing)} are not in both "
+                             f"tables (columns in both: {', '.join(both)})")
+        features, origin = wanted, f"feature service {service}"
+    else:
+        catalog_features = list(dict.fromkeys(f for v in catalog.views.values() for f in v.feature_names))
+        features = [c for c in both if c in set(catalog_features)]
+        origin = "the catalog's features"
+        if not features:
+            read = {c for v in catalog.views.values() for c in [*(a.column for a in v.aggregations),
+                                                                 *(f.column for f in v.fields)]}
+            features = [c for c in both if c in read and c not in keys and c not in times]
+            origin = "the source columns the catalog's views read"
+    if not features:
+        raise ValueError(f"no catalog feature or source column is in both tables (columns in both: "
+                         f"{', '.join(both) or 'none'}); name the columns with -f")
+    chosen = set(features)
+    left_out = {c: "join key" if c in keys else "timestamp" if c in times else "not a catalog feature"
+                for c in both if c not in chosen}
+    return DriftColumns(features, left_out, origin)
+
+
+def time_window(table: pa.Table) -> tuple[Any, Any] | None:
+    """(earliest, latest) of the table's event time column (`event_ts`, else the first timestamp column)."""
+    import pyarrow.compute as pc
+
+    names = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]
+    if not names:
+        return None
+    name = "event_ts" if "event_ts" in names else names[0]
+    bounds = pc.min_max(table.column(name)).as_py()
+    return (bounds["min"], bounds["max"]) if bounds["min"] is not None else None
+
+
+def table_schema(path: str | Path) -> pa.Schema:
+    """The schema of a Parquet file or folder, read from footers only."""
+    import pyarrow.dataset as ds
+
+    source = Path(path)
+    if source.is_dir():
+        return ds.dataset(source, format="parquet", partitioning="hive").schema
+    return pq.read_schema(source)
+
+
+def time_columns(schema: pa.Schema) -> list[str]:
+    """Timestamp columns of a schema (`event_ts` first when present)."""
+    names = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    return sorted(names, key=lambda n: n != "event_ts")
 
 
 def run_drift_check(reference: Frame, current: Frame, *, name: str, features: Sequence[str] | None = None,

@@ -13,7 +13,7 @@ default ("auto") on request — and judges each with `Thresholds`:
   stored, but the feature is `insufficient_data` and never alarms.
 
 A feature "drifts" when its status is `alert`; the dataset drifts when the drifted share of the judged
-features reaches `drift_share` (0.5, Evidently's default). `engine="fast"` uses `monitoring.stats`;
+features reaches `drift_share` (0.5, Evidently's default). `engine="fast"` uses `quiver.monitoring.stats`;
 `engine="evidently"` asks Evidently itself for the same numbers (slower; the reference implementation).
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from monitoring.stats import (
+from quiver.monitoring.stats import (
     CATEGORICAL,
     NUMERICAL,
     CategoricalPair,
@@ -40,6 +40,7 @@ from monitoring.stats import (
     evidently_default_method,
     jensenshannon_from_shares,
     psi_from_shares,
+    refuse_misapplied_methods,
 )
 
 METHODS = ("psi", "ks", "wasserstein", "jensenshannon", "chisquare", "z", "auto")
@@ -79,9 +80,7 @@ class DriftConfig:
         for method in (*self.numerical_methods, *self.categorical_methods):
             if method not in METHODS:
                 raise ValueError(f"unknown drift method {method!r}; known: {', '.join(METHODS)}")
-        bad = [m for m in self.categorical_methods if m in ("ks", "wasserstein")]
-        if bad:
-            raise ValueError(f"{', '.join(bad)} only apply to numerical features")
+        refuse_misapplied_methods(self.numerical_methods, self.categorical_methods)  # one rule, both engines
 
     def thresholds_for(self, feature: str) -> Thresholds:
         return self.per_feature.get(feature, self.thresholds)
@@ -214,9 +213,7 @@ def compute_drift(reference: Frame, current: Frame, features: Sequence[str] | No
         else:
             results = [one(name) for name in names]
     elif engine == "evidently":
-        from monitoring.evidently_ref import evidently_features
-
-        results = evidently_features(reference, current, names, config)
+        results = _evidently_features(reference, current, names, config)
     else:
         raise ValueError(f"unknown drift engine {engine!r} (fast or evidently)")
     return DriftReport(tuple(results), config.drift_share, engine, time.perf_counter() - started)
@@ -297,6 +294,41 @@ def _fast_feature(name: str, ref_raw: pd.Series, cur_raw: pd.Series, config: Dri
         elif method == "z":
             scores["z_pvalue"] = _as_categorical(pair).z_test()
     return judge(name, kind, scores, pair, len(ref_raw), len(cur_raw), config)
+
+
+def _evidently_features(reference: Frame, current: Frame, names: Sequence[str],
+                        config: DriftConfig) -> list[FeatureDrift]:
+    """`engine="evidently"`: every score from Evidently (`quiver.monitoring.evidently_ref`), judged by the same rules."""
+    from scipy.stats import ks_2samp
+
+    from quiver.monitoring.evidently_ref import evidently_scores, to_pandas
+
+    score_key = {"psi": "psi", "ks": "ks_pvalue", "wasserstein": "wasserstein", "jensenshannon": "jensenshannon",
+                 "chisquare": "chisquare_pvalue", "z": "z_pvalue"}
+    ref_df, cur_df = to_pandas(reference, names), to_pandas(current, names)
+    prepared: dict[str, tuple[str, NumericPair | CategoricalPair]] = {}
+    results: dict[str, FeatureDrift] = {}
+    for name in names:
+        kind, pair, done = prepare(name, ref_df[name], cur_df[name], config)
+        if done is not None:
+            results[name] = done
+        elif pair is not None and kind is not None:
+            prepared[name] = (kind, pair)
+    methods = {name: [None if m == "auto" else m for m in config.methods_for(kind)]
+               for name, (kind, _) in prepared.items()}
+    values = evidently_scores(ref_df, cur_df, {n: k for n, (k, _) in prepared.items()}, methods)
+    for name, (kind, pair) in prepared.items():
+        scores: dict[str, float] = {}
+        for (feature, method), value in values.items():
+            if feature != name:
+                continue
+            scores[score_key[method]] = value
+            if method == "ks" and isinstance(pair, NumericPair):
+                scores["ks_statistic"] = float(ks_2samp(pair.ref, pair.cur).statistic)
+            if method == "psi":
+                scores["psi_bins"] = float(pair.binned_shares()[0].size)
+        results[name] = judge(name, kind, scores, pair, len(ref_df), len(cur_df), config)
+    return [results[name] for name in names]
 
 
 def _as_categorical(pair: NumericPair | CategoricalPair) -> CategoricalPair:

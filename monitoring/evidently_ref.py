@@ -1,31 +1,42 @@
 """Evidently 0.7 as the reference implementation of our drift scores, and as the HTML report.
 
-Scores come from Evidently's public Report API (`ValueDrift(column, method)`), which runs its legacy
-`get_one_column_drift` (drops NaN/±inf, picks a default method when none is given). Evidently reports only
-the KS p-value; the statistic D comes from `scipy.stats.ks_2samp`, the function Evidently calls.
-Importing Evidently costs ~5 s, so nothing here is imported until used.
+Scores: `evidently_scores` asks Evidently's public Report API (`ValueDrift(column, method)`), which runs its
+legacy `get_one_column_drift` (drops NaN/±inf, picks a default method when none is given). Evidently reports
+only the KS p-value; the caller takes the statistic D from `scipy.stats.ks_2samp`, the function Evidently
+calls. `quiver.monitoring.drift.compute_drift(engine="evidently")` judges these numbers by Quiver's rules.
+
+HTML: `evidently_html` draws Evidently's drift report with **Quiver's verdict** per column: each column gets
+its own registered stat test whose score, threshold and "drift detected" are the ones Quiver judged on all
+rows (`ColumnVerdict`), so the report and Quiver's summary cannot disagree. Evidently's charts are drawn
+from a random sample of at most `sample_rows` rows per side (stated in the result), which keeps the report
+to seconds on any input size; the verdicts are not recomputed on that sample.
+
+This module imports nothing of `quiver.monitoring.drift` (the arrow points from drift to here). Importing Evidently
+costs ~5 s, so it is imported only inside the functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from monitoring.drift import DriftConfig, FeatureDrift, Frame, column, judge, prepare
-from monitoring.stats import NUMERICAL, CategoricalPair, NumericPair
+from quiver.monitoring.stats import NUMERICAL
 
+DEFAULT_SAMPLE_ROWS = 20_000
 EVIDENTLY_NAMES = ("psi", "ks", "wasserstein", "jensenshannon", "chisquare", "z")
-_SCORE_KEY = {"psi": "psi", "ks": "ks_pvalue", "wasserstein": "wasserstein", "jensenshannon": "jensenshannon",
-              "chisquare": "chisquare_pvalue", "z": "z_pvalue"}
 
 
-def to_pandas(data: Frame, names: Sequence[str]) -> pd.DataFrame:
+def to_pandas(data: pd.DataFrame | pa.Table, names: Sequence[str]) -> pd.DataFrame:
+    """The `names` columns of a DataFrame or Arrow table as a DataFrame with a fresh index."""
     if isinstance(data, pd.DataFrame):
         return data[list(names)].reset_index(drop=True)
-    return pd.DataFrame({name: column(data, name) for name in names})
+    return pd.DataFrame({name: data.column(name).to_pandas() for name in names})
 
 
 def evidently_scores(reference: pd.DataFrame, current: pd.DataFrame, kinds: dict[str, str],
@@ -58,69 +69,98 @@ def _display_names() -> dict[str, str]:
             for test in by_type.values()}
 
 
-def evidently_features(reference: Frame, current: Frame, names: Sequence[str],
-                       config: DriftConfig) -> list[FeatureDrift]:
-    """`compute_drift(..., engine="evidently")`: every score from Evidently, judged by the same rules."""
-    from scipy.stats import ks_2samp
+@dataclass(frozen=True)
+class ColumnVerdict:
+    """Quiver's judgement of one column, as Evidently's report shows it."""
 
-    ref_df, cur_df = to_pandas(reference, names), to_pandas(current, names)
-    prepared: dict[str, tuple[str, NumericPair | CategoricalPair]] = {}
-    results: dict[str, FeatureDrift] = {}
-    for name in names:
-        kind, pair, done = prepare(name, ref_df[name], cur_df[name], config)
-        if done is not None:
-            results[name] = done
-        elif pair is not None and kind is not None:
-            prepared[name] = (kind, pair)
-    methods = {name: [None if m == "auto" else m for m in config.methods_for(kind)]
-               for name, (kind, _) in prepared.items()}
-    values = evidently_scores(ref_df, cur_df, {n: k for n, (k, _) in prepared.items()}, methods)
-    for name, (kind, pair) in prepared.items():
-        scores: dict[str, float] = {}
-        for (feature, method), value in values.items():
-            if feature != name:
-                continue
-            scores[_SCORE_KEY[method]] = value
-            if method == "ks" and isinstance(pair, NumericPair):
-                scores["ks_statistic"] = float(ks_2samp(pair.ref, pair.cur).statistic)
-            if method == "psi":
-                scores["psi_bins"] = float(pair.binned_shares()[0].size)
-        results[name] = judge(name, kind, scores, pair, len(ref_df), len(cur_df), config)
-    return [results[name] for name in names]
+    kind: str  # numerical | categorical
+    method: str  # what decided, e.g. "PSI" or "KS D (p < 0.05)"
+    score: float
+    threshold: float
+    drifted: bool
 
 
-def evidently_html(reference: Frame, current: Frame, names: Sequence[str], path: str | Path,
-                   config: DriftConfig | None = None) -> Path:
-    """Evidently's drift report (per-feature distributions and scores) as one HTML file."""
+@dataclass(frozen=True)
+class EvidentlyReport:
+    """The HTML file, what Evidently counted as drifted, and the sample the charts were drawn from."""
+
+    path: Path
+    drifted: tuple[str, ...]
+    dataset_drift: bool
+    sample_ref: int
+    sample_cur: int
+    rows_ref: int
+    rows_cur: int
+    seconds: float
+
+
+def sample_rows(frame: pd.DataFrame, limit: int, seed: int = 0) -> pd.DataFrame:
+    """At most `limit` rows, drawn uniformly without replacement (all rows when there are fewer)."""
+    if limit <= 0 or len(frame) <= limit:
+        return frame
+    picked = np.sort(np.random.default_rng(seed).choice(len(frame), size=limit, replace=False))
+    return frame.iloc[picked].reset_index(drop=True)
+
+
+def evidently_html(reference: pd.DataFrame | pa.Table, current: pd.DataFrame | pa.Table,
+                   verdicts: Mapping[str, ColumnVerdict], path: str | Path, *, drift_share: float = 0.5,
+                   max_rows: int = DEFAULT_SAMPLE_ROWS, seed: int = 0) -> EvidentlyReport:
+    """Evidently's drift report over the judged columns in `verdicts`, with Quiver's verdicts (see above)."""
+    import time
+
     from evidently import DataDefinition, Dataset, Report
-    from evidently.metrics import ValueDrift
+    from evidently.legacy.calculations.stattests.registry import StatTest, register_stattest
+    from evidently.legacy.core import ColumnType
     from evidently.presets import DataDriftPreset
 
-    config = config or DriftConfig()
-    ref_df, cur_df = to_pandas(reference, names), to_pandas(current, names)
-    kinds: dict[str, str] = {}
-    for name in names:
-        kind, pair, _ = prepare(name, ref_df[name], cur_df[name], config)
-        if pair is not None and kind is not None:
-            kinds[name] = kind
-    numerical = [f for f, k in kinds.items() if k == NUMERICAL]
-    categorical = [f for f, k in kinds.items() if k != NUMERICAL]
-    first_num = _first(config.numerical_methods)
-    first_cat = _first(config.categorical_methods)
-    metrics: list[Any] = [DataDriftPreset(columns=list(kinds), num_method=first_num, cat_method=first_cat,
-                                          drift_share=config.drift_share)]
-    for name in numerical:
-        metrics += [ValueDrift(column=name, method=m) for m in config.numerical_methods[1:] if m != "auto"]
-    for name in categorical:
-        metrics += [ValueDrift(column=name, method=m) for m in config.categorical_methods[1:] if m != "auto"]
+    started = time.perf_counter()
+    names = list(verdicts)
+    rows_ref, rows_cur = _rows(reference), _rows(current)
+    ref_df = sample_rows(to_pandas(reference, names), max_rows, seed)
+    cur_df = sample_rows(to_pandas(current, names), max_rows, seed + 1)
+    methods: dict[str, str] = {}
+    thresholds: dict[str, float] = {}
+    for name, verdict in verdicts.items():
+        test_name = f"quiver_verdict[{name}]"
+        register_stattest(StatTest(name=test_name, display_name=f"Quiver: {verdict.method}",
+                                   allowed_feature_types=[ColumnType.Numerical, ColumnType.Categorical],
+                                   default_threshold=verdict.threshold),
+                          _fixed_verdict(verdict))
+        methods[name], thresholds[name] = test_name, verdict.threshold
+    numerical = [n for n, v in verdicts.items() if v.kind == NUMERICAL]
+    categorical = [n for n, v in verdicts.items() if v.kind != NUMERICAL]
     definition = DataDefinition(numerical_columns=numerical, categorical_columns=categorical)
-    snapshot = Report(metrics).run(Dataset.from_pandas(cur_df[list(kinds)], data_definition=definition),
-                                   Dataset.from_pandas(ref_df[list(kinds)], data_definition=definition))
+    preset = DataDriftPreset(columns=names, drift_share=drift_share, per_column_method=methods,
+                             per_column_threshold=thresholds)
+    snapshot = Report([preset]).run(Dataset.from_pandas(cur_df, data_definition=definition),
+                                    Dataset.from_pandas(ref_df, data_definition=definition))
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     snapshot.save_html(str(target))
-    return target
+    drifted = tuple(n for n, v in verdicts.items() if v.drifted)
+    count = _drifted_count(snapshot.dict())
+    if count is not None and count != len(drifted):  # the stat tests above make this impossible
+        raise RuntimeError(f"Evidently counted {count} drifted columns, Quiver {len(drifted)}")
+    share = len(drifted) / len(names) if names else 0.0
+    return EvidentlyReport(target, drifted, bool(names) and share >= drift_share, len(ref_df), len(cur_df),
+                           rows_ref, rows_cur, time.perf_counter() - started)
 
 
-def _first(methods: Sequence[str]) -> str | None:
-    return None if not methods or methods[0] == "auto" else methods[0]
+def _fixed_verdict(verdict: ColumnVerdict) -> Any:
+    def test(reference: pd.Series, current: pd.Series, feature_type: Any, threshold: float) -> tuple[float, bool]:
+        # The verdict was judged on every row; the sample only feeds Evidently's charts.
+        return verdict.score, verdict.drifted
+
+    return test
+
+
+def _drifted_count(snapshot: dict[str, Any]) -> int | None:
+    for metric in snapshot.get("metrics", []):
+        value = metric.get("value")
+        if isinstance(value, dict) and "count" in value and "share" in value:
+            return int(value["count"])
+    return None
+
+
+def _rows(data: pd.DataFrame | pa.Table) -> int:
+    return int(data.num_rows) if isinstance(data, pa.Table) else len(data)

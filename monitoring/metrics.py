@@ -4,7 +4,7 @@ They live in the default `prometheus_client.REGISTRY`, so `prometheus_client.sta
 `make_asgi_app()` in the serving process exposes them; `render()` returns the text format.
 
 Other components update them:
-    from monitoring import metrics
+    from quiver.monitoring import metrics
     metrics.set_freshness("user_spend", last_event_ts)      # online/offline writers
     metrics.LATE_EVENTS.labels(source="transactions").inc(n) # the streaming job's late-event split
 """
@@ -55,7 +55,7 @@ def set_freshness(view: str, last_event: datetime | float, now: float | None = N
 
 def observe_drift(name: str, report: object) -> None:
     """Publish a `DriftReport`'s scores, verdicts and drift share under `name`."""
-    from monitoring.drift import DriftReport
+    from quiver.monitoring.drift import DriftReport
 
     assert isinstance(report, DriftReport)
     for f in report.features:

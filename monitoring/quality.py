@@ -9,13 +9,21 @@ The suite of a source is built from three places, in this order:
 3. **User suites**: `<expectations_dir>/<source>.json` — a GE suite JSON (`{"expectations": [{"type": …,
    "kwargs": …}]}`) or a bare list of such entries — plus any expectations passed in Python.
 
-`QualityGate.check(batch, source)` validates a Parquet file, a folder of them or a DataFrame. On failure the
-batch is quarantined: moved (never copied and deleted) to `<quarantine_dir>/<source>/<batch_id>/batch/`, with
-`bad_rows.parquet` (every flagged row, its position and the expectations it failed), `validation.json`
-(summary + GE result, long lists cut to samples) and `validation.html` (GE's own rendering). A table-level
-failure (missing column, wrong type) marks every row bad. Then an alert is raised (one open per source; a
-passing batch resolves it) and, per `on_failure`, the run continues (the result says what happened) or stops
-with `QualityGateError`.
+Two ways to run a suite on a Parquet file, a folder of them, a DataFrame or an Arrow table:
+
+* `QualityGate.check(batch, source)` — a check run by hand (`quiver quality`). It reports, and on failure
+  writes `<quarantine_dir>/<source>/<batch_id>/` with `bad_rows.parquet` (every flagged row, its position and
+  the expectations it failed), `validation.json` (summary + GE result, long lists cut to samples) and
+  `validation.html` (a self-contained page: no CDN, every value escaped). **The input file stays where it is.**
+* `QualityGate.gate(batch, source)` — the ingest gate a pipeline runs before data enters the offline path.
+  The same, plus a failing *file* is moved (never copied and deleted) out of the offline path into
+  `<quarantine_dir>/<source>/<batch_id>/batch/`, so downstream jobs never read it; the result
+  (`source_moved`), the alert and `validation.json` say so. Only the gate removes input.
+
+An in-memory batch (DataFrame / Arrow table) that fails is written to `batch/batch.parquet` by both. A
+table-level failure (missing column, wrong type) marks every row bad. Then an alert is raised (one open per
+source; a passing batch resolves it) and, per `on_failure`, the run continues (the result says what
+happened) or stops with `QualityGateError`.
 
 Timestamps are validated as naive UTC (GE 1.x cannot type-check tz-aware pandas columns); integer and bool
 columns are read as pandas nullable types so a null does not turn them into floats.
@@ -23,6 +31,7 @@ columns are read as pandas nullable types so a null does not turn them into floa
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -59,7 +68,9 @@ class QualityGateError(QuiverError):
 
     def __init__(self, result: QualityResult):
         self.result = result
-        where = f"; quarantined at {result.quarantine_path}" if result.quarantine_path else ""
+        where = f"; bad rows at {result.quarantine_path}" if result.quarantine_path else ""
+        if result.source_moved:
+            where += " (batch moved out of the offline path)"
         super().__init__(f"batch {result.batch_id} of {result.source!r} failed {len(result.failed)} "
                          f"expectation(s), {result.n_bad_rows} bad row(s){where}")
 
@@ -78,6 +89,7 @@ class QualityResult:
     validation: dict[str, Any] = field(repr=False)
     quarantine_path: Path | None = None
     elapsed_s: float = 0.0
+    source_moved: bool = False  # True only when the pipeline gate moved the input file into quarantine
 
 
 # ----- building suites -----
@@ -227,8 +239,17 @@ class QualityGate:
 
     def check(self, batch: str | Path | pd.DataFrame | pa.Table, source: str,
               batch_id: str | None = None) -> QualityResult:
-        """Validate one batch and apply the policy (see the module docstring)."""
-        from monitoring import metrics
+        """Validate one batch by hand: report, write bad rows to quarantine, leave the input file in place."""
+        return self._run(batch, source, batch_id, move_source=False)
+
+    def gate(self, batch: str | Path | pd.DataFrame | pa.Table, source: str,
+             batch_id: str | None = None) -> QualityResult:
+        """The pipeline's ingest gate: like `check`, and a failing file is moved out of the offline path."""
+        return self._run(batch, source, batch_id, move_source=True)
+
+    def _run(self, batch: str | Path | pd.DataFrame | pa.Table, source: str, batch_id: str | None,
+             move_source: bool) -> QualityResult:
+        from quiver.monitoring import metrics
 
         started = time.perf_counter()
         origin = Path(batch) if isinstance(batch, str | Path) else None
@@ -246,22 +267,26 @@ class QualityGate:
             if self.alerts is not None:
                 self.alerts.resolve("quality", source)
             return _with(result, elapsed_s=time.perf_counter() - started)
-        target = self._quarantine(result, batch, origin, frame, per_row)
-        result = _with(result, quarantine_path=target, elapsed_s=time.perf_counter() - started)
+        moved = move_source and origin is not None
+        target = self._quarantine(result, batch, origin, frame, per_row, moved)
+        result = _with(result, quarantine_path=target, elapsed_s=time.perf_counter() - started, source_moved=moved)
         if self.alerts is not None:
             kinds = ", ".join(sorted({f["type"].removeprefix("expect_") for f in failed}))
+            where = (f"Batch moved out of the offline path to {target / 'batch'}." if moved else
+                     f"Bad rows written to {target}" + (f"; {origin} left in place." if origin else "."))
             self.alerts.raise_alert(
                 "quality", source, "critical" if self.on_failure == "stop" else "warning",
                 f"Data quality gate failed for {source}",
                 f"Batch {batch_id}: {len(failed)} failed expectation(s) ({kinds}); {len(bad_rows)} of "
-                f"{len(frame)} rows bad. Quarantined at {target}.",
-                {"batch_id": batch_id, "quarantine": str(target), "failed": failed, "bad_rows": len(bad_rows)})
+                f"{len(frame)} rows bad. {where}",
+                {"batch_id": batch_id, "quarantine": str(target), "failed": failed, "bad_rows": len(bad_rows),
+                 "source_moved": moved})
         if self.on_failure == "stop":
             raise QualityGateError(result)
         return result
 
     def _quarantine(self, result: QualityResult, batch: Any, origin: Path | None, frame: pd.DataFrame,
-                    per_row: dict[int, list[str]]) -> Path:
+                    per_row: dict[int, list[str]], move_source: bool) -> Path:
         target = self.quarantine_dir / result.source / result.batch_id
         staging = target.with_name(f".tmp-{target.name}")
         (staging / "batch").mkdir(parents=True)
@@ -271,13 +296,16 @@ class QualityGate:
         _to_parquet(bad, staging / "bad_rows.parquet")
         summary = {"source": result.source, "batch_id": result.batch_id, "success": result.success,
                    "n_rows": result.n_rows, "n_bad_rows": result.n_bad_rows, "failed": result.failed,
-                   "origin": str(origin) if origin else None, "quarantined_at": datetime.now(UTC).isoformat(),
-                   "validation": result.validation}
+                   "origin": str(origin) if origin else None, "source_moved": move_source,
+                   "quarantined_at": datetime.now(UTC).isoformat(), "validation": result.validation}
         (staging / "validation.json").write_text(json.dumps(_for_json(summary), indent=2, default=str))
-        (staging / "validation.html").write_text(self._ge().render_html(result.validation, summary))
+        (staging / "validation.html").write_text(render_validation_html(_for_json(summary)))
         if origin is not None:
-            # Move last, after everything else is written: the batch leaves the ingest path only once.
-            shutil.move(str(origin), str(staging / "batch" / origin.name))
+            if move_source:
+                # Move last, after everything else is written: the batch leaves the ingest path only once.
+                shutil.move(str(origin), str(staging / "batch" / origin.name))
+            else:
+                (staging / "batch").rmdir()  # a check by hand leaves the input where it is
         else:
             frame_or_table = batch if isinstance(batch, pa.Table) else pa.Table.from_pandas(frame)
             pq.write_table(frame_or_table, staging / "batch" / "batch.parquet")
@@ -358,7 +386,6 @@ class _GeRunner:
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
         source = self.context.data_sources.add_pandas("quiver_batches")
         self.batch_definition = source.add_dataframe_asset("batch").add_batch_definition_whole_dataframe("all")
-        self._last: Any = None
 
     def validate(self, frame: pd.DataFrame, name: str, entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
@@ -371,23 +398,42 @@ class _GeRunner:
         result: Any = batch.validate(suite, result_format={"result_format": "COMPLETE",
                                                       "partial_unexpected_count": _SAMPLE,
                                                       "return_unexpected_index_query": False})
-        self._last = result
         return dict(_trim(result.to_json_dict()))
 
-    def render_html(self, validation: dict[str, Any], summary: dict[str, Any]) -> str:
-        """GE's validation page for the last result; a plain table if GE's renderer is unavailable."""
-        try:
-            from great_expectations.render import renderer, view
 
-            page_renderer: Any = renderer.ValidationResultsPageRenderer()  # type: ignore[attr-defined]
-            page_view: Any = view.DefaultJinjaPageView()  # type: ignore[attr-defined]
-            return str(page_view.render(page_renderer.render(self._last)))
-        except Exception:  # renderer internals change between GE releases; the JSON stays authoritative
-            rows = "".join(f"<tr><td>{f['type']}</td><td>{f['column']}</td><td>{f['unexpected_count']}</td></tr>"
-                           for f in summary["failed"])
-            return (f"<html><body><h1>{summary['source']} — batch {summary['batch_id']}</h1>"
-                    f"<p>{summary['n_bad_rows']} of {summary['n_rows']} rows bad</p><table>"
-                    f"<tr><th>expectation</th><th>column</th><th>unexpected</th></tr>{rows}</table></body></html>")
+_PAGE_STYLE = ("body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:13px}"
+               "td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}"
+               ".ok{color:#2e7d32}.failed{color:#c62828;font-weight:bold}code{font-size:12px}")
+
+
+def render_validation_html(summary: Mapping[str, Any]) -> str:
+    """One self-contained validation page (inline style, no scripts, no external URL; every value escaped)."""
+    def cell(value: Any) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return f"<td><code>{html.escape(text)}</code></td>"
+
+    rows = []
+    for item in summary.get("validation", {}).get("results", []):
+        config, outcome = item.get("expectation_config", {}), item.get("result") or {}
+        kwargs = {k: v for k, v in (config.get("kwargs") or {}).items() if k not in ("batch_id", "column")}
+        ok = bool(item.get("success"))
+        sample = outcome.get("partial_unexpected_list") or outcome.get("unexpected_list") or []
+        error = (item.get("exception_info") or {}).get("exception_message") or ""
+        rows.append(f"<tr><td class='{'ok' if ok else 'failed'}'>{'passed' if ok else 'FAILED'}</td>"
+                    + cell(config.get("type", "")) + cell(str((config.get("kwargs") or {}).get("column") or ""))
+                    + cell(kwargs) + cell(outcome.get("unexpected_count", "")) + cell(sample[:_SAMPLE])
+                    + cell(error) + "</tr>")
+    title = f"Data quality: {summary.get('source')} — batch {summary.get('batch_id')}"
+    where = ("The batch was moved out of the offline path into this folder (the pipeline's gate)."
+             if summary.get("source_moved") else
+             f"The input {summary.get('origin')} was left in place; bad rows are in bad_rows.parquet."
+             if summary.get("origin") else "The batch is in batch/batch.parquet.")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_PAGE_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p>{html.escape(str(summary.get('n_bad_rows')))} of {html.escape(str(summary.get('n_rows')))} rows bad; "
+            f"{len(summary.get('failed', []))} expectation(s) failed. {html.escape(where)}</p>"
+            "<table><tr><th>result</th><th>expectation</th><th>column</th><th>arguments</th><th>unexpected</th>"
+            f"<th>sample of unexpected values</th><th>error</th></tr>{''.join(rows)}</table></body></html>")
 
 
 @contextmanager

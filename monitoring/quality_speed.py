@@ -1,6 +1,6 @@
 """How fast is the Great Expectations gate? Times `QualityGate.validate` on transaction-like batches.
 
-    .venv/bin/python -m monitoring.quality_speed [--rows 1000000] [--bad 0.0,0.01,0.1]
+    .venv/bin/python -m quiver.monitoring.quality_speed [--rows 1000000] [--bad 0.0,0.01,0.1]
 
 For each bad-row share it prints GE's wall time (median of 3), rows/s, and the time of the same checks
 written directly in pandas/numpy (a floor), so GE's own overhead is visible. Not a benchmark of Quiver
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 
-from monitoring.quality import QualityGate, read_batch
+from quiver.monitoring.quality import QualityGate, read_batch
 
 CATEGORIES = ["grocery", "restaurants", "fuel", "fashion", "electronics", "travel", "digital_goods", "gambling"]
 SUITE = [

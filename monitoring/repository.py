@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from monitoring.drift import DriftReport
+from quiver.monitoring.drift import DriftReport
 from quiver.registry import Registry
 from quiver.registry.monitoring_tables import alert_deliveries, alerts, drift_results, drift_runs
 

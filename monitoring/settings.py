@@ -1,4 +1,5 @@
-"""Monitoring settings of a project: optional `monitoring.yaml` beside `quiver.yaml`.
+"""Monitoring settings of a project: `monitoring.yaml` beside `quiver.yaml` (optional; the demo project ships
+one holding the defaults). Every key and sink option is described in docs/configuration.md.
 
     alert_sinks:                       # default: [{type: log}]
       - {type: log}

@@ -26,6 +26,7 @@ results are bit-for-bit the numbers Evidently computes (up to summation order in
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -497,3 +498,17 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
 }
 P_VALUE_METHODS = frozenset({"ks", "chisquare", "z"})
 NUMERICAL_ONLY = frozenset({"ks", "wasserstein"})
+# Evidently refuses these on numerical columns; scoring numbers as categories instead would be a made-up score.
+CATEGORICAL_ONLY = frozenset({"chisquare", "z"})
+
+
+def refuse_misapplied_methods(numerical: Sequence[str], categorical: Sequence[str]) -> None:
+    """ValueError naming explicit methods asked for the wrong kind of feature ("auto" may still pick chisquare
+    or z for a few-valued numerical column, as Evidently's default does)."""
+    for kind, other, bad in (("numerical", "categorical", [m for m in numerical if m in CATEGORICAL_ONLY]),
+                             ("categorical", "numerical", [m for m in categorical if m in NUMERICAL_ONLY])):
+        if bad:
+            fits = ", ".join(m for m in ("psi", "ks", "wasserstein", "jensenshannon", "chisquare", "z", "auto")
+                             if m not in (CATEGORICAL_ONLY if kind == "numerical" else NUMERICAL_ONLY))
+            raise ValueError(f"drift method(s) {', '.join(bad)} only apply to {other} features, not to {kind} "
+                             f"ones (Evidently refuses them too); for {kind} features use {fits}")

@@ -34,11 +34,13 @@ def step(title: str) -> Callable[[Callable[..., object]], Callable[..., object]]
 
 
 @step("1. Synthetic events and labels")
-def generate_data(config: Config, days: int, drift_from_day: int) -> None:
-    from pipelines.demo_data import generate
+def generate_data(config: Config, days: int, drift_from_day: int, transactions_per_day: int = 20_000,
+                  users: int = 2_000) -> None:
+    from quiver.pipelines.demo_data import generate
 
     summary = generate(config.root / "data", days=days, start=START, seed=7, drift_from_day=drift_from_day,
-                       late_fraction=0.01, malformed_fraction=0.001)
+                       late_fraction=0.01, malformed_fraction=0.001, transactions_per_day=transactions_per_day,
+                       users=users)
     console.print(summary)
 
 
@@ -124,22 +126,39 @@ def online(config: Config, days: int) -> None:
                                  "last_amount", "country", "risk_score"]])
 
 
-@step("6. Drift check: a pre-drift window (reference) vs the drifted days (current)")
-def drift_check(config: Config, catalog: Catalog, days: int, drift_from_day: int) -> None:
-    from quiver.monitoring_cli import drift
+@step("6b. Train the first champion on the pre-drift window and register it (quiver train)")
+def train_champion(config: Config, drift_from_day: int) -> None:
+    from rich.table import Table
 
-    reference = config.root / "data/training/reference.parquet"
-    first = START + timedelta(days=max(drift_from_day - 5, 0))
-    labelled_features(config, catalog, first, START + timedelta(days=drift_from_day - 1), reference)
-    report = config.root / "data/reports/drift.html"
-    features = ["amount_count_24h", "amount_mean_24h", "amount_max_24h", "amount_mean_7d", "online_share_24h",
-                "last_amount", "last_category", "credit_limit", "risk_score", "merchant_amount_mean_24h"]
-    drift(reference=reference, current=config.root / "data/training/fraud_model.parquet", features=features,
-          report=report, name="fraud_model", record=True, alert=True)
-    console.print(f"HTML drift report: {report}")
+    from quiver.pipelines.training import metrics_table, run_training
+
+    # Labels of the days before the drift, so the champion learns the world the drift check calls normal.
+    cutoff = START + timedelta(days=drift_from_day)
+    result = run_training(config, "fraud_model", f"{drift_from_day}d", cutoff, alias="champion",
+                          log=lambda line: console.print(line, highlight=False))
+    table = Table("validation metric", result.version.label, "baseline (logistic regression)")
+    for row in metrics_table(result):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"{result.version.label}: {result.status} ({result.device}, {result.samples_per_s:,.0f} "
+                  f"samples/s); aliases {_model_aliases(config, result.version.name)}")
 
 
-@step("7. Stream two more hours of events (12:00–14:00 the next day) through Flink into Redis (quiver stream --bounded)")
+def _model_aliases(config: Config, name: str) -> dict[str, int]:
+    from quiver.registry import Registry
+    from quiver.registry.models import ModelRegistry
+
+    return ModelRegistry(Registry(config.registry, project=config.project)).aliases(name)
+
+
+@step("7. The closed loop through Airflow: drift → retraining → shadow → canary → promotion, then a rollback")
+def closed_loop(config: Config, days: int, drift_from_day: int) -> None:
+    from quiver.pipelines.demo_loop import tell_story
+
+    tell_story(config, START, days, drift_from_day, console)
+
+
+@step("8. Stream two more hours of events (12:00–14:00 the next day) through Flink into Redis (quiver stream --bounded)")
 def stream(config: Config, days: int) -> None:
     import shutil
     import subprocess
@@ -150,7 +169,7 @@ def stream(config: Config, days: int) -> None:
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from pipelines.stream_producer import StreamWriter
+    from quiver.pipelines.stream_producer import StreamWriter
     from quiver.serving.store import FeatureStore
 
     # Fresh events: 12:00–14:00 of the last day, replayed one day later, written as stream files.
@@ -176,8 +195,8 @@ def stream(config: Config, days: int) -> None:
     with FeatureStore(config=config) as store:
         before = store.get_online_features(features, users, at=at).to_pandas()
         console.print(f"{window.num_rows:,} events in {len(list(stream_dir.glob('*.jsonl')))} files → Flink")
-        subprocess.run([sys.executable.replace("python", "quiver"), "stream", "--bounded"], check=True,
-                       cwd=config.root)
+        # The CLI of this interpreter, wherever the venv lives (its path may itself contain "python").
+        subprocess.run([sys.executable, "-m", "quiver.cli", "stream", "--bounded"], check=True, cwd=config.root)
         after = store.get_online_features(features, users, at=at).to_pandas()
     for name in ("amount_count_1h", "amount_count_24h", "last_amount"):
         before[f"{name} (streamed)"] = after[name]
@@ -197,18 +216,22 @@ def show(frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--days", type=int, default=14)
-    parser.add_argument("--drift-from-day", type=int, default=10)
+    # Sized for the closed loop (step 7) on 2 cores: ~6 days of traffic after the drift, 6k requests a day.
+    parser.add_argument("--days", type=int, default=17)
+    parser.add_argument("--drift-from-day", type=int, default=8)
+    parser.add_argument("--transactions-per-day", type=int, default=6_000)
+    parser.add_argument("--users", type=int, default=1_500)
     parser.add_argument("--no-stream", action="store_true", help="skip the Flink streaming step")
     parser.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
     args = parser.parse_args(argv)
     config = load_config(Path("quiver.yaml") if Path("quiver.yaml").exists() else None)
-    generate_data(config, args.days, args.drift_from_day)
+    generate_data(config, args.days, args.drift_from_day, args.transactions_per_day, args.users)
     catalog = apply_catalog(config)
     run_backfill(config, catalog, args.days, args.engine)
     training_set(config, catalog, args.days)
     online(config, args.days)
-    drift_check(config, catalog, args.days, args.drift_from_day)
+    train_champion(config, args.drift_from_day)
+    closed_loop(config, args.days, args.drift_from_day)  # supersedes the file-vs-file drift check (step 6)
     if not args.no_stream:
         stream(config, args.days)
     console.print(f"[green]demo done[/green]: data in {config.root / 'data'}, "

@@ -400,7 +400,7 @@ def write_stream_files(events: pa.Table, stream_dir: str | Path, *, rows_per_fil
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: generate, then print the summary table."""
-    p = argparse.ArgumentParser(prog="python -m pipelines.demo_data", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m quiver.pipelines.demo_data", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="data", help="output directory")
     p.add_argument("--start", type=date.fromisoformat, default=date(2026, 11, 1), help="YYYY-MM-DD")
     for flag, kind, default in (("days", int, 7), ("seed", int, 7), ("users", int, 2_000), ("merchants", int, 200),

@@ -18,6 +18,58 @@ def _project(config_path: str | None) -> tuple[Config, Any]:
     return config, load_catalog(config.catalog_dir, root=config.root)
 
 
+def quality_gate_day(day: str, config_path: str | None = None, max_bad_fraction: float = 0.01) -> dict[str, Any]:
+    """Gate the day's input batches (one `date=<day>` partition per source) before they are backfilled.
+
+    A batch whose flagged rows stay within `max_bad_fraction` passes: the backfill quarantines those rows one
+    by one. A batch above it, or with a table-level failure (missing column, wrong type), fails the gate: it
+    is moved to quarantine with its report and an alert is raised, so the backfill never reads it. Re-running
+    the day changes nothing further: a quarantined batch is no longer in the ingest path.
+    """
+    from quiver.monitoring.alerts import AlertManager, sinks_from_config
+    from quiver.monitoring.quality import QualityGate, read_batch
+    from quiver.monitoring.settings import load_settings
+    from quiver.registry import Registry
+
+    config, catalog = _project(config_path)
+    settings = load_settings(config)
+    alerts = AlertManager(Registry(config.registry, project=config.project),
+                          sinks_from_config(settings.alert_sinks))
+    gate = QualityGate(catalog, quarantine_dir=settings.quarantine_dir, expectations_dir=settings.expectations_dir,
+                       on_failure="continue", alerts=alerts)
+    sources: dict[str, Any] = {}
+    for name, source in sorted(catalog.sources.items()):
+        folder = config.root / source.path / f"date={day}"
+        for batch in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+            frame = read_batch(batch)
+            success, validation = gate.validate(frame, name)
+            flagged, table_level = _flagged_rows(validation)
+            entry = {"file": batch.name, "rows": len(frame), "flagged_rows": flagged, "passed": True}
+            if not success and (table_level or flagged > max_bad_fraction * max(len(frame), 1)):
+                result = gate.gate(batch, name)  # the pipeline's gate: the failing file leaves the ingest path
+                entry.update(passed=False, bad_rows=result.n_bad_rows,
+                             quarantine=str(result.quarantine_path) if result.quarantine_path else None)
+            else:
+                alerts.resolve("quality", name)
+            sources.setdefault(name, []).append(entry)
+    failed = sorted(n for n, batches in sources.items() if any(not b["passed"] for b in batches))
+    return {"day": day, "sources": sources, "quarantined": failed, "passed": not failed}
+
+
+def _flagged_rows(validation: dict[str, Any]) -> tuple[int, bool]:
+    """(an upper bound on the rows flagged, whether an expectation failed for the table as a whole)."""
+    flagged, table_level = 0, False
+    for item in validation.get("results", []):
+        if item.get("success"):
+            continue
+        count = (item.get("result") or {}).get("unexpected_count")
+        if count is None:
+            table_level = True
+        else:
+            flagged += int(count)
+    return flagged, table_level
+
+
 def backfill_day(day: str, config_path: str | None = None, engine: str | None = None) -> dict[str, Any]:
     """Recompute one day's tiles and last values (re-running replaces exactly that day)."""
     from quiver.offline.backfill import backfill
@@ -38,25 +90,3 @@ def materialize_until(day: str, config_path: str | None = None) -> dict[str, Any
     end = datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(), tzinfo=UTC)
     report = materialize(config, catalog, end=end)
     return {"day": day, "entities_written": report.entities_written, "seconds": round(report.seconds, 3)}
-
-
-def drift_check(reference: str, current: str, name: str = "features", config_path: str | None = None,
-                features: list[str] | None = None) -> dict[str, Any]:
-    """Compare `current` with `reference` (Parquet files or folders), record the run, raise/resolve alerts.
-
-    Alerts go to the sinks of the project's monitoring.yaml (an `airflow_asset` sink triggers retraining).
-    """
-    from monitoring.alerts import AlertManager, sinks_from_config
-    from monitoring.checks import read_table, run_drift_check
-    from monitoring.settings import load_settings
-    from quiver.registry import Registry
-
-    config = load_config(Path(config_path) if config_path else None)
-    registry = Registry(config.registry, project=config.project)
-    alerts = AlertManager(registry, sinks_from_config(load_settings(config).alert_sinks))
-    check = run_drift_check(read_table(config.root / reference, features), read_table(config.root / current, features),
-                            name=name, features=features, registry=registry, alerts=alerts,
-                            reference_label=reference, current_label=current)
-    report = check.report
-    return {"run_id": check.run_id, "dataset_drift": report.dataset_drift, "drift_share": report.drift_share,
-            "drifted": [f.feature for f in report.drifted], "alerts": [a.alert.id for a in check.alerts]}

@@ -1,13 +1,16 @@
 """Write events as time-ordered JSON-lines files into a stream directory (the local stand-in for Kafka).
 
-Each line holds `ts_ms` (epoch milliseconds of the event time) plus the other columns; floats are written
-with their shortest exact representation, so the stream carries exactly the values of the batch files.
+Each line holds `ts_us` (epoch microseconds of the event time: the catalog's resolution, so the stream
+and the batch files agree on which side of `< t` every event falls) plus the other columns (timestamps
+as epoch µs too); floats are written with their shortest exact representation and NaN / ±Infinity as
+the tokens `NaN` / `Infinity` (NaN is a value, as in the batch files), so the stream carries exactly the
+values of the batch files.
 Files are named `<stream time, 13 digits>-<seq, 8 digits>.jsonl`, where the stream time is the greatest
 event time written so far, so name order is write order even when some events arrive out of order, and
 each file appears atomically (written under a hidden name, then renamed).
 
-    python -m pipelines.stream_producer --out data/stream/transactions --demo-days 1 --rate 20000
-    python -m pipelines.stream_producer --out data/stream/transactions --from data/events/transactions
+    python -m quiver.pipelines.stream_producer --out data/stream/transactions --demo-days 1 --rate 20000
+    python -m quiver.pipelines.stream_producer --out data/stream/transactions --from data/events/transactions
 """
 
 from __future__ import annotations
@@ -32,34 +35,46 @@ def _dumps() -> Callable[[Any], bytes]:
 
         return orjson.dumps  # type: ignore[no-any-return]
     except ImportError:
-        return lambda row: json.dumps(row, separators=(",", ":"), allow_nan=False).encode()
+        return lambda row: json.dumps(row, separators=(",", ":")).encode()
+
+
+def epoch_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Epoch microseconds of a timestamp column (nanoseconds are refused, not cut)."""
+    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+        raise ValueError("nanosecond timestamps: the catalog's time resolution is microseconds; cast first")
+    us = pc.cast(column, pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return np.asarray(us.to_numpy(zero_copy_only=False))
 
 
 def epoch_ms(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Epoch milliseconds of a timestamp column (sub-millisecond parts are cut, as Flink reads ms)."""
-    us = pc.cast(column, pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    return np.asarray(us.to_numpy(zero_copy_only=False)) // 1000
+    """Epoch milliseconds of a timestamp column, floored (file names, pacing)."""
+    return epoch_us(column) // 1000
 
 
 def to_ndjson(events: pa.Table, ts_column: str = "event_ts") -> bytes:
-    """The rows of `events` as JSON lines: `ts_ms` first, then the other columns (timestamps as epoch ms)."""
-    columns: dict[str, list[Any]] = {"ts_ms": epoch_ms(events.column(ts_column)).tolist()}
+    """The rows of `events` as JSON lines: `ts_us` first, then the other columns (timestamps as epoch µs)."""
+    columns: dict[str, list[Any]] = {"ts_us": epoch_us(events.column(ts_column)).tolist()}
+    non_finite = np.zeros(events.num_rows, dtype=bool)
     for name in events.column_names:
         if name == ts_column:
             continue
         column = events.column(name)
         if pa.types.is_timestamp(column.type):
             valid = column.is_valid().to_numpy(zero_copy_only=False)
-            ms = epoch_ms(pc.fill_null(column, 0)).tolist()
-            columns[name] = [v if ok else None for v, ok in zip(ms, valid, strict=True)]
+            us = epoch_us(pc.fill_null(column, 0)).tolist()
+            columns[name] = [v if ok else None for v, ok in zip(us, valid, strict=True)]
         else:
-            values = column.to_pylist()
-            if pa.types.is_floating(column.type):  # JSON has no NaN: write null (a missing value)
-                values = [None if v is not None and v != v else v for v in values]
-            columns[name] = values
+            if pa.types.is_floating(column.type):
+                non_finite |= ~pc.is_finite(pc.fill_null(column, 0.0)).to_numpy(zero_copy_only=False)
+            columns[name] = column.to_pylist()
     dumps = _dumps()
     names = list(columns)
-    return b"".join(dumps(dict(zip(names, row, strict=True))) + b"\n" for row in zip(*columns.values(), strict=True))
+    lines = []
+    for row, odd in zip(zip(*columns.values(), strict=True), non_finite.tolist(), strict=True):
+        record = dict(zip(names, row, strict=True))
+        # orjson writes NaN as null; the stdlib writes the NaN / Infinity tokens the feeder reads.
+        lines.append(json.dumps(record, separators=(",", ":")).encode() if odd else dumps(record))
+    return b"".join(line + b"\n" for line in lines)
 
 
 class StreamWriter:
@@ -117,7 +132,7 @@ def read_events(path: str | Path) -> pa.Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.stream_producer", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m quiver.pipelines.stream_producer", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="stream directory (a source's StreamBinding path)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from", dest="source", help="Parquet file or folder of events (e.g. data/events/transactions)")
@@ -131,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import tempfile
 
-        from pipelines.demo_data import generate
+        from quiver.pipelines.demo_data import generate
 
         with tempfile.TemporaryDirectory() as tmp:
             generate(tmp, days=a.demo_days, seed=a.seed)

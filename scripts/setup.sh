@@ -5,15 +5,57 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3.11}
+TORCH_VERSION=2.13.0
 
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
 say() { echo "setup: $*"; }
 
+# Java: pyspark 4 and pyflink 2.3 run on Java 17 and newer (their documented floors); 17 is what CI runs.
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -n 1; }
+
+# torch, chosen explicitly (QUIVER_TORCH=cpu|cuda overrides the guess):
+#   cpu  — machines without an NVIDIA GPU (laptops, CI, the feature/prediction servers): the CPU build
+#          torch==X+cpu from PyTorch's CPU wheel index (QUIVER_TORCH_INDEX, default
+#          https://download.pytorch.org/whl/cpu), or from a local wheel folder pip already uses (find-links).
+#          No CUDA libraries: about 2 GB less than the default wheel.
+#   cuda — GPU training workers (guessed when `nvidia-smi -L` lists a GPU): PyPI's torch==X, which on Linux
+#          is the CUDA build and bundles its CUDA runtime (the driver must be installed on the host).
+torch_variant() {
+  if [ -n "${QUIVER_TORCH:-}" ]; then echo "$QUIVER_TORCH"
+  elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then echo cuda
+  else echo cpu; fi
+}
+
+torch_pip_args() {  # the arguments of the pip install that puts torch in .venv
+  case "$(torch_variant)" in
+    cuda) echo "torch==$TORCH_VERSION" ;;
+    cpu)
+      local links dir
+      links="${PIP_FIND_LINKS:-} $("${PIP_FOR_CONFIG:-pip3}" config get global.find-links 2>/dev/null || true)"
+      for dir in $links; do
+        if compgen -G "${dir#file://}/torch-$TORCH_VERSION+cpu-*.whl" >/dev/null; then
+          echo "torch==$TORCH_VERSION+cpu"; return
+        fi
+      done
+      echo "torch==$TORCH_VERSION+cpu --extra-index-url ${QUIVER_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}" ;;
+    *) die "QUIVER_TORCH must be cpu or cuda, got '$QUIVER_TORCH'" ;;
+  esac
+}
+
+if [ "${1:-}" = "--plan" ]; then  # say what setup would choose, change nothing (tests and docs use this)
+  major=$(java_major)
+  if [ -n "$major" ] && [ "$major" -ge 17 ]; then echo "java: $major ok (17 or newer)"
+  else echo "java: ${major:-none} too old (needs 17 or newer)"; fi
+  echo "torch: $(torch_variant): pip install $(torch_pip_args)"
+  exit 0
+fi
+
 # --- system tools -------------------------------------------------------------------------------------
 command -v "$PY" >/dev/null || die "$PY not found (Debian 12: apt-get install python3.11 python3.11-venv)"
 
-if ! java -version 2>&1 | grep -q 'version "17'; then
-  die "Java 17 is needed by pyspark and pyflink: apt-get install openjdk-17-jre-headless"
+major=$(java_major)
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+  die "Java 17 or newer is needed by pyspark and pyflink (found: ${major:-none}): apt-get install openjdk-17-jre-headless"
 fi
 
 if ! command -v redis-server >/dev/null; then
@@ -23,6 +65,17 @@ if ! command -v redis-server >/dev/null; then
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
   else
     die "redis-server is missing (tests run a real one): sudo apt-get install redis-server"
+  fi
+fi
+
+# Tests start a private PostgreSQL cluster (registry on Postgres); a missing server fails them, never skips.
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    say "installing postgresql (tests run a private cluster)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
+  else
+    die "PostgreSQL is missing (tests run a private cluster): sudo apt-get install postgresql"
   fi
 fi
 
@@ -55,9 +108,10 @@ if up_to_date .venv "$h"; then
 else
   say "building .venv (main: spark, feast, airflow, torch, ...)"
   make_venv .venv
-  # torch first and alone: the pin resolves to the local CPU wheel; letting the resolver pick torch
-  # inside the big install can pull GBs of CUDA wheels.
-  pip_in .venv torch==2.13.0
+  # torch first and alone, as chosen above (torch_variant); the big install below then keeps it.
+  say "torch: $(torch_variant) build"
+  # shellcheck disable=SC2046  # the arguments are words on purpose
+  pip_in .venv $(torch_pip_args)
   pip_in .venv -r requirements/main.txt
   pip_in .venv -e . --no-deps
   echo "$h" > .venv/.setup-stamp

@@ -10,6 +10,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -76,9 +77,20 @@ class RedisServer:
                 raise ServiceError(f"redis-server did not answer PING within {timeout}s:\n{_tail(log)}")
             time.sleep(0.05)
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open, nothing answers — a stalled Redis."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server run again (SIGCONT)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is None:
             return
+        self.resume()  # a stopped process would ignore SIGTERM until continued
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)

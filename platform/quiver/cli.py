@@ -25,7 +25,41 @@ from quiver.catalog.types import duration_label, is_identifier
 from quiver.config import CONFIG_FILE, DEFAULT_CONFIG_TEXT, Config, load_config
 
 app = typer.Typer(help="Quiver: define features once; backfill, stream and serve them.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})  # inherited by every command
+
+
+def _flags_without_metavars() -> None:
+    # Typer's rich help prints a value type ("<bool>") beside flags such as --record/--no-record and --help,
+    # which take no value; show nothing there instead.
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "_quiver_flags", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) else original(self, ctx)
+
+    display_type_rich._quiver_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_without_metavars()
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from quiver import __version__
+
+        typer.echo(f"quiver {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", help="print the version and exit",
+                                                 is_eager=True, callback=_show_version)] = False) -> None:
+    """Quiver: define features once; backfill, stream and serve them."""
 # Piped output (scripts, CI logs) gets Rich's 80 columns, which truncates names in tables: use a wide line
 # there unless COLUMNS says otherwise.
 _WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
@@ -34,6 +68,9 @@ err_console = Console(stderr=True, width=_WIDTH)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="quiver.yaml (default: ./quiver.yaml)")]
 CatalogOption = Annotated[Path | None, typer.Option("--catalog", help="catalog directory (default: from config)")]
+# One way to pick views in every command that takes them: --view NAME, repeated or comma-separated.
+ViewsOption = Annotated[list[str] | None, typer.Option("--view", "--views", help="only this view: repeat or "
+                                                                                 "comma-separate (default: all)")]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -61,8 +98,32 @@ def _error(message: str) -> None:
                       soft_wrap=True)
 
 
+def split_names(values: list[str] | None) -> list[str] | None:
+    """`--view a --view b,c` → ["a", "b", "c"]; None when none was given."""
+    names = [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+    return names or None
+
+
 def open_project(config_path: Path | None, catalog_dir: Path | None = None) -> tuple[Config, Catalog]:
-    """Config and validated catalog for a command."""
+    """Config and the catalog every reading command uses: the registry's current version (`quiver apply` is
+    the gate); the definitions on disk only while nothing was applied yet."""
+    config, applied = open_applied(config_path, catalog_dir)
+    return config, applied.catalog
+
+
+def open_applied(config_path: Path | None, catalog_dir: Path | None = None) -> tuple[Config, Any]:
+    """Config and `AppliedCatalog` (catalog, registry version or None, whether the disk differs). An explicit
+    `--catalog` folder is read as it is (a preview of definitions not applied), never the registry's."""
+    from quiver.registry.repository import AppliedCatalog, load_applied_catalog
+
+    config = load_config(config_path)
+    if catalog_dir is not None:
+        return config, AppliedCatalog(load_catalog(catalog_dir, root=config.root), None)
+    return config, load_applied_catalog(config)
+
+
+def open_disk_project(config_path: Path | None, catalog_dir: Path | None = None) -> tuple[Config, Catalog]:
+    """Config and the validated definitions on disk (what `plan` and `apply` compare with the registry)."""
     config = load_config(config_path)
     directory = catalog_dir or config.catalog_dir
     return config, load_catalog(directory, root=config.root)
@@ -92,25 +153,62 @@ def init(directory: Annotated[Path, typer.Argument(help="project directory")] = 
 
 @app.command()
 @user_errors
-def plan(config: ConfigOption = None, catalog: CatalogOption = None) -> None:
-    """Validate the catalog and show what `apply` would change, without writing."""
-    cfg, cat = open_project(config, catalog)
+def plan(config: ConfigOption = None, catalog: CatalogOption = None,
+         allow_empty: Annotated[bool, typer.Option("--allow-empty", help="plan removing every definition")] = False,
+         ) -> None:
+    """Validate the catalog on disk and show what `apply` would change (and what needs a backfill)."""
+    cfg, cat = open_disk_project(config, catalog)
     registry = open_registry(cfg)
+    current = registry.latest()
     diff = registry.plan(cat)
     _print_diff(diff)
+    _refuse_empty(cfg, cat, current, allow_empty)
     if not diff.is_empty:
-        current = registry.latest()
+        for view, why in _needs_backfill(current[2] if current else None, cat.to_dict()):
+            console.print(f"needs a backfill: view {view} ({why})", highlight=False)
         console.print(f"`quiver apply` would store catalog version {(current[0] if current else 0) + 1} "
                       f"of project {cfg.project!r}", highlight=False)
+
+
+def _refuse_empty(cfg: Config, cat: Catalog, current: Any, allow_empty: bool) -> None:
+    # An empty folder (a wrong --catalog, a checkout in progress) would silently delete every definition.
+    if allow_empty or any(cat.by_kind().values()):
+        return
+    held = sum(len(specs) for specs in current[2].values()) if current else 0
+    raise QuiverError(f"{cfg.catalog_dir} holds no definitions: applying it would remove all {held} definitions "
+                      f"of catalog version {current[0] if current else 0}; pass --allow-empty if that is meant")
+
+
+_NOT_OFFLINE = {"description", "owner", "tags", "online"}  # changes that leave the stored values valid
+
+
+def _needs_backfill(old: Any, new: dict[str, Any]) -> list[tuple[str, str]]:
+    """(view, reason) for views whose offline values the change invalidates or that have none yet."""
+    before = (old or {}).get("feature_view", {})
+    out = []
+    for name, spec in new.get("feature_view", {}).items():
+        if name not in before:
+            out.append((name, "new view"))
+            continue
+        changed = sorted(k for k in spec.keys() | before[name].keys()
+                         if k not in _NOT_OFFLINE and spec.get(k) != before[name].get(k))
+        if changed:
+            out.append((name, "changed " + ", ".join(changed)))
+    return out
 
 
 @app.command()
 @user_errors
 def apply(config: ConfigOption = None, catalog: CatalogOption = None,
-          author: Annotated[str | None, typer.Option(help="recorded with the version")] = None) -> None:
-    """Validate the catalog and store it as a new registry version when it changed."""
-    cfg, cat = open_project(config, catalog)
-    result = open_registry(cfg).apply(cat, author=author)
+          author: Annotated[str | None, typer.Option(help="recorded with the version")] = None,
+          allow_empty: Annotated[bool, typer.Option("--allow-empty",
+                                                    help="allow applying a catalog with no definitions")] = False,
+          ) -> None:
+    """Validate the catalog on disk and store it as a new registry version when it changed."""
+    cfg, cat = open_disk_project(config, catalog)
+    registry = open_registry(cfg)
+    _refuse_empty(cfg, cat, registry.latest(), allow_empty)
+    result = registry.apply(cat, author=author)
     if result.created:
         _print_diff(result.diff)
         console.print(f"[green]applied[/green] catalog version {result.version} of project {cfg.project!r}")
@@ -121,8 +219,10 @@ def apply(config: ConfigOption = None, catalog: CatalogOption = None,
 @app.command("list")
 @user_errors
 def list_views(config: ConfigOption = None, catalog: CatalogOption = None) -> None:
-    """List feature views and services of the catalog."""
-    _, cat = open_project(config, catalog)
+    """List feature views and services of the applied catalog version."""
+    _, applied = open_applied(config, catalog)
+    cat = applied.catalog
+    _say_version(applied, catalog)
     table = Table("view", "entities", "source", "kind", "features", "ttl / tile", "owner")
     for view in sorted(cat.views.values(), key=lambda v: v.name):
         timing = _micros_label(view.ttl_us) if view.kind == "last" else f"tile {_micros_label(view.tile_us)}"
@@ -133,23 +233,47 @@ def list_views(config: ConfigOption = None, catalog: CatalogOption = None) -> No
         console.print(f"service [bold]{service.name}[/bold]: {len(service.features)} features")
 
 
+_DESCRIBE_KINDS = {"view": "feature_view", "service": "feature_service", "entity": "entity", "source": "source"}
+
+
 @app.command()
 @user_errors
-def describe(view: Annotated[str, typer.Argument(help="feature view name")],
+def describe(name: Annotated[str, typer.Argument(help="a feature view, feature service, entity or source")],
+             kind: Annotated[str | None, typer.Option(help="view, service, entity or source (when a name is "
+                                                           "used by two kinds)")] = None,
              config: ConfigOption = None, catalog: CatalogOption = None,
-             as_json: Annotated[bool, typer.Option("--json", help="print the IR as JSON")] = False) -> None:
-    """Show one feature view: keys, source, features with types and windows, where it is defined."""
+             as_json: Annotated[bool, typer.Option("--json", help="print the definition as JSON")] = False) -> None:
+    """Show one definition: a view's features with types and windows, a service's features, an entity's keys,
+    a source's columns and stream binding, and where it is defined."""
     from quiver.catalog.ir import spec_to_dict
 
-    _, cat = open_project(config, catalog)
-    try:
-        spec = cat.view(view)
-    except KeyError as exc:
-        raise QuiverError(str(exc.args[0])) from None
+    _, applied = open_applied(config, catalog)
+    cat = applied.catalog
+    if not as_json:
+        _say_version(applied, catalog)
+    if kind is not None and kind not in _DESCRIBE_KINDS:
+        raise QuiverError(f"--kind must be one of {', '.join(_DESCRIBE_KINDS)}, got {kind!r}")
+    by_kind = cat.by_kind()
+    kinds = [kind] if kind else list(_DESCRIBE_KINDS)
+    found = [(k, by_kind[_DESCRIBE_KINDS[k]][name]) for k in kinds if name in by_kind[_DESCRIBE_KINDS[k]]]
+    if not found:
+        plural = {"view": "views", "service": "services", "entity": "entities", "source": "sources"}
+        known = "; ".join(f"{plural[k]}: {', '.join(sorted(by_kind[v])) or '-'}" for k, v in _DESCRIBE_KINDS.items()
+                          if k in kinds)
+        raise QuiverError(f"no {kind or 'definition'} named {name!r} ({known})")
+    if len(found) > 1:
+        console.print(f"[dim]{name!r} names a {' and a '.join(k for k, _ in found)}; showing the {found[0][0]} "
+                      f"(pick with --kind)[/dim]")
+    what, spec = found[0]
     if as_json:
         console.print_json(json.dumps(spec_to_dict(spec)))
         return
-    console.print(f"[bold]{spec.name}[/bold]  ({spec.location})\n{spec.description}")
+    {"view": _describe_view, "service": _describe_service, "entity": _describe_entity,
+     "source": _describe_source}[what](cat, spec)
+
+
+def _describe_view(cat: Catalog, spec: Any) -> None:
+    console.print(f"[bold]{spec.name}[/bold]  feature view ({spec.location})\n{spec.description}")
     console.print(f"entities: {', '.join(spec.entities)}   keys: "
                   + ", ".join(f"{k} {t}" for k, t in spec.keys) + f"   source: {spec.source}")
     table = Table("feature", "dtype", "definition")
@@ -161,14 +285,50 @@ def describe(view: Annotated[str, typer.Argument(help="feature view name")],
     console.print(table)
 
 
+def _describe_service(cat: Catalog, spec: Any) -> None:
+    console.print(f"[bold]{spec.name}[/bold]  feature service ({spec.location})\n{spec.description}")
+    table = Table("feature", "view", "dtype", "entities")
+    for ref in spec.features:
+        view_name, _, feature = ref.partition(":")
+        view = cat.views[view_name]
+        table.add_row(feature, view_name, view.feature_dtype(feature), ", ".join(view.entities))
+    console.print(table)
+    keys = dict.fromkeys(k for ref in spec.features for k in cat.views[ref.partition(":")[0]].key_names)
+    console.print(f"{len(spec.features)} features; requests need the join keys: {', '.join(keys)}")
+
+
+def _describe_entity(cat: Catalog, spec: Any) -> None:
+    console.print(f"[bold]{spec.name}[/bold]  entity ({spec.location})\n{spec.description}")
+    console.print("join keys: " + ", ".join(f"{k} {t}" for k, t in spec.keys))
+    views = sorted(v.name for v in cat.views.values() if spec.name in v.entities)
+    console.print(f"feature views keyed by it: {', '.join(views) or '-'}")
+
+
+def _describe_source(cat: Catalog, spec: Any) -> None:
+    console.print(f"[bold]{spec.name}[/bold]  source ({spec.location})\n{spec.description}")
+    console.print(f"path: {spec.path}   event time: {spec.timestamp_field}")
+    table = Table("column", "dtype")
+    for column, dtype in spec.columns:
+        table.add_row(column, dtype)
+    console.print(table)
+    if spec.stream is not None:
+        console.print(f"stream: {spec.stream.format} files at {spec.stream.path}"
+                      + (f", Kafka topic {spec.stream.kafka_topic}" if spec.stream.kafka_topic else ""))
+    views = sorted(v.name for v in cat.views.values() if v.source == spec.name)
+    console.print(f"feature views reading it: {', '.join(views) or '-'}")
+
+
 @app.command()
 @user_errors
 def versions(config: ConfigOption = None) -> None:
-    """List the catalog versions stored in the registry."""
+    """List the catalog versions stored in the registry, each with its diff from the version before."""
+    from quiver.registry.diff import Change
+
     cfg = load_config(config)
-    table = Table("version", "created", "author", "hash", "changes")
+    table = Table("version", "created", "author", "hash", "changes from the previous version")
     for info in open_registry(cfg).versions():
-        changes = ", ".join(f"{c['action'][0]}:{c['name']}" for c in info.diff) or "-"
+        changes = "\n".join(str(Change(c["kind"], c["name"], c["action"], list(c.get("details") or [])))
+                            for c in info.diff) or "-"
         table.add_row(str(info.version), info.created_at.strftime("%Y-%m-%d %H:%M:%S"), info.author,
                       info.content_hash[:12], changes)
     console.print(table)
@@ -177,16 +337,38 @@ def versions(config: ConfigOption = None) -> None:
 @app.command("demo-data")
 @user_errors
 def demo_data(out: Annotated[Path, typer.Option(help="output directory")] = Path("data"),
-              days: int = 7, seed: int = 7, users: int = 2_000, transactions_per_day: int = 20_000,
-              drift_from_day: Annotated[int | None, typer.Option(help="shift distributions from this day")] = None,
-              late_fraction: float = 0.0, malformed_fraction: float = 0.0) -> None:
+              days: Annotated[int, typer.Option(help="number of days of events, from 2026-11-01")] = 7,
+              seed: Annotated[int, typer.Option(help="random seed (same seed, same data)")] = 7,
+              users: Annotated[int, typer.Option(help="number of distinct users")] = 2_000,
+              transactions_per_day: Annotated[int, typer.Option(help="transactions generated per day")] = 20_000,
+              drift_from_day: Annotated[int | None, typer.Option(help="shift distributions from this day on "
+                                                                      "(0 = the first day)")] = None,
+              late_fraction: Annotated[float, typer.Option(help="share of events (0-1) written into the next "
+                                                               "day's file, i.e. arriving late")] = 0.0,
+              malformed_fraction: Annotated[float, typer.Option(help="share of rows (0-1) made malformed: null "
+                                                                    "user_id, NaN or negative amount, unknown "
+                                                                    "category, future time")] = 0.0) -> None:
     """Write synthetic fraud-domain events and labels (Parquet) for N days."""
-    from pipelines.demo_data import generate
+    from quiver.pipelines.demo_data import generate
 
     summary = generate(out, days=days, seed=seed, users=users, transactions_per_day=transactions_per_day,
                        drift_from_day=drift_from_day, late_fraction=late_fraction,
                        malformed_fraction=malformed_fraction)
     console.print(summary)
+
+
+def _say_version(applied: Any, catalog_dir: Path | None) -> None:
+    console.print(catalog_label(applied, catalog_dir), highlight=False)
+
+
+def catalog_label(applied: Any, catalog_dir: Path | None = None) -> str:
+    """One line saying which catalog a command uses (an `AppliedCatalog` from `open_applied`)."""
+    if catalog_dir is not None:
+        return f"catalog: definitions in {catalog_dir} as they are (--catalog), not the applied version"
+    if applied.version is None:
+        return "catalog: definitions on disk (nothing applied yet: run `quiver apply`)"
+    return (f"catalog version {applied.version} (applied)"
+            + ("; the definitions on disk differ: see `quiver plan`" if applied.disk_differs else ""))
 
 
 def _print_diff(diff: Any) -> None:
@@ -209,7 +391,7 @@ def _register_optional_commands() -> None:
     import importlib
 
     for module in ("quiver.offline.cli", "quiver.online.cli", "quiver.monitoring_cli", "quiver.offline.training_cli",
-                   "quiver.streaming_cli"):
+                   "quiver.streaming_cli", "quiver.models.cli", "quiver.serving.predict_cli", "quiver.redis_cli"):
         try:
             importlib.import_module(module).register(app)
         except ModuleNotFoundError as exc:
@@ -220,7 +402,25 @@ def _register_optional_commands() -> None:
 def main() -> None:
     """Console-script entry point."""
     _register_optional_commands()
-    app(prog_name="quiver")
+    try:
+        app(prog_name="quiver")
+    finally:
+        _export_metrics()
+
+
+def _export_metrics() -> None:
+    # Batch commands are short-lived, so no scraper would ever see their metrics: QUIVER_METRICS_EXPORT
+    # (a .prom textfile path or a Pushgateway URL) hands them over when the command ends.
+    destination = os.environ.get("QUIVER_METRICS_EXPORT")
+    if not destination:
+        return
+    from quiver.serving.runtime import export_metrics
+
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), "cli")
+    try:
+        export_metrics(destination, job=f"quiver_{command.replace('-', '_')}")
+    except (OSError, ValueError) as exc:
+        _error(f"could not export metrics to {destination}: {exc}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,19 @@ class Config:
     spark_master: str = "local[2]"
     redis_timeout_s: float = 1.0
     api_key: str = ""  # feature server key (better: QUIVER_API_KEY in the environment)
+    # The closed loop (dags/, pipelines/loop*.py): which model it watches, how much history a retrain uses,
+    # where GPU work runs, and how long it waits for labelled traffic.
+    loop_model: str = "fraud_model"
+    loop_service: str = "fraud_model"
+    loop_window_days: float = 7.0
+    gpu_queue: str = "gpu"
+    gpu_pool: str = "gpu"
+    loop_min_labelled: float = 300.0
+    loop_poke_interval_s: float = 600.0
+    loop_wait_timeout_s: float = 172_800.0
+    loop_canary_steps: str = "0.05,0.25,0.5,1.0"  # canary traffic shares; the last must be 1.0 (promotion)
+    loop_canary_min_rows: float = 500.0  # rows per arm and step before a guardrail may pass
+    loop_canary_judge: str = ""  # overrides of the canary judge's settings, e.g. "log_loss_floor=0.05,alpha=0.1"
 
     @property
     def catalog_dir(self) -> Path:

@@ -3,6 +3,9 @@ top-level `monitoring` package, which is imported only when one of these command
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +16,7 @@ from quiver.catalog.errors import QuiverError
 from quiver.cli import ConfigOption, console, user_errors
 from quiver.config import CONFIG_FILE, load_config
 
+DEFAULT_SAMPLE_ROWS = 20_000  # = quiver.monitoring.evidently_ref.DEFAULT_SAMPLE_ROWS (not imported: keeps the CLI light)
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "alert": "bold red", "insufficient_data": "dim",
                  "skipped": "dim"}
 
@@ -28,8 +32,8 @@ def _project(config: Path | None) -> tuple[Any, bool]:
 
 
 def _alert_manager(cfg: Any, registry: Any) -> Any:
-    from monitoring.alerts import AlertManager, sinks_from_config
-    from monitoring.settings import load_settings
+    from quiver.monitoring.alerts import AlertManager, sinks_from_config
+    from quiver.monitoring.settings import load_settings
 
     try:
         sinks = sinks_from_config(load_settings(cfg).alert_sinks)
@@ -41,9 +45,13 @@ def _alert_manager(cfg: Any, registry: Any) -> Any:
 def drift(
     reference: Annotated[Path, typer.Option(help="reference Parquet file or folder (e.g. the training set)")],
     current: Annotated[Path, typer.Option(help="current Parquet file or folder (e.g. recent serving logs)")],
-    features: Annotated[list[str] | None, typer.Option("--features", "-f",
-                                                        help="features to compare (repeat or comma-separate)")] = None,
+    features: Annotated[list[str] | None, typer.Option(
+        "--features", "-f", help="columns to compare (repeat or comma-separate); default: the catalog's features "
+                                 "in both files — never join keys, timestamps or labels")] = None,
+    service: Annotated[str | None, typer.Option(help="compare this feature service's features")] = None,
     report: Annotated[Path | None, typer.Option(help="write Evidently's HTML report here (+ a summary page)")] = None,
+    sample_rows: Annotated[int, typer.Option(help="rows per side drawn for the HTML report's charts (verdicts "
+                                                  "always use every row)")] = DEFAULT_SAMPLE_ROWS,
     name: Annotated[str, typer.Option(help="name of this check in the registry and alerts")] = "default",
     numerical: Annotated[str, typer.Option(help="methods for numerical features")] = "psi,ks",
     categorical: Annotated[str, typer.Option(help="methods for categorical features")] = "psi",
@@ -55,18 +63,40 @@ def drift(
     config: ConfigOption = None,
 ) -> None:
     """Compare feature distributions (PSI, KS, …) between a reference and a current dataset."""
-    from monitoring.checks import read_table, run_drift_check
-    from monitoring.drift import DriftConfig
+    from datetime import UTC, datetime
+
+    from quiver.monitoring.checks import (
+        default_drift_columns,
+        read_table,
+        run_drift_check,
+        table_schema,
+        time_columns,
+        time_window,
+    )
+    from quiver.monitoring.drift import DriftConfig
 
     cfg, has_file = _project(config)
     for path in (reference, current):
         if not path.exists():
             raise QuiverError(f"{path} does not exist")
     wanted = _split(features) or None
+    started = datetime.now(UTC)
     try:
         drift_config = DriftConfig(numerical_methods=tuple(_split([numerical])),
                                    categorical_methods=tuple(_split([categorical])))
-        ref_table, cur_table = read_table(reference, wanted), read_table(current, wanted)
+        schemas = table_schema(reference), table_schema(current)
+        if wanted is None:
+            chosen = default_drift_columns(_catalog(cfg), schemas[0].names, schemas[1].names, service)
+            wanted = chosen.features
+            console.print(f"comparing {len(wanted)} columns: {chosen.origin}"
+                          + (f"; left out {', '.join(f'{c} ({why})' for c, why in chosen.left_out.items())}"
+                             if chosen.left_out else ""), highlight=False, soft_wrap=True)
+        missing = [c for c in wanted if c not in schemas[0].names or c not in schemas[1].names]
+        if missing:
+            raise QuiverError(f"column(s) {', '.join(missing)} not in both {reference} and {current}")
+        with _step(f"reading {reference} and {current}"):  # the compared columns and the event time only
+            ref_table, cur_table = (read_table(path, list(dict.fromkeys([*wanted, *time_columns(schema)[:1]])))
+                                    for path, schema in ((reference, schemas[0]), (current, schemas[1])))
     except (ValueError, KeyError) as exc:
         raise QuiverError(str(exc)) from None
     registry = None
@@ -76,9 +106,10 @@ def drift(
         registry = Registry(cfg.registry, project=cfg.project)
     alerts = _alert_manager(cfg, registry) if alert and registry is not None else None
     try:
-        check = run_drift_check(ref_table, cur_table, name=name, features=wanted, config=drift_config,
-                                registry=registry, alerts=alerts, engine=engine,
-                                reference_label=str(reference), current_label=str(current))
+        with _step(f"drift of {len(wanted)} features over {ref_table.num_rows:,} + {cur_table.num_rows:,} rows"):
+            check = run_drift_check(ref_table, cur_table, name=name, features=wanted, config=drift_config,
+                                    registry=registry, alerts=alerts, engine=engine,
+                                    reference_label=str(reference), current_label=str(current))
     except ValueError as exc:
         raise QuiverError(str(exc)) from None
     result = check.report
@@ -88,22 +119,51 @@ def drift(
     for raised in check.alerts:
         console.print(f"alert #{raised.alert.id} {raised.outcome}: {raised.alert.title}")
     if report is not None:
-        from monitoring.evidently_ref import evidently_html
-        from monitoring.plots import summary_page
+        from quiver.monitoring.plots import write_drift_reports
 
         history = None
         if registry is not None:
-            from monitoring.plots import history_from_rows
-            from monitoring.repository import drift_history as feature_history
+            from quiver.monitoring.plots import history_from_rows
+            from quiver.monitoring.repository import drift_history as feature_history
 
             rows = [r for f in result.features for r in feature_history(registry, f.feature, name, limit=200)]
             history = history_from_rows(rows)
-        evidently_html(ref_table, cur_table, [f.feature for f in result.features], report, drift_config)
-        summary = summary_page(result, ref_table, cur_table, report.with_name(f"{report.stem}.summary.html"),
-                               title=f"Drift: {name}", evidently_report=report.name, history=history)
-        console.print(f"wrote {report} (Evidently) and {summary} (summary)")
+        compared = [("reference", f"{reference} — {_window(time_window(ref_table), ref_table.num_rows)}"),
+                    ("current", f"{current} — {_window(time_window(cur_table), cur_table.num_rows)}"),
+                    ("checked at", f"{started:%Y-%m-%d %H:%M:%S} UTC"),
+                    ("registry run", str(check.run_id) if check.run_id is not None else "not recorded"),
+                    ("alerts", ", ".join(f"#{a.alert.id} ({a.alert.kind} {a.alert.subject})" for a in check.alerts)
+                     or "none raised")]
+        with _step(f"HTML reports (charts from at most {sample_rows:,} rows per side)"):
+            evidently, summary = write_drift_reports(
+                result, ref_table, cur_table, report, name=name, config=drift_config, compared=compared,
+                alert_ids=[a.alert.id for a in check.alerts], history=history, max_rows=sample_rows)
+        console.print(f"wrote {evidently.path} (Evidently, {len(evidently.drifted)} drifted — the same verdicts) "
+                      f"and {summary} (summary)", highlight=False)
     if fail_on_drift and result.dataset_drift:
         raise typer.Exit(1)
+
+
+def _catalog(cfg: Any, directory: Path | None = None) -> Any:
+    """The applied catalog version (the registry's), as every reader uses; disk only before a first apply."""
+    from quiver.registry.repository import load_applied_catalog
+
+    return load_applied_catalog(cfg, directory).catalog
+
+
+def _window(bounds: tuple[Any, Any] | None, rows: int) -> str:
+    if bounds is None:
+        return f"{rows:,} rows (no timestamp column)"
+    return f"{rows:,} rows, {bounds[0]:%Y-%m-%d %H:%M} → {bounds[1]:%Y-%m-%d %H:%M} UTC"
+
+
+@contextmanager
+def _step(what: str) -> Iterator[None]:
+    """A spinner while a long step runs, then one line saying how long it took."""
+    started = time.perf_counter()
+    with console.status(f"{what} …"):
+        yield
+    console.print(f"[dim]{what}: {time.perf_counter() - started:.1f} s[/dim]", highlight=False)
 
 
 def _print_report(report: Any) -> None:
@@ -132,7 +192,7 @@ def drift_history(feature: Annotated[str, typer.Argument(help="feature name")],
                   png: Annotated[Path | None, typer.Option(help="also draw PSI over time into this PNG")] = None,
                   config: ConfigOption = None) -> None:
     """Show a feature's drift scores over time, from the registry."""
-    from monitoring.repository import drift_history as history
+    from quiver.monitoring.repository import drift_history as history
     from quiver.registry import Registry
 
     cfg, _ = _project(config)
@@ -145,7 +205,7 @@ def drift_history(feature: Annotated[str, typer.Argument(help="feature name")],
                       _fmt(r["ks_statistic"]), _fmt(r["ks_pvalue"]), str(r["n_ref"]), str(r["n_cur"]))
     console.print(table)
     if png is not None:
-        from monitoring.plots import history_from_rows, psi_history_png
+        from quiver.monitoring.plots import history_from_rows, psi_history_png
 
         png.write_bytes(psi_history_png(history_from_rows(rows)))
         console.print(f"wrote {png}")
@@ -156,15 +216,16 @@ def quality(source: Annotated[str, typer.Argument(help="catalog source the batch
             on_failure: Annotated[str | None, typer.Option(help="continue or stop (default: settings)")] = None,
             config: ConfigOption = None,
             catalog: Annotated[Path | None, typer.Option("--catalog", help="catalog directory")] = None) -> None:
-    """Validate batches with the source's Great Expectations suite; quarantine the ones that fail."""
-    from monitoring.quality import QualityGate, QualityGateError
-    from monitoring.settings import load_settings
-    from quiver.catalog.loader import load_catalog
+    """Validate batches by hand with the source's Great Expectations suite: report, and write the bad rows of a
+    failing batch to quarantine. The files stay where they are (only the pipeline's ingest gate,
+    `QualityGate.gate`, moves a failing batch out of the offline path)."""
+    from quiver.monitoring.quality import QualityGate, QualityGateError
+    from quiver.monitoring.settings import load_settings
     from quiver.registry import Registry
 
     cfg, _ = _project(config)
     settings = load_settings(cfg)
-    cat = load_catalog(catalog or cfg.catalog_dir, root=cfg.root)
+    cat = _catalog(cfg, catalog)
     alerts = _alert_manager(cfg, Registry(cfg.registry, project=cfg.project))
     gate = QualityGate(cat, quarantine_dir=settings.quarantine_dir, expectations_dir=settings.expectations_dir,
                        on_failure=on_failure or settings.on_failure, alerts=alerts)
@@ -183,7 +244,8 @@ def quality(source: Annotated[str, typer.Argument(help="catalog source the batch
             failures += 1
             failed = ", ".join(f"{f['type']}({f['column'] or ''})" for f in result.failed)
             console.print(f"[red]failed[/] {batch}: {result.n_bad_rows}/{result.n_rows} bad rows; {failed}; "
-                          f"quarantined at {result.quarantine_path}")
+                          f"bad rows and validation page written to {result.quarantine_path}; {batch} left in "
+                          f"place", highlight=False, soft_wrap=True)
     if failures:
         raise typer.Exit(1)
 
@@ -197,7 +259,7 @@ def alerts_list(all_: Annotated[bool, typer.Option("--all", help="include resolv
                 kind: Annotated[str | None, typer.Option(help="only this kind")] = None,
                 config: ConfigOption = None) -> None:
     """List open (or all) alerts with their delivery status."""
-    from monitoring.repository import list_alerts
+    from quiver.monitoring.repository import list_alerts
     from quiver.registry import Registry
 
     cfg, _ = _project(config)
@@ -212,7 +274,7 @@ def alerts_list(all_: Annotated[bool, typer.Option("--all", help="include resolv
 @user_errors
 def alerts_resolve(alert_id: Annotated[int, typer.Argument(help="alert id")], config: ConfigOption = None) -> None:
     """Resolve an open alert by id."""
-    from monitoring.repository import resolve_alerts
+    from quiver.monitoring.repository import resolve_alerts
     from quiver.registry import Registry
 
     cfg, _ = _project(config)

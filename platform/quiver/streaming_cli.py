@@ -1,6 +1,6 @@
 """Streaming commands: `quiver stream` (run the Flink job) and `quiver stream-status` (what it did).
 
-PyFlink lives in its own virtualenv (DESIGN.md §5), so `quiver stream` runs `quiver.streaming.runner`
+PyFlink lives in its own virtualenv (docs/architecture.md, "Two virtualenvs"), so `quiver stream` runs `quiver.streaming.runner`
 with that interpreter: `$QUIVER_STREAM_PYTHON`, else `.venv-stream/bin/python` beside the project or
 beside this checkout. SIGINT/SIGTERM are passed on, so Ctrl-C stops the job cleanly (checkpoint kept).
 """
@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import CatalogOption, ConfigOption, console, user_errors
+from quiver.cli import CatalogOption, ConfigOption, ViewsOption, console, split_names, user_errors
 from quiver.config import Config, load_config
 
 StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="default: <project>/.quiver/stream")]
@@ -75,6 +75,10 @@ def print_flink_job(config_path: Path | None, catalog_dir: Path | None, view: st
     sources = {cat.views[v].source for v in views if v in cat.views}
     target = FlinkTarget(inbox={s: paths.inbox(s).as_uri() for s in sources}, sink_root=paths.sinks.as_uri())
     script = compile_flink(cat, target, views).script()
+    # Shown paths are relative to the project (the runner passes absolute file URIs to Flink itself).
+    root_uri = Path(cfg.root).resolve().as_uri().rstrip("/") + "/"
+    script = ("-- paths below are relative to the project root; `quiver stream` runs them as absolute URIs\n"
+              + script.replace(root_uri, "").replace(str(Path(cfg.root).resolve()) + "/", ""))
     if plain:
         typer.echo(script)
     else:
@@ -91,10 +95,15 @@ def register(app: typer.Typer) -> None:
         checkpoint_dir: CheckpointOption = None,
         parallelism: Annotated[int, typer.Option(help="Flink parallelism")] = 1,
         state_dir: StateDirOption = None,
-        views: Annotated[str | None, typer.Option(help="comma-separated views (default: all streamed)")] = None,
+        views: ViewsOption = None,
         fresh: Annotated[bool, typer.Option(help="ignore checkpoints; replay the stream directory")] = False,
-        checkpoint_interval_ms: Annotated[int, typer.Option(help="checkpoint (and Redis load) interval")] = 250,
+        checkpoint_interval_ms: Annotated[int, typer.Option(help="checkpoint (and Redis load) interval")] = 1000,
         state_backend: Annotated[str, typer.Option(help="rocksdb or hashmap")] = "rocksdb",
+        mini_batch_ms: Annotated[int, typer.Option(help="mini-batch aggregation latency (0: off)")] = 0,
+        max_future_ms: Annotated[int, typer.Option(help="events dated later than arrival + this take the "
+                                                        "batch route")] = 0,
+        stream_retention_s: Annotated[float | None, typer.Option(help="delete fed and committed stream files "
+                                                                       "older than this")] = None,
         config: ConfigOption = None, catalog: CatalogOption = None,
     ) -> None:
         """Run the Flink job that keeps the online store fresh from the sources' stream bindings."""
@@ -104,7 +113,10 @@ def register(app: typer.Typer) -> None:
             raise QuiverError(f"--state-backend must be rocksdb or hashmap, got {state_backend!r}")
         cfg = load_config(config)
         args = ["--parallelism", str(parallelism), "--checkpoint-interval-ms", str(checkpoint_interval_ms),
-                "--state-backend", state_backend]
+                "--state-backend", state_backend, "--mini-batch-ms", str(mini_batch_ms),
+                "--max-future-ms", str(max_future_ms)]
+        if stream_retention_s is not None:
+            args += ["--stream-retention-s", str(stream_retention_s)]
         if config:
             args += ["--config", str(config.resolve())]
         else:
@@ -112,8 +124,8 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--catalog", catalog), ("--state-dir", state_dir), ("--checkpoint-dir", checkpoint_dir)):
             if value is not None:
                 args += [flag, str(Path(value).resolve())]
-        if views:
-            args += ["--views", views]
+        if split_names(views):
+            args += ["--views", ",".join(split_names(views) or [])]
         if bounded:
             args.append("--bounded")
         if fresh:

@@ -14,7 +14,8 @@ import pytest
 
 from quiver.catalog.ir import Catalog
 from quiver.catalog.loader import load_catalog
-from quiver.compile.sql import compile_values_at_boundary, compile_view, dialect_for
+from quiver.compile import dialect_for
+from quiver.compile.sql import compile_values_at_boundary, compile_view
 
 HERE = Path(__file__).parent
 CATALOG_DIR = HERE / "catalog"

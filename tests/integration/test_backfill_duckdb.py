@@ -89,7 +89,7 @@ def test_report_counts_and_quarantine_files(tmp_path: Path) -> None:
 
 
 def test_window_values_from_tiles_equal_the_reference(tmp_path: Path) -> None:
-    """merge_exprs + finalize_expr, run by DuckDB over the written tiles, give DESIGN.md §2 values."""
+    """merge_exprs + finalize_expr, run by DuckDB over the written tiles, give docs/architecture.md, "As of t" values."""
     config, catalog = project(tmp_path)
     events = make_events()
     backfill(config, catalog, DAY0, END, views=["user_activity", "user_merchant"])

@@ -1,6 +1,6 @@
 """Shared by the backfill tests: random events, an independent pure-Python reference, store readers.
 
-The reference (`brute_tiles`, `brute_last_values`, `brute_values_at`) is written from DESIGN.md §2 and the
+The reference (`brute_tiles`, `brute_last_values`, `brute_values_at`) is written from docs/architecture.md, "As of t" and the
 layout docstring, row by row, sharing no code with the compiler. The tests at the bottom pin it on a
 hand-computed example, so a cross-engine match means the engines match the semantics, not each other.
 """
@@ -187,7 +187,7 @@ def brute_last_values(table: pa.Table, view: ViewSpec, start_us: int, end_us: in
 
 
 def brute_values_at(table: pa.Table, view: ViewSpec, as_of_us: int) -> list[Row]:
-    """Every aggregation's value as of `as_of_us` from raw events in [as_of - w, as_of) (DESIGN.md §2)."""
+    """Every aggregation's value as of `as_of_us` from raw events in [as_of - w, as_of) (docs/architecture.md, "As of t")."""
     longest = max(a.window_us for a in view.aggregations)
     rows = _in_range(table, view, as_of_us - longest, as_of_us)
     entities = sorted({tuple(r[k] for k in view.key_names) for r in rows})

@@ -104,12 +104,13 @@ def test_plan_apply_list_describe_versions(project: Path) -> None:
     assert as_json["ttl_us"] == 3 * 86_400_000_000 and [f["name"] for f in as_json["fields"]] == ["amount", "category"]
 
     versions = ok(quiver("versions", cwd=project))
-    rows = [line for line in versions.splitlines() if line.startswith("│")]
+    rows = [line for line in versions.splitlines() if line.startswith("│") and line.split("│")[1].strip()]
     assert [row.split("│")[1].strip() for row in rows] == ["1", "2"]
-    assert "ana" in rows[0] and "c:user_last" in rows[1]
+    assert "ana" in rows[0] and "~ feature view user_last (ttl: 1d → 3d)" in rows[1]  # the diff, not "c:x"
 
     [line] = user_error(quiver("describe", "nope", cwd=project))
-    assert line == ("error: unknown feature view 'nope'; known: user_last, user_spend")
+    assert line == ("error: no definition named 'nope' (views: user_last, user_spend; services: fraud; "
+                    "entities: user; sources: tx)")
 
 
 def test_user_errors_print_one_line_per_problem_and_exit_2(project: Path) -> None:
@@ -176,7 +177,8 @@ def test_registry_url_environment_override_to_postgres(project: Path, pg_url: st
     assert [v.version for v in registry.versions()] == [1]
     registry.close()
     versions = ok(quiver("versions", cwd=project, env={"QUIVER_REGISTRY_URL": pg_url}))
-    assert [row.split("│")[1].strip() for row in versions.splitlines() if row.startswith("│")] == ["1"]
+    assert [row.split("│")[1].strip() for row in versions.splitlines()
+            if row.startswith("│") and row.split("│")[1].strip()] == ["1"]  # one version; its diff spans lines
 
 
 def test_bad_config_and_unreachable_registry_are_user_errors(project: Path) -> None:

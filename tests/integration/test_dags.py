@@ -33,16 +33,21 @@ def test_dagbag_has_no_import_errors_and_follows_house_rules(tmp_path: Path) -> 
         "    assert dag.doc_md, dag_id\n"
         "    for t in dag.tasks:\n"
         "        assert t.retries >= 1, (dag_id, t.task_id)\n"
+        "        assert t.owner == 'quiver', (dag_id, t.task_id, t.owner)\n"
+        "train = bag.dags['quiver_retrain'].get_task('train')\n"
+        "assert (train.queue, train.pool) == ('gpu', 'gpu'), (train.queue, train.pool)\n"
+        "assert bag.dags['quiver_shadow_eval'].get_task('wait_for_labels').mode == 'reschedule'\n"
         "print(sorted(bag.dags))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path / "airflow"),
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "quiver_materialize" in out.stdout
+    for dag_id in ("quiver_materialize", "quiver_drift", "quiver_retrain", "quiver_shadow_eval", "quiver_canary"):
+        assert dag_id in out.stdout
 
 
 def test_materialize_dag_runs_for_real(tmp_path: Path, redis_url: str) -> None:
-    from pipelines.demo_data import generate
+    from quiver.pipelines.demo_data import generate
 
     project = tmp_path / "project"
     shutil.copytree(REPO / "feature_defs", project / "feature_defs")
@@ -57,28 +62,75 @@ def test_materialize_dag_runs_for_real(tmp_path: Path, redis_url: str) -> None:
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert "DagRun Finished" in run.stdout + run.stderr
-    # The day was backfilled offline and its values reached Redis.
-    assert any((project / "data/offline/user_spend/tiles").glob("date=2026-11-02/*.parquet"))
-    assert redis.Redis.from_url(redis_url).dbsize() > 0
+    # The day was backfilled offline and its values reached Redis: read online as of the end of the day (the
+    # DAG's materialization time), user_spend equals the offline PIT join at that time and holds real counts
+    # (`dbsize() > 0` passed with metadata keys alone; those read as empty windows: count 0 everywhere).
+    # `dags test … 2026-11-02` runs the daily interval [11-01, 11-02): the DAG processes 11-01.
+    assert any((project / "data/offline/user_spend/tiles").glob("date=2026-11-01/*.parquet"))
+    import numpy as np
+    import pandas as pd
+
+    from quiver.catalog.loader import load_catalog
+    from quiver.config import load_config
+    from quiver.offline.pit import get_historical_features
+    from quiver.serving.store import FeatureStore
+
+    config = load_config(project / "quiver.yaml")
+    catalog = load_catalog(project / "feature_defs", root=project)
+    entity_keys = [k for k in redis.Redis.from_url(redis_url).scan_iter(match=b"q:dagtest:user_spend:*")
+                   if b":_meta:" not in k]
+    assert entity_keys, "no user_spend entity records in Redis"
+    days = sorted(p.name.removeprefix("date=") for p in (project / "data/offline/user_spend/tiles").glob("date=*"))
+    end = pd.Timestamp(days[-1], tz="UTC") + pd.Timedelta(days=1)  # the end of the day the DAG processed
+    users = np.arange(1, 201)  # demo users are 1..200
+    features = ["user_spend:amount_count_24h", "user_spend:amount_sum_1h"]
+    with FeatureStore(config=config, catalog=catalog) as store:
+        online = store.get_online_features(features, {"user_id": users}, at=end).to_dict()
+    offline = get_historical_features(pd.DataFrame({"user_id": users, "event_ts": [end] * len(users)}),
+                                      features, catalog=catalog, config=config)
+    counts = [int(v) for v in online["amount_count_24h"]]
+    assert sum(counts) > 0
+    assert counts == offline["amount_count_24h"].astype(int).tolist()
+    assert np.allclose(np.asarray(online["amount_sum_1h"], dtype=float), offline["amount_sum_1h"].to_numpy())
 
 
-def test_drift_dag_records_the_run_and_raises_alerts(tmp_path: Path) -> None:
+def test_drift_dag_compares_the_champion_reference_with_serving_logs(tmp_path: Path) -> None:
+    import json
+    from datetime import UTC, datetime, timedelta
+
     import numpy as np
     import pandas as pd
     from sqlalchemy import create_engine, text
 
+    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.registry import Registry
+    from quiver.registry.models import ModelRegistry
+
     project = tmp_path / "project"
     shutil.copytree(REPO / "feature_defs", project / "feature_defs")
+    (project / "quiver.yaml").write_text("project: drifttest\nregistry_url: sqlite:///.quiver/registry.db\n"
+                                         "loop_model: m\n")
+    # The champion's reference (as training stores it) and a day of its serving traffic whose `amount` and
+    # scores moved: 2 of 3 columns drifted, above the dataset-drift share.
     rng = np.random.default_rng(5)
-    (project / "data").mkdir()
-    pd.DataFrame({"amount": rng.normal(50, 10, 5_000), "stable": rng.normal(0, 1, 5_000)}).to_parquet(
-        project / "data/reference.parquet")
-    pd.DataFrame({"amount": rng.normal(80, 10, 5_000), "stable": rng.normal(0, 1, 5_000)}).to_parquet(
-        project / "data/current.parquet")
-    # No sources are read by a drift check, so the catalog's data need not exist; only the registry.
-    (project / "quiver.yaml").write_text("project: drifttest\nregistry_url: sqlite:///.quiver/registry.db\n")
-    env = _airflow_env(tmp_path / "airflow", QUIVER_CONFIG=str(project / "quiver.yaml"),
-                       QUIVER_DRIFT_REFERENCE="data/reference.parquet", QUIVER_DRIFT_CURRENT="data/current.parquet")
+    reference = project / "models/reference.parquet"
+    reference.parent.mkdir(parents=True)
+    pd.DataFrame({"amount": rng.normal(50, 10, 3_000), "stable": rng.normal(0, 1, 3_000),
+                  "score": rng.beta(2, 20, 3_000)}).to_parquet(reference)
+    models = ModelRegistry(Registry(f"sqlite:///{project / '.quiver/registry.db'}", project="drifttest"))
+    version = models.register("m", artifact_path="models", sha256="0" * 64, metrics={}, label_column="y",
+                              window_start=datetime(2026, 10, 20, tzinfo=UTC), cutoff=datetime(2026, 11, 1, tzinfo=UTC),
+                              features=["amount", "stable"], catalog_version=None, lineage={},
+                              reference_path="models/reference.parquet")
+    models.set_alias("m", "champion", version.version, expected=None, reason="test")
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    with ServingLogger(project / "data/offline") as logger:
+        for i in range(3_000):
+            logger.log(f"r{i}", {"user_id": i}, {"user_spend:amount": float(rng.normal(80, 10)),
+                                                 "stable": float(rng.normal(0, 1))},
+                       model_version="m:1", prediction=float(rng.beta(6, 20)),
+                       ts=day + timedelta(seconds=20 * i))
+    env = _airflow_env(tmp_path / "airflow", QUIVER_CONFIG=str(project / "quiver.yaml"))
     assert subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, timeout=300).returncode == 0
     run = subprocess.run([str(AIRFLOW), "dags", "test", "quiver_drift", "2026-11-02"], env=env,
                          capture_output=True, text=True, timeout=300)
@@ -86,4 +138,13 @@ def test_drift_dag_records_the_run_and_raises_alerts(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{project / '.quiver/registry.db'}")
     with engine.connect() as connection:
         subjects = {row[0] for row in connection.execute(text("SELECT subject FROM alerts"))}
-    assert "scheduled:amount" in subjects and "scheduled:stable" not in subjects
+        runs = connection.execute(text("SELECT id, reference, current, dataset_drift FROM drift_runs")).all()
+    assert "m:amount" in subjects and "m:stable" not in subjects and "m" in subjects  # "m": dataset drift
+    assert len(runs) == 1 and runs[0][1] == "m:1 reference" and runs[0][3]
+    assert runs[0][2] == "serving_logs[2026-11-01T00:00:00+00:00,2026-11-02T00:00:00+00:00)"
+    # The drift Asset carries the run id: it is what the retrain DAG is scheduled on.
+    airflow_db = create_engine(f"sqlite:///{tmp_path / 'airflow/airflow.db'}")
+    with airflow_db.connect() as connection:
+        extras = [json.loads(row[0]) for row in connection.execute(text(
+            "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = 'quiver://drift/m'"))]
+    assert [e["drift_run_id"] for e in extras] == [runs[0][0]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.alerts import AirflowAssetSink, AlertManager
+from quiver.monitoring.alerts import AirflowAssetSink, AlertManager
 from quiver.registry import Registry
 
 pytestmark = pytest.mark.integration

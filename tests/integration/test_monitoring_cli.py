@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.demo_data import generate
+from quiver.pipelines.demo_data import generate
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +65,19 @@ def test_drift_command_reports_records_and_alerts(project: Path) -> None:
     assert "fraud_model:amount" in listed
 
 
+def test_drift_defaults_to_catalog_columns_with_progress(project: Path) -> None:
+    out = done(quiver("drift", "--reference", TX.format("2026-11-01"), "--current", TX.format("2026-11-04"),
+                      "--no-record", "--report", "reports/default.html", "--sample-rows", "2000", cwd=project))
+    assert "comparing 3 columns: the source columns the catalog's views read" in out
+    assert "user_id (join key)" in out and "merchant_id (join key)" in out and "event_ts (timestamp)" in out
+    rows = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
+    assert sorted(rows) == ["amount", "category", "is_online"]  # no ids, keys or times
+    assert "transaction_id (not a catalog feature)" in out
+    assert "drift of 3 features over" in out and "HTML reports (charts from at most 2,000 rows per side)" in out
+    summary = (project / "reports" / "default.summary.html").read_text()
+    assert "random sample of 2,000 of" in summary and "2026-11-01" in summary and "2026-11-04" in summary
+
+
 def test_drift_fail_on_drift_and_user_errors(project: Path) -> None:
     same = done(quiver("drift", "--reference", TX.format("2026-11-01"), "--current", TX.format("2026-11-02"),
                        "-f", "is_online", "--no-record", "--fail-on-drift", cwd=project))
@@ -81,11 +94,12 @@ def test_drift_fail_on_drift_and_user_errors(project: Path) -> None:
 def test_quality_command_quarantines_malformed_batches(project: Path) -> None:
     batch = project / TX.format("2026-11-02")
     rows = pq.read_table(batch).num_rows
+    before = batch.read_bytes()
     out = done(quiver("quality", "transactions", str(batch), cwd=project), code=1)
-    assert "failed" in out and "quarantined at" in out
-    assert not batch.exists()
+    assert "failed" in out and "bad rows and validation page written to" in out and "left in place" in out
+    assert batch.read_bytes() == before  # a check by hand never takes the user's file away
     [target] = (project / "data" / "offline" / "_quarantine" / "batches" / "transactions").iterdir()
-    assert pq.read_table(target / "batch" / batch.name).num_rows == rows
+    assert not (target / "batch").exists() and pq.read_table(batch).num_rows == rows
     summary = json.loads((target / "validation.json").read_text())
     failed = {(f["type"], f["column"]) for f in summary["failed"]}
     assert ("expect_column_values_to_not_be_null", "user_id") in failed

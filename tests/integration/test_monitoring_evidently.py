@@ -3,15 +3,15 @@ and the HTML outputs: Evidently's report and our summary page."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from monitoring.drift import DriftConfig, compute_drift
-from monitoring.evidently_ref import evidently_html
-from monitoring.plots import summary_page
+from quiver.monitoring.drift import DriftConfig, compute_drift
+from quiver.monitoring.plots import write_drift_reports
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]  # inside Evidently
@@ -51,21 +51,62 @@ def test_fast_path_equals_evidently_report(n_ref: int, n_cur: int, shift: float)
     assert fast.feature("amount").nulls_ref >= 3  # NaN and both infinities dropped and counted
 
 
-def test_html_reports(tmp_path: Path) -> None:
+def test_html_reports_share_one_verdict_render_offline_and_stay_bounded(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
-    ref, cur = mixed(rng, 2_000, 0.0), mixed(rng, 2_000, 0.5)
-    report = compute_drift(ref, cur)
-    html_path = evidently_html(ref, cur, list(ref.columns), tmp_path / "drift.html")
-    text = html_path.read_text()
-    assert html_path.stat().st_size > 50_000 and "amount" in text and "count_24h" in text
+    n = 45_000
+    ref, cur = mixed(rng, n, 0.0), mixed(rng, n, 0.5)
+    # KS's p-value alone would call this drifted (p ≪ 0.05 at this size), Quiver's rule (also D ≥ 0.1) does not:
+    # the case where Evidently's own defaults and Quiver's summary used to disagree.
+    ref["wobble"], cur["wobble"] = rng.normal(0, 1, n), rng.normal(0.04, 1, n)
+    cur["starved_feature"], ref["starved_feature"] = np.r_[rng.normal(0, 1, 40), np.full(n - 40, np.nan)], rng.normal(0, 1, n)
+    config = DriftConfig()
+    report = compute_drift(ref, cur, config=config)
+    assert report.feature("wobble").status == "ok" and report.feature("wobble").scores["ks_pvalue"] < 0.05
+    assert report.feature("starved_feature").status == "insufficient_data" and report.drifted
     history = {"amount": [(pd.Timestamp("2026-11-01", tz="UTC").to_pydatetime(), 0.02),
                           (pd.Timestamp("2026-11-02", tz="UTC").to_pydatetime(), 0.31)]}
-    page = summary_page(report, ref, cur, tmp_path / "summary.html", evidently_report="drift.html",
-                        history=history)
+    evidently, page = write_drift_reports(report, ref, cur, tmp_path / "drift.html", name="fraud_model",
+                                          config=config, compared=[("reference", "train.parquet")],
+                                          alert_ids=[7], history=history, max_rows=5_000)
+    # one verdict: Evidently's drifted columns are exactly Quiver's (its own count is checked inside too)
+    assert evidently.drifted == tuple(f.feature for f in report.drifted)
+    assert evidently.dataset_drift == report.dataset_drift
+    # bounded: charts drawn from the stated sample; the summary says so
+    assert (evidently.sample_ref, evidently.sample_cur, evidently.rows_ref) == (5_000, 5_000, n)
+    text = evidently.path.read_text()
+    assert "Quiver: PSI" in text and "wobble" in text and "starved_feature" not in text  # only judged columns
     body = page.read_text()
-    assert "data:image/png;base64," in body and "drift.html" in body
+    assert "random sample of 5,000 of 45,000 reference" in body
+    assert "What to do next" in body and "quiver alerts resolve 7" in body and "train.parquet" in body
+    assert "too few values to judge (starved_feature)" in body
     for f in report.features:
         assert f">{f.feature}<" in body
-    png = tmp_path / "summary.distributions.png"
+    assert "data:image/png;base64," in body and "drift.html" in body
+    # offline: the summary names no external URL at all; Evidently's page loads nothing from outside
+    assert not re.search(r"https?://", body)
+    assert not re.search(r"<(?:script|link|img|iframe)[^>]+(?:src|href)\s*=\s*[\"']?(?:https?:)?//", text, re.I)
+    png = tmp_path / "drift.summary.distributions.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (tmp_path / "summary.psi_history.png").exists()
+    assert (tmp_path / "drift.summary.psi_history.png").exists()
+
+
+def test_psi_history_axis_spans_the_data() -> None:
+    import matplotlib.dates as mdates
+
+    from quiver.monitoring import plots
+
+    drawn: dict[str, tuple[float, float]] = {}
+    real_png = plots._png
+
+    def keep_limits(fig: object) -> bytes:
+        drawn["x"] = fig.axes[0].get_xlim()  # type: ignore[attr-defined]
+        return real_png(fig)
+
+    one_day = {"amount": [(pd.Timestamp("2026-11-03 10:00", tz="UTC").to_pydatetime(), 0.05)]}
+    plots._png = keep_limits  # type: ignore[assignment]
+    try:
+        plots.psi_history_png(one_day)
+    finally:
+        plots._png = real_png  # type: ignore[assignment]
+    low, high = (mdates.num2date(v) for v in drawn["x"])
+    assert low.date().isoformat() == "2026-11-03" and high.date().isoformat() == "2026-11-03"

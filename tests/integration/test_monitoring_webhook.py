@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from monitoring.alerts import AlertManager, WebhookSink
-from monitoring.repository import get_alert
+from quiver.monitoring.alerts import AlertManager, WebhookSink
+from quiver.monitoring.repository import get_alert
 from quiver.registry import Registry
 
 pytestmark = pytest.mark.integration

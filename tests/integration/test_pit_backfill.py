@@ -26,7 +26,7 @@ FIRST, LAST = date(2026, 11, 1), date(2026, 11, 2)
 
 
 def _demo_project(root: Path) -> tuple[Config, Any, pd.DataFrame, dict[str, pd.DataFrame]]:
-    from pipelines.demo_data import generate
+    from quiver.pipelines.demo_data import generate
 
     generate(root / "data", days=2, users=40, merchants=12, transactions_per_day=300, seed=3)
     catalog = load_catalog(REPO / "feature_defs", root=root)

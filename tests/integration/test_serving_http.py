@@ -20,6 +20,7 @@ from quiver.catalog.validate import build_catalog
 from quiver.config import Config
 from quiver.offline.layout import last_values_schema
 from quiver.online.redis_store import RedisOnlineStore
+from quiver.serving.runtime import ServerLimits
 from quiver.serving.server import create_app
 from quiver.serving.store import FeatureStore
 from tests.harness import free_port
@@ -43,9 +44,12 @@ def catalog():
 
 
 class Server:
-    def __init__(self, app) -> None:
+    """uvicorn on a free loopback port in a thread, with the production limits unless told otherwise."""
+
+    def __init__(self, app, limits: ServerLimits | None = None) -> None:
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error",
+                                                    **(limits or ServerLimits()).uvicorn_kwargs()))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> httpx.Client:
@@ -64,14 +68,19 @@ class Server:
         self.thread.join(10)
 
 
-@pytest.fixture
-def store(redis_url) -> Iterator[FeatureStore]:
-    cat = catalog()
-    online = RedisOnlineStore(redis_url, "h", timeout_s=1.0)
+def write_rows(online: RedisOnlineStore, cat) -> None:
+    """Users 1 and 2 in view `last` at T0 (user 2's amount null); nothing in view `agg`."""
     view = cat.views["last"]
     table = pa.table({"user_id": [1, 2], "event_ts": pa.array([T0, T0], pa.timestamp("us", tz="UTC")),
                       "amount": [1.5, None], "category": ["a", "b"], "n": [7, 8]}).cast(last_values_schema(view))
     online.write_last_values(view, table)
+
+
+@pytest.fixture
+def store(redis_url) -> Iterator[FeatureStore]:
+    cat = catalog()
+    online = RedisOnlineStore(redis_url, "h", timeout_s=1.0)
+    write_rows(online, cat)
     with FeatureStore(config=Config(project="h", redis_url=redis_url), catalog=cat, online_store=online) as fs:
         yield fs
 
@@ -89,7 +98,7 @@ def post(http: httpx.Client, body: object, key: str | None = KEY, **kwargs) -> h
 
 def test_values_over_http(http):
     r = post(http, {"features": ["last:amount", "last:category", "agg:amount_sum_1h"],
-                    "entities": {"user_id": [1, 2, 3]}, "at": T0 + 10})
+                    "entities": {"user_id": [1, 2, 3]}, "at_us": T0 + 10})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["entities"] == {"user_id": [1, 2, 3]}
@@ -102,7 +111,7 @@ def test_values_over_http(http):
     assert r.status_code == 200, r.text
     assert r.json()["features"]["last__n"] == [7]
     # Expired by TTL at a later time.
-    assert post(http, {"features": ["last:n"], "entities": {"user_id": [1]}, "at": T0 + 2 * H}).json()[
+    assert post(http, {"features": ["last:n"], "entities": {"user_id": [1]}, "at_us": T0 + 2 * H}).json()[
         "features"] == {"n": [None]}
 
 
@@ -149,7 +158,7 @@ def test_body_limit(http):
 
 
 def test_redis_down_gives_503_and_recovers(http, redis_server):
-    body = {"features": ["last:amount"], "entities": {"user_id": [1]}, "at": T0 + 10}
+    body = {"features": ["last:amount"], "entities": {"user_id": [1]}, "at_us": T0 + 10}
     assert post(http, body).status_code == 200
     redis_server.stop()
     try:
@@ -160,9 +169,20 @@ def test_redis_down_gives_503_and_recovers(http, redis_server):
         assert "quiver_online_store_up 0.0" in http.get("/metrics").text
     finally:
         redis_server.start()
-    assert http.get("/health").status_code == 200
-    r = post(http, body)
-    assert r.status_code == 200 and r.json()["features"]["amount"] == [None]  # restarted empty
+    assert until_ok(lambda: http.get("/health")).json()["status"] == "degraded"  # restarted empty
+    r = until_ok(lambda: post(http, body))
+    assert r.json()["features"]["amount"] == [None] and r.json()["status"]["amount"] == ["NOT_FOUND"]
+
+
+def until_ok(send, attempts: int = 200) -> httpx.Response:
+    """Send until a 200 (the server probes the store again at most every half second after an outage)."""
+    for _ in range(attempts):
+        r = send()
+        if r.status_code == 200:
+            return r
+        assert r.status_code == 503, r.text
+        time.sleep(0.05)
+    raise AssertionError(f"no recovery after {attempts} attempts: {r.status_code} {r.text}")
 
 
 def test_metrics(http):
@@ -189,7 +209,7 @@ def test_no_key_configured_means_open(store, monkeypatch):
     monkeypatch.delenv("QUIVER_API_KEY", raising=False)
     with Server(create_app(store, api_key="")) as client:
         assert client.post("/features/online", json={"features": ["last:n"], "entities": {"user_id": [1]},
-                                                     "at": T0 + 1}).json()["features"] == {"n": [7]}
+                                                     "at_us": T0 + 1}).json()["features"] == {"n": [7]}
 
 
 # The spec does not depend on Redis: load it once, then fuzz the live server (real HTTP, real Redis).

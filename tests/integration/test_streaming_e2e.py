@@ -6,8 +6,9 @@ The batch backfill and point-in-time join read the same valid events from Parque
 
 * online values read from Redis equal get_historical_features at several request times, exactly;
 * the tiles in Redis equal the batch tiles, partial for partial;
-* late events are in the late-events log (not in Redis), malformed lines in the quarantine with reasons,
-  and `quiver stream-status` reports both counts.
+* late and future-dated events are set aside for the batch route (not in Redis), malformed lines are in
+  the quarantine with reasons, and `quiver stream-status` reports the counts;
+* last in the module: the next backfill picks the late events up, and materialization takes them to Redis.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.stream_producer import to_ndjson
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.loader import load_catalog
 from quiver.config import Config, load_config
@@ -38,7 +39,8 @@ from quiver.offline.pit import get_historical_features
 from quiver.online.base import ViewRead
 from quiver.online.layout import entity_keys, key_prefix, tile_partials, tile_record_dtype
 from quiver.online.redis_store import RedisOnlineStore
-from quiver.streaming.loader import late_events
+from quiver.pipelines.stream_producer import to_ndjson
+from quiver.streaming.late import late_dir, late_events
 from quiver.streaming.paths import StreamPaths
 from tests.harness import RedisServer
 
@@ -83,7 +85,7 @@ SCHEMA = pa.schema([("user_id", pa.int64()), ("merchant_id", pa.int64()), ("amou
                     ("qty", pa.int64()), ("flag", pa.bool_()), ("cat", pa.string()),
                     ("ts", pa.timestamp("us", tz="UTC"))])
 
-# Malformed lines and the quarantine reason each must get (the future one also must not move the watermark).
+# Malformed lines and the quarantine reason each must get.
 MALFORMED = [
     (b"not json at all", "unparseable_json"),
     (b'{"ts_ms": 1793491200000, "user_id": 1', "unparseable_json"),
@@ -91,12 +93,17 @@ MALFORMED = [
     (b'{"user_id": 1, "amount": 1.0}', "null_event_ts"),
     (b'{"ts_ms": "yesterday", "user_id": 1}', "bad_type:ts_ms"),
     (b'{"ts_ms": 1793491200000.5, "user_id": 1}', "bad_type:ts_ms"),
-    (b'{"ts_ms": 4102444800000, "user_id": 1, "amount": 5.0}', "event_ts_out_of_range"),
     (b'{"ts_ms": 1793491260000, "user_id": "abc", "amount": 1.0}', "bad_type:user_id"),
     (b'{"ts_ms": 1793491260000, "user_id": 2, "amount": "lots"}', "bad_type:amount"),
     (b'{"ts_ms": 1793491260000, "user_id": 2, "qty": 2.5}', "bad_type:qty"),
     (b'{"ts_ms": 1793491260000, "user_id": 2, "flag": "maybe"}', "bad_type:flag"),
+    (b'{"ts_us": 1793491260000000, "user_id": 2, "flag": "yes"}', "bad_type:flag"),  # batch has no "yes" either
+    (b'{"ts_us": 1793491260000000, "user_id": 2, "__batch": "upto-x"}', "reserved_field:__batch"),
+    (b'{"ts_us": 99999999999999999999, "user_id": 2}', "bad_type:ts_us"),
 ]
+# Dated in 2100: held back from the online store (it must not move the watermark either) for the batch route.
+FUTURE = b'{"ts_ms": 4102444800000, "user_id": 1, "merchant_id": 1, "amount": 5.0, "qty": 1, "cat": "future"}'
+
 
 
 @dataclass
@@ -108,9 +115,10 @@ class StreamData:
 
 
 def random_stream(seed: int, n: int = 8000, n_late: int = 20) -> StreamData:
-    """Events over 20 h, ms-aligned (the stream's precision), values exact in binary (sums never round)."""
+    """Events over 20 h at µs resolution (the catalog's), values exact in binary (sums never round), some
+    amounts NaN (a value, the greatest), and events 1 µs before each request time."""
     rng = np.random.default_rng(seed)
-    ts = DAY0_US + rng.integers(0, SPAN // 1000, n) * MS
+    ts = DAY0_US + rng.integers(0, SPAN, n)
     # Ties: some events share (user, time) with another one.
     dup = rng.integers(0, n, 150)
     user = rng.integers(0, USERS, n)
@@ -121,6 +129,8 @@ def random_stream(seed: int, n: int = 8000, n_late: int = 20) -> StreamData:
     keep = np.ones(n, dtype=bool)
     for t in request_times:
         keep &= ~((ts >= t) & (ts < (t // (10 * M) + 1) * 10 * M))
+    for k, t in enumerate(request_times):  # counted as of t, in the same millisecond as t
+        ts[k * 7:(k + 1) * 7] = t - 1
     def nullable(values: np.ndarray, share: float) -> list[Any]:
         out = values.astype(object)
         out[rng.random(len(values)) < share] = None
@@ -128,7 +138,7 @@ def random_stream(seed: int, n: int = 8000, n_late: int = 20) -> StreamData:
     columns = {
         "user_id": nullable(user, 0.01),
         "merchant_id": nullable(rng.integers(0, MERCHANTS, n), 0.02),
-        "amount": nullable(rng.integers(0, 400, n) * 0.25, 0.1),
+        "amount": nullable(np.where(rng.random(n) < 0.01, np.nan, rng.integers(0, 400, n) * 0.25), 0.1),
         "qty": nullable(rng.integers(1, 6, n), 0.05),
         "flag": nullable(rng.random(n) < 0.4, 0.05),
         "cat": nullable(rng.choice(np.array(["a", "b", "c", "ü"], dtype=object), n), 0.1),
@@ -159,9 +169,9 @@ def write_project(root: Path, redis_url: str, data: StreamData, rows_per_file: i
     pq.write_table(data.valid, batch / "part-00000.parquet")
     lines = to_ndjson(data.valid, "ts").splitlines()
     rng = np.random.default_rng(seed)
-    for line, _ in MALFORMED:  # anywhere in the stream, the far-future one early
-        at = int(rng.integers(0, len(lines) // 10)) if b"4102444800000" in line else int(rng.integers(0, len(lines)))
-        lines.insert(at, line)
+    for line, _ in MALFORMED:  # anywhere in the stream
+        lines.insert(int(rng.integers(0, len(lines))), line)
+    lines.insert(int(rng.integers(0, len(lines) // 10)), FUTURE)  # early: it would make everything late
     lines += to_ndjson(data.late, "ts").splitlines()
     stream = root / "data" / "stream" / "events"
     stream.mkdir(parents=True)
@@ -210,10 +220,24 @@ def streamed(tmp_path_factory: pytest.TempPathFactory, redis_for_module: RedisSe
     result = run_stream(config, "--bounded", "--parallelism", "2")
     assert result.returncode == 0, f"streaming job failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     catalog = load_catalog(config.catalog_dir, root=config.root)
-    backfill(config, catalog, DAY0, DAY0 + timedelta(days=1))
+    backfill_on_time(config, catalog)
     store = RedisOnlineStore(redis_for_module.url, config.project)
     yield Streamed(config, catalog, data, StreamPaths.at(root / ".quiver" / "stream"), store, result)
     store.close()
+
+
+def backfill_on_time(config: Config, catalog: Catalog) -> None:
+    """The batch recompute of the events the stream applied: the late ones (set aside for the next
+    backfill, see the last test) are moved out of the way for this one."""
+    late = late_dir(config.offline_dir)
+    aside = late.with_name(".late-aside")
+    if late.exists():
+        late.rename(aside)
+    try:
+        backfill(config, catalog, DAY0, DAY0 + timedelta(days=1))
+    finally:
+        if aside.exists():
+            aside.rename(late)
 
 
 # ---- comparisons ----
@@ -242,13 +266,17 @@ def assert_equal_values(s: Streamed, view: ViewSpec, t: int) -> int:
         column = online[(view.name, feature)]
         for i in range(len(column.values)):
             off = offline[feature].iloc[i]
-            off_missing = off is None or off is pd.NA or (isinstance(off, float) and math.isnan(off))
+            on = column.values[i]
+            on = on.item() if hasattr(on, "item") else on
             where = f"{view.name}:{feature} entity={[int(v[i]) for v in entities.values()]} t={t}"
+            if isinstance(off, float) and math.isnan(off) and column.valid[i] and isinstance(on, float) \
+                    and math.isnan(on):
+                checked += 1  # NaN is a value; pandas shows null float as NaN too, so NaN online matches
+                continue
+            off_missing = off is None or off is pd.NA or (isinstance(off, float) and math.isnan(off))
             assert bool(column.valid[i]) != off_missing, f"{where}: online {column.values[i]!r} offline {off!r}"
             if off_missing:
                 continue
-            on = column.values[i]
-            on = on.item() if hasattr(on, "item") else on
             off = off.item() if hasattr(off, "item") else off
             if feature.endswith("stddev"):  # a square root of merged sums: allow the last bits
                 assert math.isclose(on, off, rel_tol=1e-12, abs_tol=1e-12), f"{where}: {on!r} != {off!r}"
@@ -307,11 +335,11 @@ def test_tiles_in_redis_equal_batch_tiles(streamed: Streamed) -> None:
         folder = layout.view_dir(s.config.offline_dir, view.name, layout.TILES)
         offline = pq.read_table(folder, partitioning=None).select(online.column_names)
         keys = [*view.key_names, "tile_start"]
-        on = {tuple(r[k] for k in keys): r for r in online.to_pylist()}
+        on = {tuple(r[k] for k in keys): _nan_named(r) for r in online.to_pylist()}
         off = {}
         for r in offline.to_pylist():
             # Redis keeps 0 for a partial whose column had no value in the tile; the batch keeps NULL.
-            off[tuple(r[k] for k in keys)] = {c: (v if v is not None else 0) for c, v in r.items()}
+            off[tuple(r[k] for k in keys)] = _nan_named({c: (v if v is not None else 0) for c, v in r.items()})
         assert set(on) == set(off), f"{view.name}: tiles differ: {sorted(set(on) ^ set(off))[:5]}"
         for key, row in off.items():
             fixed = {c: ("" if isinstance(on[key][c], str) and v == 0 else v) for c, v in row.items()}
@@ -319,21 +347,42 @@ def test_tiles_in_redis_equal_batch_tiles(streamed: Streamed) -> None:
         assert len(off) > 500
 
 
-def test_late_events_are_logged_not_loaded(streamed: Streamed) -> None:
+def _nan_named(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN partials as the text 'NaN', so that rows compare equal (NaN is a value)."""
+    return {c: ("NaN" if isinstance(v, float) and math.isnan(v) else v) for c, v in row.items()}
+
+
+def test_tiles_hold_nan_min_max_and_last_like_the_batch(streamed: Streamed) -> None:
+    """NaN is the greatest value: a tile's max and last take it, its min skips it (stream = batch)."""
     s = streamed
-    late = late_events(s.paths, "events")
-    assert late.num_rows == s.data.late.num_rows
+    view = s.catalog.views["user_activity"]
+    tiles = redis_tiles(s.store, s.config.project, view, entity_grid(view))
+    maxes = [v for v in tiles.column("amount__max").to_pylist() if isinstance(v, float) and math.isnan(v)]
+    mins = [v for v in tiles.column("amount__min").to_pylist() if isinstance(v, float) and math.isnan(v)]
+    assert maxes and len(mins) < len(maxes)  # NaN-only tiles are rare; tiles with NaN and numbers are not
+
+
+def test_late_and_future_events_are_set_aside_not_loaded(streamed: Streamed) -> None:
+    s = streamed
+    late = late_events(s.config.offline_dir, "events")
+    assert late is not None and late.num_rows == s.data.late.num_rows + 1  # + the one dated in 2100
     want = sorted(zip(s.data.late.column("user_id").to_pylist(), s.data.late.column("ts").cast(pa.int64()).to_pylist(),
                       strict=True))
-    got = sorted(zip(late.column("user_id").to_pylist(), late.column("event_ts").cast(pa.int64()).to_pylist(),
-                     strict=True))
-    assert got == want
-    assert set(late.column("cat").to_pylist()) == {"late"}
+    want.append((1, 4102444800000 * 1000))
+    got = sorted(zip(late.column("user_id").to_pylist(), late.column("ts").cast(pa.int64()).to_pylist(), strict=True))
+    assert got == sorted(want)
+    assert set(late.column("cat").to_pylist()) == {"late", "future"}
     status = json.loads(s.paths.status_file.read_text())
-    assert status["loader"]["late"] == {"events": s.data.late.num_rows}
+    assert status["late"] == {"events": s.data.late.num_rows}
+    assert status["feeder"]["future"] == {"events": 1}
     assert status["state"] == "finished"
-    # A backfill can take them: the log has the source's columns and a proper event_ts.
-    assert {"user_id", "merchant_id", "amount", "qty", "flag", "cat", "event_ts"} <= set(late.column_names)
+    # The batch route can take them: the source's columns, typed, with the source's event-time column.
+    assert late.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert {"user_id", "merchant_id", "amount", "qty", "flag", "cat", "ts"} <= set(late.column_names)
+    late_users = np.array(sorted(set(s.data.late.column("user_id").to_pylist())), dtype=np.int64)
+    online = s.store.read([ViewRead(s.catalog.views["user_last"], ("cat",))], {"user_id": late_users}, s.data.end_us)
+    column = online[("user_last", "cat")]
+    assert "late" not in [v for v, ok in zip(column.values, column.valid, strict=True) if ok]
 
 
 def expected_quarantine(s: Streamed) -> dict[str, int]:
@@ -354,6 +403,11 @@ def test_malformed_events_are_quarantined_with_their_reason(streamed: Streamed) 
     status = json.loads(s.paths.status_file.read_text())
     assert status["loader"]["quarantined"]["events"] == expected_quarantine(s)
     assert status["feeder"]["unparseable"] == {"events": 3}
+    rows = [json.loads(line) for p in sorted(s.paths.sink("quarantine", "events").iterdir())
+            for line in p.read_bytes().splitlines()]
+    by_line = {r["line"].encode(): r["reason"] for r in rows if not r["view"]}
+    for line, reason in MALFORMED:  # each line kept verbatim with its reason
+        assert by_line[line] == reason
 
 
 def test_stream_status_cli_reports_counts(streamed: Streamed) -> None:
@@ -366,17 +420,17 @@ def test_stream_status_cli_reports_counts(streamed: Streamed) -> None:
     assert out.exit_code == 0, out.output
     status = json.loads(out.output)
     assert status["state"] == "finished"
-    assert status["loader"]["late"]["events"] == streamed.data.late.num_rows
+    assert status["late"]["events"] == streamed.data.late.num_rows
     text = CliRunner().invoke(app, ["stream-status", "--config", str(Path(streamed.config.root) / "quiver.yaml")])
     assert text.exit_code == 0 and "late events" in text.output and "unparseable_json 3" in text.output
 
 
 def test_everything_fed_was_accounted_for(streamed: Streamed) -> None:
-    """Fed lines = valid + late + malformed-but-parseable: nothing vanished between feeder and sinks."""
+    """Fed (on-time) lines = the valid events; late + future + quarantined = the rest: nothing vanished."""
     s = streamed
     status = json.loads(s.paths.status_file.read_text())
-    parseable_bad = sum(1 for _, reason in MALFORMED if reason != "unparseable_json")
-    assert status["feeder"]["lines"] == s.data.valid.num_rows + s.data.late.num_rows + parseable_bad
+    assert status["feeder"]["lines"] == s.data.valid.num_rows
+    assert status["late"]["events"] + status["feeder"]["future"]["events"] == s.data.late.num_rows + 1
     n_events = 0
     view = s.catalog.views["user_activity"]
     tiles = pq.read_table(layout.view_dir(s.config.offline_dir, view.name, layout.TILES), partitioning=None)
@@ -397,14 +451,42 @@ def test_quiver_stream_cli_resumes_without_counting_anything_twice(streamed: Str
     before = {v: redis_tiles(s.store, s.config.project, s.catalog.views[v], entity_grid(s.catalog.views[v]))
               for v in ("user_activity", "user_merchant")}
     counts = json.loads(s.paths.status_file.read_text())["loader"]
+    counts_late = json.loads(s.paths.status_file.read_text())["late"]
     _register_optional_commands()
     out = CliRunner().invoke(app, ["stream", "--bounded", "--parallelism", "2",
                                    "--config", str(Path(s.config.root) / "quiver.yaml")])
     assert out.exit_code == 0, out.output
     status = json.loads(s.paths.status_file.read_text())
     assert status["restored_from"] and status["state"] == "finished"
-    assert status["loader"]["late"] == counts["late"] and status["loader"]["quarantined"] == counts["quarantined"]
+    assert status["late"] == counts_late and status["loader"]["quarantined"] == counts["quarantined"]
     assert status["feeder"]["lines"] == 0  # nothing new to feed
     for name, tiles in before.items():
         view = s.catalog.views[name]
-        assert redis_tiles(s.store, s.config.project, view, entity_grid(view)).equals(tiles)
+        after = redis_tiles(s.store, s.config.project, view, entity_grid(view))
+        assert [_nan_named(r) for r in after.to_pylist()] == [_nan_named(r) for r in tiles.to_pylist()]
+
+
+def test_late_events_reach_the_offline_store_then_redis(streamed: Streamed) -> None:
+    """Last: the next backfill reads the late events the stream set aside; materialization writes them on."""
+    from quiver.online.materialize import materialize
+
+    s = streamed
+    view = s.catalog.views["user_activity"]
+    tiles_dir = layout.view_dir(s.config.offline_dir, view.name, layout.TILES)
+    before = sum(pq.read_table(tiles_dir, partitioning=None).column("n_events").to_pylist())
+    backfill(s.config, s.catalog, DAY0, DAY0 + timedelta(days=1))
+    offline = pq.read_table(tiles_dir, partitioning=None)
+    assert sum(offline.column("n_events").to_pylist()) == before + s.data.late.num_rows  # all late events in
+    end = s.data.end_us
+    materialize(s.config, s.catalog, end=end, store=s.store, full=True)
+    # Redis holds each entity's tiles within the longest window before the end: the batch's, late events in.
+    online = redis_tiles(s.store, s.config.project, view, entity_grid(view))
+    lo = end - view.max_window_us - int(view.tile_us or 0)
+    recent = offline.filter(pc.greater_equal(offline.column("tile_start"), lo))
+    got = sorted(zip(online.column("user_id").to_pylist(), online.column("tile_start").to_pylist(),
+                     online.column("n_events").to_pylist(), strict=True))
+    want = sorted(zip(recent.column("user_id").to_pylist(), recent.column("tile_start").to_pylist(),
+                      recent.column("n_events").to_pylist(), strict=True))
+    assert [r for r in got if r[1] >= lo] == want
+    late_ts = s.data.late.column("ts").cast(pa.int64()).to_pylist()
+    assert any(t >= lo for t in late_ts), "the test needs late events inside the window read online"

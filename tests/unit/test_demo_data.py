@@ -1,4 +1,4 @@
-"""Tests for the synthetic fraud-domain generator (pipelines.demo_data)."""
+"""Tests for the synthetic fraud-domain generator (quiver.pipelines.demo_data)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.demo_data import (
+from quiver.pipelines.demo_data import (
     CATEGORIES,
     MALFORMED_KINDS,
     GenerationSummary,

@@ -7,9 +7,10 @@ import pytest
 from quiver import Aggregation, Entity, FeatureView, Field, Float64, Source, StreamBinding
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.validate import build_catalog
-from quiver.compile.flink import FlinkTarget, _interval, compile_flink, state_ttl_ms, streamed_views
+from quiver.compile.flink import FlinkTarget, _interval, _parse, compile_flink, state_ttl_ms, streamed_views
 
-COLUMNS = {"user_id": "int64", "amount": "float64", "ts": "timestamp", "ts_ms": "int64", "__x": "float64"}
+COLUMNS = {"user_id": "int64", "amount": "float64", "ts": "timestamp", "ts_ms": "int64", "__x": "float64",
+           "flag": "bool"}
 TARGET = FlinkTarget(inbox={"tx": "file:///in/tx", "other": "file:///in/other"}, sink_root="file:///sinks")
 
 
@@ -42,15 +43,51 @@ def test_job_has_one_pipeline_per_source_and_one_insert_per_view() -> None:
     job = compile_flink(catalog(), TARGET)
     assert job.views == ("last_tx", "spend") and job.sources == ("tx",)
     targets = [i.split("`")[1] for i in job.inserts]
-    assert targets == ["late__tx", "quarantine__tx", "last__last_tx", "tiles__spend"]
+    assert targets == ["last__last_tx", "tiles__spend"]  # the feeder did the checks and the late split
     script = job.script()
     assert "'path' = 'file:///sinks/tiles/spend'" in script and "'format' = 'debezium-json'" in script
     assert "'source.monitor-interval' = '100 ms'" not in script  # the target says 200 ms by default
     assert "'source.monitor-interval' = '200 ms'" in script
-    assert "(`__ts_ms` - MOD(`__ts_ms`, 300000)) * 1000 AS `tile_start`" in script  # 5 min tiles, in µs
-    assert "INTERVAL '0 00:10:00.000' DAY TO SECOND(3)" in script  # allowed lateness
+    assert "'json.ignore-parse-errors' = 'false'" in script  # nothing is skipped silently
+    assert "CURRENT_WATERMARK" not in script and "WATERMARK FOR" not in script and "TRY_CAST" not in script
     assert ("SET 'table.exec.mini-batch.enabled' = 'false';" in script
             and script.rstrip().endswith("END;"))
+    # The first view of the source carries the batch markers as part of its key.
+    assert "PARTITION BY `user_id`, `__batch`" in script
+
+
+def test_no_query_filters_the_file_source() -> None:
+    """A filter is pushed into the file scan, and scans with different filters are not shared: every
+    INSERT would parse every file again. So the local job has no WHERE before its aggregations."""
+    script = compile_flink(catalog(), TARGET).script()
+    body = script.split("EXECUTE STATEMENT SET BEGIN")[1]
+    assert "WHERE `__rank` = 1" in body and body.count("WHERE") == 1
+    assert "WHERE" not in script.split("CREATE TEMPORARY VIEW `tx__events`")[1].split(";")[0]
+
+
+def test_tiles_floor_event_times_in_microseconds_also_before_1970() -> None:
+    script = compile_flink(catalog(), TARGET).script()
+    # floor(t / g) * g for negative t too (SQL MOD truncates toward zero); 5 min tiles in µs.
+    assert "`__ts_us` - MOD(MOD(`__ts_us`, 300000000) + 300000000, 300000000) AS `tile_start`" in script
+    assert "COALESCE(`ts_us`, `ts_ms` * 1000) AS `__ts_us`" in script  # older ms producers still read
+
+
+def test_float_min_max_and_last_treat_nan_as_the_greatest_value() -> None:
+    script = compile_flink(catalog(), TARGET).script()
+    assert "COUNT(CASE WHEN ABS(`amount`) >= 0 THEN CAST(NULL AS DOUBLE) ELSE `amount` END) AS `amount__nan`" in script
+    assert "NOT (ABS(" not in script  # Calcite would turn it into ABS(x) < 0, false for NaN as well
+    assert "MAX(CASE WHEN ABS(`amount`) >= 0 THEN `amount` END) AS `amount__max`" in script
+    assert "CASE WHEN `amount__nan` > 0 THEN CAST('NaN' AS DOUBLE) ELSE `amount__max` END" in script
+
+
+def test_mini_batch_is_allowed_locally_but_never_with_the_watermark_split() -> None:
+    local = compile_flink(catalog(), FlinkTarget(inbox=TARGET.inbox, sink_root="file:///s", mini_batch_ms=500))
+    assert ("table.exec.mini-batch.enabled", "true") in local.settings
+    assert ("table.exec.mini-batch.allow-latency", "500 ms") in local.settings
+    cat = catalog(stream=StreamBinding(kafka_topic="tx-events"))
+    kafka = compile_flink(cat, FlinkTarget(inbox={}, sink_root="file:///s", kafka=True, mini_batch_ms=500))
+    assert ("table.exec.mini-batch.enabled", "false") in kafka.settings
+    assert "CURRENT_WATERMARK(`__rowtime`)" in kafka.script()
 
 
 def test_state_ttl_covers_the_longest_window_and_the_lateness() -> None:
@@ -71,7 +108,8 @@ def test_intervals_are_day_to_second_literals() -> None:
 def test_reserved_stream_names_are_refused() -> None:
     user = Entity("user", ["user_id"])
     clicks = Source("clicks", "clicks", timestamp_field="ts", stream=StreamBinding(path="s"))
-    view = FeatureView("bad", [user], clicks, aggregations=[Aggregation("ts_ms", "sum", "1h")])
+    view = FeatureView("bad", [user], clicks, aggregations=[Aggregation("ts_ms", "sum", "1h"),
+                                                            Aggregation("flag", "count", "1h")])
     with pytest.raises(QuiverError, match="reserved for streaming"):
         compile_flink(catalog(view), FlinkTarget(inbox={"clicks": "file:///in"}, sink_root="file:///s"), ["bad"])
 
@@ -84,6 +122,11 @@ def test_kafka_needs_a_topic_and_renders_the_connector() -> None:
     script = compile_flink(cat, kafka).script()
     assert "'connector' = 'kafka'" in script and "'topic' = 'tx-events'" in script
     assert "'properties.bootstrap.servers' = 'k:9092'" in script
+    # Malformed records are quarantined, never skipped by the format: each record is read as a string.
+    assert "'format' = 'raw'" in script and "ignore-parse-errors" not in script
+    assert "WHEN NOT (`line` IS JSON OBJECT) THEN 'unparseable_json'" in script
+    # Booleans as strictly as the batch files: only JSON true / false (CAST would take 'yes').
+    assert _parse("flag", "bool") == "CASE JSON_VALUE(`line`, '$.flag') WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END"
 
 
 def test_nothing_to_stream_is_a_user_error() -> None:

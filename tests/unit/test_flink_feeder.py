@@ -1,12 +1,22 @@
-"""The feeder (stream dir → inbox) on real files: order, validation, markers, crash-safe bookkeeping."""
+"""The feeder (stream dir → inbox) on real files: order, typed checks, the late split, markers, retention."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from quiver.streaming.feeder import BATCH_PREFIX, MARKER, Feeder
+import numpy as np
+import pyarrow.parquet as pq
+
+from quiver.compile.flink import BATCH_FIELD
+from quiver.streaming.feeder import BATCH_PREFIX, HISTORY, Feeder, SourceFeed, check_lines, late_mask
 from quiver.streaming.paths import StreamPaths
+
+S = 1_000_000
+FEED = SourceFeed("tx", (("user_id", "int64"), ("amount", "float64"), ("flag", "bool"), ("cat", "string")),
+                  (("spend", ("user_id",)),), "ts", watermark_delay_us=2 * S, allowed_lateness_us=10 * S)
+NOW = 2_000_000_000.0  # the feeder's clock in these tests (2033): every event below is in the past
 
 
 def write(folder: Path, name: str, lines: list[str]) -> None:
@@ -14,63 +24,139 @@ def write(folder: Path, name: str, lines: list[str]) -> None:
     (folder / name).write_text("".join(line + "\n" for line in lines))
 
 
+def feeder(stream: Path, paths: StreamPaths, **kwargs: object) -> Feeder:
+    return Feeder({"tx": stream}, paths, {"tx": FEED}, paths.root / "late", clock=lambda: NOW, **kwargs)  # type: ignore[arg-type]
+
+
 def batch_lines(paths: StreamPaths, source: str = "tx") -> list[list[str]]:
     inbox = paths.inbox(source)
     return [p.read_text().splitlines() for p in sorted(inbox.glob(BATCH_PREFIX + "*"))]
 
 
+def quarantined(paths: StreamPaths) -> list[dict[str, str]]:
+    folder = paths.sink("quarantine", "tx")
+    return [json.loads(x) for p in sorted(folder.iterdir()) for x in p.read_text().splitlines()]
+
+
 def test_pending_files_become_one_time_ordered_batch_ending_with_its_marker(tmp_path: Path) -> None:
     stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
-    write(stream, "0000000000002-00000001.jsonl", ['{"ts_ms": 3}', '{"ts_ms": 4}'])
-    write(stream, "0000000000001-00000000.jsonl", ['{"ts_ms": 1}', '{"ts_ms": 2}'])
-    write(stream, ".0000000000003-00000002.jsonl.tmp", ['{"ts_ms": 9}'])  # still being written: ignored
-    result = Feeder({"tx": stream}, paths).feed()
+    write(stream, "0000000000002-00000001.jsonl", ['{"ts_us": 3}', '{"ts_us": 4}'])
+    write(stream, "0000000000001-00000000.jsonl", ['{"ts_ms": 1}', '{"ts_us": 2}'])
+    write(stream, ".0000000000003-00000002.jsonl.tmp", ['{"ts_us": 9}'])  # still being written: ignored
+    result = feeder(stream, paths).feed()
     assert result.files == {"tx": 2} and result.lines == {"tx": 4} and result.unparseable == {"tx": 0}
     [lines] = batch_lines(paths)
-    assert [json.loads(x)["ts_ms"] for x in lines[:-1]] == [1, 2, 3, 4]
-    assert json.loads(lines[-1]) == {"ts_ms": MARKER + BATCH_PREFIX + "0000000000002-00000001.jsonl"}
+    assert lines[:-1] == ['{"ts_ms": 1}', '{"ts_us": 2}', '{"ts_us": 3}', '{"ts_us": 4}']  # passed unchanged
+    assert json.loads(lines[-1]) == {BATCH_FIELD: BATCH_PREFIX + "0000000000002-00000001.jsonl"}
 
 
-def test_unparseable_lines_go_to_the_quarantine_with_their_file(tmp_path: Path) -> None:
+def test_lines_are_checked_against_the_types_like_the_batch_files(tmp_path: Path) -> None:
+    lines = [b'{"ts_us": 1, "user_id": 1, "amount": 2, "flag": true, "cat": "a"}',
+             b"garbage", b"[1, 2]", b'{"ts_us": 2', b'"just a string"',
+             b'{"ts_us": 3, "amount": "3.5"}',  # a number written as a string is not a number
+             b'{"ts_us": 4, "flag": "yes"}',  # nor is "yes" a boolean (Flink's CAST would say TRUE)
+             b'{"ts_us": 5, "user_id": 1.5}', b'{"ts_us": 6, "cat": 7}',
+             b'{"ts_ms": 7.5}', b'{"user_id": 1}', b'{"ts_us": 8, "__batch": "upto-x"}',
+             b'{"ts_ms": 99999999999999999}',  # would overflow as µs
+             b'{"ts_us": 9, "amount": NaN}', b'{"ts_us": 10, "amount": "-Infinity"}', b'{"ts_us": 11}']
+    checked = check_lines(FEED, lines)
+    reasons = dict(checked.rejected)
+    assert reasons == {1: "unparseable_json", 2: "unparseable_json", 3: "unparseable_json", 4: "unparseable_json",
+                       5: "bad_type:amount", 6: "bad_type:flag", 7: "bad_type:user_id", 8: "bad_type:cat",
+                       9: "bad_type:ts_ms", 10: "null_event_ts", 11: f"reserved_field:{BATCH_FIELD}",
+                       12: "bad_type:ts_ms"}
+    assert checked.rows.tolist() == [0, 13, 14, 15]
+    assert checked.table.column("ts_us").to_pylist() == [1, 9, 10, 11]
+    amounts = checked.table.column("amount").to_pylist()
+    assert amounts[0] == 2.0 and math.isnan(amounts[1]) and amounts[2] == -math.inf and amounts[3] is None
+    assert checked.non_finite.tolist() == [False, True, True, False]
+
+
+def test_late_split_is_flinks_rule_made_exact() -> None:
+    ts = np.array([100, 50, 89, 88, 200, 130, 10_000, 189], dtype=np.int64) * S
+    future = np.array([False] * 6 + [True, False])
+    feed = SourceFeed("tx", (), (), "ts", watermark_delay_us=2 * S, allowed_lateness_us=10 * S)
+    newest, late = late_mask(ts, future, None, feed)
+    # watermark before each event = greatest earlier (non-future) time - 2 s; late when <= watermark - 10 s
+    assert late.tolist() == [False, True, False, True, False, True, False, False]
+    assert newest == 200 * S  # the future event does not move it
+    _, again = late_mask(np.array([188, 189], dtype=np.int64) * S, np.zeros(2, bool), newest, feed)
+    assert again.tolist() == [True, False]  # the state carries over to the next batch
+
+
+def test_late_future_and_bad_lines_leave_the_stream_with_their_reason(tmp_path: Path) -> None:
     stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
-    write(stream, "a.jsonl", ['{"ts_ms": 1}', "garbage", "[1, 2]", "", '{"ts_ms": 2', '"just a string"'])
-    result = Feeder({"tx": stream}, paths).feed()
-    assert result.lines == {"tx": 1} and result.unparseable == {"tx": 4}
-    [quarantine] = list(paths.sink("quarantine", "tx").iterdir())
-    rows = [json.loads(x) for x in quarantine.read_text().splitlines()]
-    assert [r["line"] for r in rows] == ["garbage", "[1, 2]", '{"ts_ms": 2', '"just a string"']
-    assert {r["reason"] for r in rows} == {"unparseable_json"} and {r["file"] for r in rows} == {"a.jsonl"}
+    write(stream, "a.jsonl", ['{"ts_us": 100000000, "user_id": 1, "amount": 1.0}',
+                              '{"ts_us": 50000000, "user_id": 2, "amount": 2.0, "cat": "late"}',
+                              '{"ts_us": 99000000, "amount": 3.0}',
+                              f'{{"ts_us": {int(NOW * S) + 1}, "user_id": 3, "amount": 4.0}}',
+                              '{"ts_us": 99500000, "user_id": 4, "amount": NaN}',
+                              "garbage"])
+    result = feeder(stream, paths).feed()
+    assert result.lines == {"tx": 3} and result.late == {"tx": 1} and result.future == {"tx": 1}
+    [lines] = batch_lines(paths)
+    assert [json.loads(x).get("user_id") for x in lines[:-1]] == [1, None, 4]
+    assert json.loads(lines[2])["amount"] == "NaN"  # Flink's JSON reads the string, not the token
+    rows = quarantined(paths)
+    assert [(r["reason"], r["view"]) for r in rows] == [("unparseable_json", ""), ("null_key", "spend")]
+    late = pq.read_table(paths.root / "late" / "tx", partitioning=None)
+    assert sorted(late.column("user_id").to_pylist()) == [2, 3]
+    assert late.schema.field("ts").type.unit == "us" and "ts_us" not in late.column_names
+    assert {"user_id", "amount", "flag", "cat"} <= set(late.column_names)
 
 
-def test_a_restarted_feeder_feeds_nothing_twice_but_late_files_still_get_in(tmp_path: Path) -> None:
+def test_a_restarted_feeder_feeds_nothing_twice_and_keeps_its_watermark(tmp_path: Path) -> None:
     stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
-    write(stream, "b.jsonl", ['{"ts_ms": 2}'])
-    Feeder({"tx": stream}, paths).feed()
-    again = Feeder({"tx": stream}, paths)  # a new process: what was fed is read back from the manifests
+    write(stream, "b.jsonl", ['{"ts_us": 100000000, "user_id": 1}'])
+    feeder(stream, paths).feed()
+    again = feeder(stream, paths)  # a new process: what was fed is read back from the manifests
     assert again.pending("tx") == [] and again.feed().files == {}
-    write(stream, "a.jsonl", ['{"ts_ms": 1}'])  # an older name that showed up late is not skipped
-    write(stream, "c.jsonl", ['{"ts_ms": 3}'])
+    write(stream, "a.jsonl", ['{"ts_us": 50000000, "user_id": 1}'])  # an older name that showed up late
+    write(stream, "c.jsonl", ['{"ts_us": 100000001, "user_id": 1}'])
     assert [p.name for p in again.pending("tx")] == ["a.jsonl", "c.jsonl"]
-    again.feed()
-    assert len(batch_lines(paths)) == 2
-    assert sorted(Feeder({"tx": stream}, paths).batches()["tx"]) == ["upto-b.jsonl", "upto-c.jsonl"]
+    result = again.feed()
+    assert result.late == {"tx": 1}  # 50 s is behind the 100 s watermark read back from the manifest
+    assert sorted(feeder(stream, paths).batches()["tx"]) == ["upto-b.jsonl", "upto-c.jsonl"]
+    assert feeder(stream, paths).totals["tx"]["late"] == 1
 
 
-def test_a_batch_without_its_manifest_is_fed_again_and_reset_forgets_everything(tmp_path: Path) -> None:
+def test_a_batch_without_its_rename_is_fed_again_and_reset_forgets_everything(tmp_path: Path) -> None:
     stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
-    write(stream, "a.jsonl", ['{"ts_ms": 1}'])
-    Feeder({"tx": stream}, paths).feed()
-    (paths.inbox("tx") / ".upto-a.jsonl.json").unlink()  # as if the crash hit before the manifest was written
-    assert [p.name for p in Feeder({"tx": stream}, paths).pending("tx")] == ["a.jsonl"]
-    feeder = Feeder({"tx": stream}, paths)
-    feeder.reset()
-    assert list(paths.inbox("tx").iterdir()) == [] and len(feeder.pending("tx")) == 1
+    write(stream, "a.jsonl", ['{"ts_us": 1}'])
+    feeder(stream, paths).feed()
+    (paths.inbox("tx") / "upto-a.jsonl").unlink()  # as if the crash hit between manifest and rename
+    assert [p.name for p in feeder(stream, paths).pending("tx")] == ["a.jsonl"]
+    f = feeder(stream, paths)
+    f.reset()
+    assert list(paths.inbox("tx").iterdir()) == [] and len(f.pending("tx")) == 1
 
 
 def test_big_backlogs_are_cut_into_batches(tmp_path: Path) -> None:
     stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
     for i in range(5):
-        write(stream, f"{i}.jsonl", [json.dumps({"ts_ms": i, "pad": "x" * 100})])
-    Feeder({"tx": stream}, paths, max_batch_bytes=250).feed()
+        write(stream, f"{i}.jsonl", [json.dumps({"ts_us": i, "cat": "x" * 100})])
+    feeder(stream, paths, max_batch_bytes=250).feed()
     sizes = [len(lines) - 1 for lines in batch_lines(paths)]  # minus the marker
     assert sum(sizes) == 5 and len(sizes) == 3
+
+
+def test_retention_removes_done_batches_and_old_stream_files_but_remembers_them(tmp_path: Path) -> None:
+    import os
+
+    stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
+    write(stream, "a.jsonl", ['{"ts_us": 100000000, "user_id": 1}'])
+    f = feeder(stream, paths, stream_retention_s=60.0)
+    f.feed()
+    write(stream, "b.jsonl", ['{"ts_us": 100000001, "user_id": 1}'])
+    f.feed()
+    os.utime(stream / "a.jsonl", (NOW - 120, NOW - 120))  # fed two minutes ago
+    os.utime(stream / "b.jsonl", (NOW - 1, NOW - 1))
+    assert f.retire({"upto-a.jsonl"}) == 1
+    assert sorted(p.name for p in paths.inbox("tx").iterdir()) == sorted([".upto-b.jsonl.json", HISTORY, "upto-b.jsonl"])
+    assert [p.name for p in stream.iterdir()] == ["b.jsonl"]  # a.jsonl was fed, committed and is old
+    history = json.loads((paths.inbox("tx") / HISTORY).read_text())
+    assert history["absorbed_upto"] == "upto-a.jsonl" and history["files"] == []  # deleted: forgotten
+    again = feeder(stream, paths)
+    assert again.pending("tx") == [] and again.totals["tx"]["fed"] == 2
+    write(stream, "c.jsonl", ['{"ts_us": 80000000, "user_id": 1}'])
+    assert again.feed().late == {"tx": 1}  # the watermark survived the retention

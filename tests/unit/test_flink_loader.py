@@ -15,8 +15,7 @@ from quiver import Aggregation, Entity, FeatureView, Field, Float64, Int64, Sour
 from quiver.catalog.ir import ViewSpec
 from quiver.catalog.validate import build_catalog
 from quiver.online.base import Column, OnlineStore, ViewRead
-from quiver.streaming.feeder import MARKER
-from quiver.streaming.loader import Loader, late_events, read_changes
+from quiver.streaming.loader import Loader, read_changes
 from quiver.streaming.paths import StreamPaths
 
 COLUMNS = {"user_id": "int64", "amount": "float64", "cat": "string", "qty": "int64", "ts": "timestamp"}
@@ -38,6 +37,7 @@ class RecordingStore(OnlineStore):
     def __init__(self) -> None:
         self.tiles: list[pa.Table] = []
         self.last: list[pa.Table] = []
+        self.meta: dict[tuple[str, str], str] = {}
 
     def write_tiles(self, view: ViewSpec, table: pa.Table) -> int:
         self.tiles.append(table)
@@ -55,10 +55,10 @@ class RecordingStore(OnlineStore):
         return {}
 
     def get_meta(self, view: str, field: str) -> str | None:
-        return None
+        return self.meta.get((view, field))
 
     def set_meta(self, view: str, field: str, value: str) -> None:
-        pass
+        self.meta[(view, field)] = value
 
     def ping(self) -> None:
         pass
@@ -67,10 +67,11 @@ class RecordingStore(OnlineStore):
         pass
 
 
-def tile(user: int, n: int, amount_sum: float | None, cat: str | None) -> dict[str, Any]:
-    return {"user_id": user, "tile_start": 1_800_000_000_000_000, "n_events": n, "amount__cnt": n,
-            "amount__sum": amount_sum, "cat__cnt": 1 if cat else 0, "cat__last": cat,
-            "cat__last_ts": 1_800_000_000_123_000 if cat else None}
+def tile(user: int | None, n: int, amount_sum: float | None, cat: str | None, batch: str | None = None,
+         newest: int = 1_800_000_000_200_000) -> dict[str, Any]:
+    return {"user_id": user, "tile_start": 1_800_000_000_000_000, "n_events": n, "__newest_us": newest,
+            "amount__cnt": n, "amount__sum": amount_sum, "cat__cnt": 1 if cat else 0, "cat__last": cat,
+            "cat__last_ts": 1_800_000_000_123_000 if cat else None, "__batch": batch}
 
 
 def changes(rows: list[tuple[str, dict[str, Any]]]) -> str:
@@ -107,27 +108,47 @@ def test_poll_loads_deletes_and_counts_the_logs(tmp_path: Path) -> None:
     tiles_dir, last_dir = paths.sink("tiles", "spend"), paths.sink("last", "last_tx")
     for folder in (tiles_dir, last_dir, paths.sink("late", "tx"), paths.sink("quarantine", "tx")):
         folder.mkdir(parents=True)
-    (tiles_dir / "part-x-0-0").write_text(changes([("c", tile(1, 3, 1.0, "a"))]))
+    (tiles_dir / "part-x-0-0").write_text(changes([("c", tile(1, 3, 1.0, "a", newest=1_800_000_000_250_000)),
+                                                   ("c", tile(None, 1, None, None, batch="upto-a.jsonl"))]))
     (tiles_dir / ".part-x-0-1.inprogress.123").write_text(changes([("c", tile(1, 4, 9.0, "a"))]))  # not committed
     (last_dir / "part-y-0-0").write_text(changes([("c", {"user_id": 1, "event_ts": 5_000_000, "amount": 1.0,
                                                          "qty": 2, "cat": "a"})]))
     (paths.sink("late", "tx") / "part-z-0-0").write_text('{"ts_ms": 1000, "user_id": 1, "amount": 2.0}\n' * 3)
     (paths.sink("quarantine", "tx") / "part-q-0-0").write_text("\n".join(json.dumps(r) for r in [
-        {"reason": "null_key", "view": "spend", "ts_ms": "5"},
-        {"reason": "bad_type:ts_ms", "view": "", "ts_ms": MARKER + "upto-a.jsonl"},
-        {"reason": "bad_type:amount", "view": "", "ts_ms": "6", "amount": "lots"}]) + "\n")
+        {"reason": "null_key", "view": "spend", "line": "{}"},
+        {"reason": "bad_type:amount", "view": "", "line": '{"amount": "lots"}'}]) + "\n")
     (paths.sink("quarantine", "tx") / "feeder-upto-a.jsonl").write_text(
         json.dumps({"reason": "unparseable_json", "view": "", "line": "oops"}) + "\n")
     store = RecordingStore()
-    loader = Loader([spec["spend"], spec["last_tx"]], ["tx"], store, paths)
+    loader = Loader([spec["spend"], spec["last_tx"]], ["tx"], store, paths, marking=["spend"])
     assert loader.poll() == 2
+    # The marker row is bookkeeping: it is recorded, never written to the store.
     assert [t.num_rows for t in store.tiles] == [1] and [t.num_rows for t in store.last] == [1]
+    assert "__batch" not in store.tiles[0].column_names and "__newest_us" not in store.tiles[0].column_names
+    # Freshness is the newest event time (not the tile start), raised in the store's metadata.
+    assert loader.stats.newest_event_us["spend"] == 1_800_000_000_250_000
+    assert store.meta[("spend", "max_event_ts")] == "1800000000250000"
     assert [p.name for p in tiles_dir.iterdir()] == [".part-x-0-1.inprogress.123"]  # loaded ones are gone
     assert loader.stats.late == {"tx": 3}
     assert loader.stats.quarantined == {"tx": {"null_key:spend": 1, "bad_type:amount": 1, "unparseable_json": 1}}
-    assert loader.markers == {"upto-a.jsonl"}  # bookkeeping, not a quarantined row
+    assert loader.markers == {"upto-a.jsonl"}
     assert loader.poll() == 0 and len(store.tiles) == 1
-    again = Loader([spec["spend"]], ["tx"], RecordingStore(), paths)  # counts survive a restart
+    again = Loader([spec["spend"]], ["tx"], RecordingStore(), paths)  # counts and markers survive a restart
     assert again.stats.late == {"tx": 3} and again.markers == {"upto-a.jsonl"}
-    late = late_events(paths, "tx")
-    assert late.num_rows == 3 and late.column("event_ts").type == pa.timestamp("us", tz="UTC")
+    again.forget_markers({"upto-a.jsonl"})  # retention
+    assert Loader([spec["spend"]], ["tx"], RecordingStore(), paths).markers == set()
+
+
+def test_nan_and_infinity_written_as_strings_by_flink_are_read_as_values(tmp_path: Path) -> None:
+    """Flink's JSON writer spells NaN as "NaN"; a string column holding the text "NaN" stays a string."""
+    import math
+
+    last = views()["last_tx"]
+    rows = [{"user_id": 7, "event_ts": 1, "amount": "NaN", "qty": 1, "cat": "NaN"},
+            {"user_id": 8, "event_ts": 2, "amount": "-Infinity", "qty": 2, "cat": "x"}]
+    (tmp_path / "part-n-0-0").write_text("".join(json.dumps({"before": None, "after": r, "op": "c"}) + "\n"
+                                                 for r in rows))
+    table = read_changes(last, [tmp_path / "part-n-0-0"])
+    amounts = table.column("amount").to_pylist()
+    assert math.isnan(amounts[0]) and amounts[1] == -math.inf
+    assert table.column("cat").to_pylist() == ["NaN", "x"]

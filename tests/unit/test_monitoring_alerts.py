@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from monitoring.alerts import (
+from quiver.monitoring.alerts import (
     AirflowAssetSink,
     AlertManager,
     DeliveryError,
@@ -20,7 +20,7 @@ from monitoring.alerts import (
     sinks_from_config,
     slack_payload,
 )
-from monitoring.repository import get_alert, list_alerts, undelivered
+from quiver.monitoring.repository import get_alert, list_alerts, undelivered
 from quiver.registry import Registry
 
 

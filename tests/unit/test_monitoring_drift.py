@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from monitoring.drift import DriftConfig, Thresholds, compute_drift, with_thresholds
+from quiver.monitoring.drift import DriftConfig, Thresholds, compute_drift, with_thresholds
 
 CATEGORIES = np.array(["grocery", "fuel", "travel", "fashion", "digital"])
 MIX = np.array([0.4, 0.25, 0.15, 0.12, 0.08])

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 from prometheus_client import REGISTRY
 
-from monitoring import metrics
-from monitoring.drift import compute_drift
+from quiver.monitoring import metrics
+from quiver.monitoring.drift import compute_drift
 
 
 def value(metric: str, **labels: str) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,16 +14,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from monitoring.alerts import AlertManager
-from monitoring.quality import (
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.loader import load_catalog
+from quiver.monitoring.alerts import AlertManager
+from quiver.monitoring.quality import (
     QualityGate,
     QualityGateError,
     catalog_expectations,
     load_user_expectations,
     tag_expectations,
 )
-from quiver.catalog.errors import QuiverError
-from quiver.catalog.loader import load_catalog
 from quiver.registry import Registry
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -126,8 +127,8 @@ def test_failing_batch_is_quarantined_with_every_bad_row(project: Path, sqlite_u
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "max_value": 1e9}}]))
     manager = AlertManager(Registry(sqlite_url, project="fraud"))
     gate = QualityGate(catalog, quarantine_dir=project / "q", expectations_dir=project / "suites", alerts=manager)
-    result = gate.check(batch, "transactions")
-    assert not result.success
+    result = gate.gate(batch, "transactions")  # the pipeline's gate: a failing file leaves the offline path
+    assert not result.success and result.source_moved
     assert set(result.bad_rows.tolist()) == bad_rows and result.n_bad_rows == 5
     assert not batch.exists()  # moved aside, not copied
     target = result.quarantine_path
@@ -146,7 +147,8 @@ def test_failing_batch_is_quarantined_with_every_bad_row(project: Path, sqlite_u
     assert "<html" in (target / "validation.html").read_text().lower()
     [alert] = manager.open_alerts("quality")
     assert alert.subject == "transactions" and alert.severity == "warning"
-    assert alert.detail["bad_rows"] == 5
+    assert alert.detail["bad_rows"] == 5 and alert.detail["source_moved"] is True
+    assert "moved out of the offline path" in alert.message
     # a later clean batch resolves the alert
     assert gate.check(transactions(50, seed=2), "transactions").success
     assert manager.open_alerts("quality") == []
@@ -178,3 +180,32 @@ def test_gate_needs_some_expectations(tmp_path: Path) -> None:
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": "a", "min_value": 0}}]})
     assert ok.check(pd.DataFrame({"a": [1, 2, 3]}), "s", batch_id="x").success
     assert timedelta(hours=1) == ok.future_skew
+
+
+def test_a_check_by_hand_reports_and_leaves_the_input_in_place(project: Path) -> None:
+    catalog = load_catalog(project / "feature_defs", root=project)
+    bad_table, bad_rows = corrupt(transactions(120, seed=4))
+    batch = project / "data" / "tx" / "part-1.parquet"
+    pq.write_table(bad_table, batch)
+    result = QualityGate(catalog, quarantine_dir=project / "q").check(batch, "transactions")
+    assert not result.success and not result.source_moved
+    assert pq.read_table(batch).equals(bad_table)  # the user's file is untouched, the partition intact
+    target = result.quarantine_path
+    assert target is not None and not (target / "batch").exists()
+    kept = pq.read_table(target / "bad_rows.parquet").to_pandas()
+    assert sorted(kept["_row"]) == sorted(bad_rows)
+    summary = json.loads((target / "validation.json").read_text())
+    assert summary["source_moved"] is False and summary["origin"] == str(batch)
+    assert "left in place" in (target / "validation.html").read_text()
+
+
+def test_validation_page_renders_offline_and_escapes_values(project: Path) -> None:
+    catalog = load_catalog(project / "feature_defs", root=project)
+    frame = transactions(60, seed=5).to_pandas()
+    frame.loc[[2, 9], "category"] = "<script>alert('x')</script>"
+    result = QualityGate(catalog, quarantine_dir=project / "q").check(frame, "transactions", batch_id="b<1>")
+    page = (result.quarantine_path / "validation.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "FAILED" in page and "expect_column_values_to_be_in_set" in page
+    external = re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page, flags=re.I)
+    assert not external and "http://" not in page and "https://" not in page

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from monitoring import serving_log
-from monitoring.serving_log import ServingLogger, feature_frame, read_serving_logs
+from quiver.monitoring import serving_log
+from quiver.monitoring.serving_log import ServingLogger, feature_frame, read_serving_logs
 
 T0 = datetime(2026, 11, 3, 9, 59, 58, 123456, tzinfo=UTC)
 

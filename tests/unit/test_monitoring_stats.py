@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+# Plain imports, no importorskip: evidently is pinned in requirements/main.txt, so a broken install fails.
+import evidently.legacy.calculations.stattests as ev
 import numpy as np
 import pandas as pd
 import pytest
+from evidently.legacy.calculations.stattests.registry import get_stattest
+from evidently.legacy.core import ColumnType
 from scipy.stats import distributions, ks_2samp
 
-from monitoring.stats import (
+from quiver.monitoring.stats import (
     CategoricalPair,
     NumericPair,
     evidently_default_method,
@@ -16,10 +20,6 @@ from monitoring.stats import (
     ks_asymptotic_pvalue,
     psi_from_shares,
 )
-
-ev = pytest.importorskip("evidently.legacy.calculations.stattests")
-from evidently.legacy.calculations.stattests.registry import get_stattest  # noqa: E402
-from evidently.legacy.core import ColumnType  # noqa: E402
 
 NUM, CAT = ColumnType.Numerical, ColumnType.Categorical
 TOL = 1e-9

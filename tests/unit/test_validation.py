@@ -284,7 +284,7 @@ def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
 
 
 def test_example_catalog_validates_against_demo_data(tmp_path: Path) -> None:
-    from pipelines.demo_data import generate
+    from quiver.pipelines.demo_data import generate
 
     generate(tmp_path / "data", days=2, users=50, merchants=10, transactions_per_day=500, seed=3)
     repo = Path(__file__).resolve().parents[2]

@@ -134,6 +134,10 @@ class Aggregation:
     window: timedelta | str
     name: str = ""
     description: str = ""
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)  # errors about one aggregation point at its own line, not its view's
 
     @property
     def window_delta(self) -> timedelta:

@@ -7,10 +7,20 @@ import importlib.util
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from quiver.catalog.definitions import KIND_OF, Location
 from quiver.catalog.errors import CatalogError, DefinitionProblem, QuiverError
-from quiver.catalog.ir import Catalog
+from quiver.catalog.ir import (
+    AggSpec,
+    Catalog,
+    EntitySpec,
+    FieldSpec,
+    ServiceSpec,
+    SourceSpec,
+    StreamSpec,
+    ViewSpec,
+)
 from quiver.catalog.validate import SchemaReader, build_catalog
 
 
@@ -40,7 +50,7 @@ def collect_definitions(catalog_dir: str | Path) -> list[object]:
         for path, name in names.items():
             try:
                 module = importlib.import_module(name)
-            except Exception as exc:  # any error in user code becomes a located problem, never a traceback
+            except (Exception, SystemExit) as exc:  # any error in user code (even sys.exit) is a located problem
                 problem = _load_problem(path, directory, exc)
                 if problem not in problems:  # a broken file imported by siblings fails once per importer
                     problems.append(problem)
@@ -82,7 +92,7 @@ def _check_shadowing(names: dict[Path, str], directory: Path) -> None:
             raise QuiverError(f"{path}: catalog file name shadows the installed module {top!r}; rename it")
 
 
-def _load_problem(path: Path, directory: Path, exc: Exception) -> DefinitionProblem:
+def _load_problem(path: Path, directory: Path, exc: BaseException) -> DefinitionProblem:
     """The innermost catalog-file frame of the error (SyntaxErrors carry their own file and line)."""
     if isinstance(exc, SyntaxError) and _inside(exc.filename, directory):
         where = Location(str(exc.filename), exc.lineno or 0)
@@ -91,6 +101,8 @@ def _load_problem(path: Path, directory: Path, exc: Exception) -> DefinitionProb
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if _inside(f.filename, directory)]
         where = Location(frames[-1].filename, frames[-1].lineno or 0) if frames else Location(str(path), 0)
         message = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, SystemExit):
+            message = f"the file exits the interpreter while loading (sys.exit({exc.code!r})); remove the call"
     name = Path(where.file).relative_to(directory).as_posix() if _inside(where.file, directory) else path.name
     return DefinitionProblem("catalog_file", name, where, message)
 
@@ -99,3 +111,33 @@ def load_catalog(catalog_dir: str | Path, root: str | Path | None = None,
                  schema_reader: SchemaReader | None = None) -> Catalog:
     """Load and validate the catalog in `catalog_dir`; source paths resolve against `root` (default: cwd)."""
     return build_catalog(collect_definitions(catalog_dir), Path(root) if root else None, schema_reader)
+
+
+def catalog_from_dict(data: dict[str, Any]) -> Catalog:
+    """Rebuild a Catalog from its canonical dict (`Catalog.to_dict()`, as the registry stores it)."""
+
+    def pairs(items: Any) -> tuple[tuple[str, str], ...]:
+        return tuple((str(a), str(b)) for a, b in items)
+
+    def plain(spec: dict[str, Any], *tuple_pairs: str) -> dict[str, Any]:
+        out = dict(spec)
+        for name in tuple_pairs:
+            out[name] = pairs(out.get(name, ()))
+        return out
+
+    entities = {n: EntitySpec(**plain(s, "keys", "tags")) for n, s in data.get("entity", {}).items()}
+    sources = {}
+    for name, spec in data.get("source", {}).items():
+        fields = plain(spec, "columns", "tags")
+        fields["stream"] = StreamSpec(**spec["stream"]) if spec.get("stream") else None
+        sources[name] = SourceSpec(**fields)
+    views = {}
+    for name, spec in data.get("feature_view", {}).items():
+        fields = plain(spec, "keys", "tags")
+        fields["entities"] = tuple(spec["entities"])
+        fields["fields"] = tuple(FieldSpec(**f) for f in spec.get("fields", ()))
+        fields["aggregations"] = tuple(AggSpec(**a) for a in spec.get("aggregations", ()))
+        views[name] = ViewSpec(**fields)
+    services = {n: ServiceSpec(**{**plain(s, "tags"), "features": tuple(s["features"])})
+                for n, s in data.get("feature_service", {}).items()}
+    return Catalog(entities, sources, views, services)

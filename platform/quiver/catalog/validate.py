@@ -6,6 +6,7 @@ raising, so one `quiver apply` shows everything that needs fixing.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -248,7 +249,8 @@ def _view_spec(problems: _Problems, view: FeatureView, sources: dict[str, Source
         elif source and columns[key] != dtype:
             add(f"join key {key!r} is {dtype} in its entity but {columns[key]} in source {view.source.name!r}")
     fields = tuple(_field_spec(add, f, columns, source is not None) for f in view.schema)
-    aggs = tuple(_agg_spec(add, a, columns, source is not None) for a in view.aggregations)
+    aggs = tuple(_agg_spec(_adder(problems, name, _where(a, loc)), a, columns, source is not None)
+                 for a in view.aggregations)
     feature_names = [f.name for f in fields if f] + [a.name for a in aggs if a]
     folded = [feature.lower() for feature in feature_names]  # engines match column names case-insensitively
     for feature in dict.fromkeys(f for f in feature_names if folded.count(f.lower()) > 1):
@@ -271,11 +273,30 @@ def _view_spec(problems: _Problems, view: FeatureView, sources: dict[str, Source
     )
 
 
+def _adder(problems: _Problems, view: str, where: Location) -> Callable[[str], None]:
+    def add(message: str) -> None:
+        problems.add("feature_view", view, where, message)
+
+    return add
+
+
+def _where(definition: object, fallback: Location) -> Location:
+    """The definition's own location when it has one (built in a catalog file), else its container's."""
+    location = getattr(definition, "location", None)
+    return location if isinstance(location, Location) and location.line else fallback
+
+
+def _closest(name: str, candidates: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest candidate, or '' when nothing is close."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
 def _tiles(add: Callable[[str], None], problems: _Problems, view: FeatureView,
            ttl: timedelta | None) -> timedelta | None:
     windows = []
     for agg in view.aggregations:
-        window = _duration(problems, "feature_view", view.name, view.location,
+        window = _duration(problems, "feature_view", view.name, _where(agg, view.location),
                            f"window of {agg.column}/{agg.fn}", agg.window)
         if window:
             windows.append(window)
@@ -315,7 +336,8 @@ def _field_spec(add: Callable[[str], None], f: Field, columns: dict[str, str],
         add(f"field {f.name!r} has unknown dtype {f.dtype!r}; use one of {', '.join(sorted(DTYPES))}")
         return None
     if has_source and f.source_column not in columns:
-        add(f"field {f.name!r} reads column {f.source_column!r}, which the source does not have")
+        add(f"field {f.name!r} reads column {f.source_column!r}, which the source does not have"
+            + _closest(f.source_column, columns))
         return None
     if has_source and columns[f.source_column] == UNSUPPORTED:
         add(f"field {f.name!r} reads column {f.source_column!r}, whose Parquet type Quiver does not support")
@@ -348,7 +370,8 @@ def _agg_spec(add: Callable[[str], None], agg: Aggregation, columns: dict[str, s
         return None
     dtype = columns.get(agg.column)
     if has_source and dtype is None:
-        add(f"aggregation {agg.feature_name!r} reads column {agg.column!r}, which the source does not have")
+        add(f"aggregation {agg.feature_name!r} reads column {agg.column!r}, which the source does not have"
+            + _closest(agg.column, columns))
         return None
     if has_source and dtype == UNSUPPORTED:
         add(f"aggregation {agg.feature_name!r} reads column {agg.column!r}, whose Parquet type Quiver "
@@ -380,5 +403,15 @@ def _service_spec(problems: _Problems, service: FeatureService,
         elif view and feature not in view.feature_names:
             problems.add("feature_service", service.name, service.location,
                          f"feature {ref!r}: view {view_name!r} has no feature {feature!r}")
+    named: dict[str, str] = {}
+    for ref in dict.fromkeys(r for r in refs if isinstance(r, str) and r.count(":") == 1):
+        feature = ref.partition(":")[2]
+        if feature in named and named[feature] != ref:
+            # A training set and an online read name columns by feature: two views giving the same name
+            # would only fail at request time, in the middle of a join.
+            problems.add("feature_service", service.name, service.location,
+                         f"features {named[feature]!r} and {ref!r} both give the output column {feature!r}; "
+                         f"rename one (Field/Aggregation name=...) or split the service")
+        named.setdefault(feature, ref)
     return ServiceSpec(service.name, tuple(refs), service.description, service.owner,
                        tuple(sorted(service.tags.items())), service.location)

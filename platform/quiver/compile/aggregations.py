@@ -3,10 +3,14 @@
 Every engine (spark, duckdb, flink, and the Redis reader) reads this table; none re-derives the rules.
 Partials are mergeable: tiles hold partials, windows merge tiles, values are finalized last.
 
-Semantics (DESIGN.md §2): nulls are skipped and counted (`n_events - <col>__cnt`); an empty window gives
+Semantics (docs/architecture.md, "As of t"): nulls are skipped and counted (`n_events - <col>__cnt`); an empty window gives
 count 0, sum 0 and null for everything else. `stddev` is the sample standard deviation (null below 2 values),
 computed from sum and sum of squares so it merges like the others. `last` is the non-null value with the
 greatest event time; ties at the same time take the greatest value, so every engine agrees.
+
+NaN is a value, not a null (one rule in every engine): it is counted, it propagates through sum, mean and
+stddev, and it is the greatest value in the ordering of min, max and `last` ties — SQL's ordering in DuckDB
+and Spark. So `max` of a window holding a NaN is NaN, and `min` is NaN only when every value is NaN.
 """
 
 from __future__ import annotations

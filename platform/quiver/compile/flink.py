@@ -1,27 +1,38 @@
 """Flink SQL target: one streaming job that keeps the tiles and last values of every streamed view fresh.
 
-A view is streamed when it is online and its source has a stream binding. Per source the job reads JSON
-lines (a local directory tailed with `source.monitor-interval`, or a Kafka topic in production) whose
-event time is `ts_ms` (BIGINT epoch milliseconds); every other field is read as its JSON text and cast in
-SQL, so a value of the wrong type becomes a counted quarantine row instead of a failed job. Then:
+A view is streamed when it is online and its source has a stream binding. Event times are epoch
+**microseconds** end to end (the catalog's time resolution): stream lines carry `ts_us` (or the older
+`ts_ms`, read as `ts_ms * 1000`), tiles start at `floor(ts_us / g) * g` (floor, also before 1970) and
+`<col>__last_ts` / last-value `event_ts` are the event's µs. Two ways to read a source:
 
-    parsed      typed columns + `__problem`: null_event_ts | bad_type:<col> | event_ts_out_of_range
-    on time     no problem and not behind `watermark - allowed_lateness` (CURRENT_WATERMARK, mini-batch off)
-    late        the rest of the valid rows  → late-events log (JSON), replayable by a batch backfill
-    quarantine  problems, and per view the rows with a null join key → quarantine log with the reason
-    tiles       GROUP BY (keys, tile_start) over on-time rows: n_events + the partials of the fn table
-    last values top-1 per entity by (event time, field values DESC NULLS LAST), the offline tie rule
+* **local files** (default). The feeder (`streaming/feeder.py`) has already checked every line against
+  the source's types (vectorised), quarantined bad lines with their reason, split off late events (it
+  orders the files, so it knows the watermark) and future-dated ones, and hands the job typed JSON lines.
+  The job only aggregates: no watermark, no per-row checks, so mini-batch aggregation may be on. Each
+  batch ends with a marker row `{"__batch": "<name>"}`; the source's first view groups by `__batch` too,
+  so the marker comes out as a row of that view's sink: once it is in a committed file, every row before
+  it is committed too (checkpoint barriers follow the records). No query filters the source: a filter is
+  pushed into the file scan, and scans with different filters are not shared, so each INSERT would read
+  and parse every file again. Rows with a null join key (and the markers) form null-key groups that the
+  loader drops; the feeder counted them.
+* **Kafka** (production). Records are read `raw` (one string each), parsed with JSON_VALUE, classified in
+  SQL (`unparseable_json`, `null_event_ts`, `bad_type:<col>`, `event_ts_in_future`), and split on
+  `CURRENT_WATERMARK` (which needs mini-batch off) into on-time, late and quarantine sinks. Nothing is
+  dropped by the format: a malformed record is a counted quarantine row.
 
-Tiles and last values are updating results; they go to the filesystem sink in `debezium-json`, the one
-built-in changelog format (the sink's changelog mode is its format's), committed on checkpoints. A loader
-takes each file's newest row per key into the online store (tiles replace whole per-tile partials, so a
-replay never double counts). Tile columns and units are exactly `offline/layout.py`'s: `tile_start` and
-`<col>__last_ts` in epoch µs (`ts_ms * 1000`), so the tiles in Redis equal the batch tiles.
+Per view: tiles = GROUP BY (keys, tile_start) with `n_events`, the newest event time (`__newest_us`, for
+freshness) and the partials of the fn table; last values = top-1 per entity by (event time, field values
+DESC NULLS LAST), the offline tie rule. Both are updating results written as `debezium-json` (the one
+built-in changelog format of the filesystem sink), committed on checkpoints; the loader keeps the new rows.
 
-The per-event partials come from `compile/sql.py`'s TILE_OPS. Flink cannot take the max of a ROW, so
-`last` is the max of a string key `<ts_us, 19 digits><order key><value>` decoded after the aggregate:
-exact for strings and integers; for floats the order key is the value rounded to 17 decimals (|v| < 1e19),
-which only matters for two events of one entity at the same millisecond whose values differ below that.
+NaN is a value, greater than every number (as in DuckDB and Spark): `min` skips it unless the tile holds
+nothing else, `max` and `last` take it. Flink's own MIN/MAX over NaN depend on arrival order, so float
+min/max are computed over the non-NaN values plus a NaN count; `ABS(x) >= 0` is false exactly for NaN
+(never negated: Calcite rewrites `NOT (a >= b)` as `a < b`, which is false for NaN too).
+`last` is the max of a string key `<ts_us, 19 digits><class><order key><value>` decoded after the
+aggregate (Flink cannot take the max of a ROW): exact for strings and integers; for floats the class
+orders NaN > values ≥ 1e19 > the rest > values ≤ -1e19 and the order key is the value rounded to 18
+decimals, which only matters for two events of one entity at the same µs whose values differ below that.
 """
 
 from __future__ import annotations
@@ -41,37 +52,46 @@ from quiver.compile.aggregations import (
 )
 from quiver.compile.sql import TILE_OPS
 
-TIME_FIELD: Final = "ts_ms"  # the stream's event time: epoch milliseconds (pipelines/demo_data.write_stream_files)
+TIME_FIELD: Final = "ts_us"  # the stream's event time: epoch microseconds
+LEGACY_TIME_FIELD: Final = "ts_ms"  # older producers: epoch milliseconds
+BATCH_FIELD: Final = "__batch"  # the feeder's end-of-batch marker rows
+NEWEST: Final = "__newest_us"  # newest event time of a tile (freshness)
 TYPES: Final[Mapping[str, str]] = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING",
-                                   "bool": "BOOLEAN", "timestamp": "BIGINT"}  # timestamps: epoch ms
+                                   "bool": "BOOLEAN", "timestamp": "BIGINT"}  # timestamps: epoch µs
 SINK_KINDS: Final = ("tiles", "last", "late", "quarantine")
 PROBLEM: Final = "__problem"
-TS_MS: Final = "__ts_ms"
 ROWTIME: Final = "__rowtime"
-_TS_US: Final = "__ts_us"
+TS_US: Final = "__ts_us"
+_LINE: Final = "line"
 _TS_DIGITS: Final = 19  # epoch µs as fixed-width digits, so string order is time order
 _INT_OFFSET: Final = "CAST('9223372036854775808' AS DECIMAL(20, 0))"
 _FLOAT_OFFSET: Final = "CAST('10000000000000000000' AS DECIMAL(20, 0))"
 _FLOAT_KEY: Final = 39
+_NAN: Final = "CAST('NaN' AS DOUBLE)"
 
 
 @dataclass(frozen=True)
 class FlinkTarget:
-    """Where the compiled job reads and writes.
+    """Where the compiled job reads and writes, and how it aggregates.
 
-    `inbox`: source → directory of JSON-lines files the job tails (local mode). `sink_root`: directory
+    `inbox`: source → directory of the feeder's JSON-lines batches (local mode). `sink_root`: directory
     of the sinks (`<kind>/<view or source>/`). `kafka`: read each source's Kafka topic instead
-    (production; rendered, not tested here). The source never ends by itself: a bounded source whose
-    subtasks finish at different times stops the file sink's checkpoints (union list state cannot
-    finish partially), so bounded runs tail too and stop once every batch is committed (runner.py).
+    (production; rendered and golden-tested, not run here). `mini_batch_ms`: mini-batch aggregation
+    latency (0 = off; local mode only, Kafka mode needs it off for CURRENT_WATERMARK). `extra_settings`:
+    further Flink table settings (benchmarks measure candidates with them). The file source never ends
+    by itself: a bounded source whose subtasks finish at different times stops the file sink's
+    checkpoints, so bounded runs tail too and stop once every batch is committed (runner.py).
     """
 
     inbox: Mapping[str, str]
     sink_root: str
     monitor_interval_ms: int = 200
     roll_interval_ms: int = 500
-    max_future_ms: int = 60_000
+    max_future_ms: int = 0
     kafka: bool = False
+    mini_batch_ms: int = 0
+    mini_batch_size: int = 20_000
+    extra_settings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +153,21 @@ def streamed_views(catalog: Catalog, names: Sequence[str] | None = None) -> list
     return sorted(out, key=lambda v: v.name)
 
 
+def source_columns(source: SourceSpec, views: Sequence[ViewSpec]) -> list[tuple[str, str]]:
+    """(column, dtype) the views read from the source: keys, then inputs, each once, in first-use order."""
+    dtypes = dict(source.columns)
+    wanted: dict[str, str] = {}
+    for view in views:
+        for key, dtype in view.keys:
+            wanted.setdefault(key, dtype)
+    for view in views:
+        for f in view.fields:
+            wanted.setdefault(f.column, dtypes.get(f.column, f.dtype))
+        for a in view.aggregations:
+            wanted.setdefault(a.column, a.input_dtype)
+    return list(wanted.items())
+
+
 def compile_flink(catalog: Catalog, target: FlinkTarget, views: Sequence[str] | None = None) -> FlinkJob:
     """The Flink SQL job of the streamed views (default: all of them)."""
     chosen = streamed_views(catalog, views)
@@ -146,19 +181,23 @@ def compile_flink(catalog: Catalog, target: FlinkTarget, views: Sequence[str] | 
     inserts: list[str] = []
     for name, views_of in sorted(by_source.items()):
         source = catalog.sources[name]
-        columns = _columns(source, views_of)
-        statements += [_source_ddl(source, columns, target), _parsed_view(source, columns, target),
-                       _on_time_view(source)]
-        statements += [_late_sink(source, columns, target), _quarantine_sink(source, columns, target)]
-        inserts += [_late_insert(source, columns), _quarantine_insert(source, columns, views_of)]
-        for view in views_of:
+        columns = source_columns(source, views_of)
+        if target.kafka:
+            statements += [_kafka_source_ddl(source, target), _parsed_view(source, columns, target),
+                           _on_time_view(source), _late_sink(source, columns, target),
+                           _quarantine_sink(source, columns, target)]
+            inserts += [_late_insert(source, columns), _quarantine_insert(source, columns, views_of)]
+        else:
+            statements += [_file_source_ddl(source, columns, target), _events_view(source, columns)]
+        for index, view in enumerate(views_of):
+            marks = index == 0 and not target.kafka  # this view's sink carries the batch markers
             if view.kind == "agg":
-                statements.append(_tiles_sink(view, target))
-                inserts.append(_tiles_insert(view))
+                statements.append(_tiles_sink(view, target, marks))
+                inserts.append(_tiles_insert(view, marks))
             else:
-                statements.append(_last_sink(view, target))
-                inserts.append(_last_insert(view))
-    return FlinkJob(_settings(catalog, chosen), tuple(statements), tuple(inserts),
+                statements.append(_last_sink(view, target, marks))
+                inserts.append(_last_insert(view, marks))
+    return FlinkJob(_settings(catalog, chosen, target), tuple(statements), tuple(inserts),
                     tuple(v.name for v in chosen), tuple(sorted(by_source)))
 
 
@@ -177,89 +216,98 @@ def state_ttl_ms(catalog: Catalog, views: Sequence[ViewSpec]) -> int:
     return max(longest // 1000, 1000)
 
 
-def _settings(catalog: Catalog, views: Sequence[ViewSpec]) -> tuple[tuple[str, str], ...]:
-    return (
-        ("table.local-time-zone", "UTC"),
-        # Mini-batch makes CURRENT_WATERMARK return processing time: every event would look late.
-        ("table.exec.mini-batch.enabled", "false"),
-        ("table.exec.state.ttl", f"{state_ttl_ms(catalog, views)} ms"),
-    )
+def _settings(catalog: Catalog, views: Sequence[ViewSpec], target: FlinkTarget) -> tuple[tuple[str, str], ...]:
+    mini_batch = target.mini_batch_ms > 0 and not target.kafka
+    settings = [("table.local-time-zone", "UTC"),
+                # Kafka mode splits late events on CURRENT_WATERMARK, which mini-batch turns into wall-clock time.
+                ("table.exec.mini-batch.enabled", "true" if mini_batch else "false")]
+    if mini_batch:
+        settings += [("table.exec.mini-batch.allow-latency", f"{target.mini_batch_ms} ms"),
+                     ("table.exec.mini-batch.size", str(target.mini_batch_size))]
+    settings.append(("table.exec.state.ttl", f"{state_ttl_ms(catalog, views)} ms"))
+    return tuple(settings) + tuple(target.extra_settings)
 
 
 def _check(view: ViewSpec) -> None:
     names = [*view.key_names, *view.feature_names, *(f.column for f in view.fields),
              *(a.column for a in view.aggregations)]
-    clashes = sorted({n for n in names if n.startswith("__") or n == TIME_FIELD})
+    clashes = sorted({n for n in names if n.startswith("__") or n in (TIME_FIELD, LEGACY_TIME_FIELD, _LINE)})
     if clashes:
         raise QuiverError(f"{view.location}: feature view {view.name!r}: {', '.join(clashes)}: names starting "
-                          f"with '__' and {TIME_FIELD!r} (the stream's event time) are reserved for streaming")
-    if view.tile_us and view.tile_us % 1000:
-        raise QuiverError(f"{view.location}: feature view {view.name!r}: the stream's event time has "
-                          "millisecond precision, so tiles must be whole milliseconds")
+                          f"with '__', {TIME_FIELD!r}, {LEGACY_TIME_FIELD!r} and {_LINE!r} are reserved for "
+                          "streaming")
 
 
-def _columns(source: SourceSpec, views: Sequence[ViewSpec]) -> list[tuple[str, str]]:
-    """(column, dtype) the views read from the source: keys, then inputs, each once, in first-use order."""
-    dtypes = dict(source.columns)
-    wanted: dict[str, str] = {}
-    for view in views:
-        for key, dtype in view.keys:
-            wanted.setdefault(key, dtype)
-    for view in views:
-        for f in view.fields:
-            wanted.setdefault(f.column, dtypes.get(f.column, f.dtype))
-        for a in view.aggregations:
-            wanted.setdefault(a.column, a.input_dtype)
-    return list(wanted.items())
+# ---- local files: the feeder validated every line ----
 
 
-# ---- per source: read, parse, split ----
-
-
-def _source_ddl(source: SourceSpec, columns: list[tuple[str, str]], target: FlinkTarget) -> str:
-    q = quote
-    stream = source.stream
-    assert stream is not None
-    raw_ts = f"TRY_CAST({q(TIME_FIELD)} AS BIGINT)"
-    lines = [f"{q(TIME_FIELD)} STRING"] + [f"{q(c)} STRING" for c, _ in columns]
-    lines.append(f"{q(TS_MS)} AS {raw_ts}")
-    # Out-of-range times get rowtime 0 so that one bad far-future event cannot push the watermark ahead
-    # and make every later event late; the parse step quarantines them.
-    lines.append(f"{q(ROWTIME)} AS TO_TIMESTAMP_LTZ(CASE WHEN {_in_range(raw_ts, target)} THEN {raw_ts} "
-                 f"ELSE 0 END, 3)")
-    lines.append(f"WATERMARK FOR {q(ROWTIME)} AS {q(ROWTIME)} - {_interval(stream.watermark_delay_us)}")
-    if target.kafka:
-        if not stream.kafka_topic:
-            raise QuiverError(f"{source.location}: source {source.name!r}: stream binding has no kafka_topic")
-        options = [("connector", "kafka"), ("topic", stream.kafka_topic),
-                   ("properties.bootstrap.servers", stream.kafka_bootstrap_servers or "localhost:9092"),
-                   ("properties.group.id", f"quiver-{source.name}"),
-                   ("scan.startup.mode", "group-offsets"), ("properties.auto.offset.reset", "earliest"),
-                   ("format", "json"), ("json.fail-on-missing-field", "false"),
-                   # No feeder validates Kafka records: unparseable ones are skipped by the format.
-                   ("json.ignore-parse-errors", "true")]
-    else:
-        if source.name not in target.inbox:
-            raise QuiverError(f"no input directory for source {source.name!r}")
-        options = [("connector", "filesystem"), ("path", target.inbox[source.name]), ("format", "json"),
-                   ("json.fail-on-missing-field", "false"),
-                   # The feeder already moved unparseable lines to the quarantine (and counted them);
-                   # this is a safety net, never the counting gate.
-                   ("json.ignore-parse-errors", "true"),
-                   ("source.monitor-interval", f"{target.monitor_interval_ms} ms")]
+def _file_source_ddl(source: SourceSpec, columns: list[tuple[str, str]], target: FlinkTarget) -> str:
+    if source.name not in target.inbox:
+        raise QuiverError(f"no input directory for source {source.name!r}")
+    lines = [f"{quote(TIME_FIELD)} BIGINT", f"{quote(LEGACY_TIME_FIELD)} BIGINT"]
+    lines += [f"{quote(c)} {TYPES[t]}" for c, t in columns] + [f"{quote(BATCH_FIELD)} STRING"]
+    options = [("connector", "filesystem"), ("path", target.inbox[source.name]), ("format", "json"),
+               ("json.fail-on-missing-field", "false"),
+               # Every line was checked by the feeder: a parse error here is a bug, so fail loudly.
+               ("json.ignore-parse-errors", "false"),
+               ("source.monitor-interval", f"{target.monitor_interval_ms} ms")]
     return _create_table(f"src__{source.name}", lines, options)
 
 
-def _in_range(ts: str, target: FlinkTarget) -> str:
-    return f"{ts} >= 0 AND {ts} <= UNIX_TIMESTAMP() * 1000 + {target.max_future_ms}"
+def _events_view(source: SourceSpec, columns: list[tuple[str, str]]) -> str:
+    q = quote
+    cols = [(f"COALESCE({q(TIME_FIELD)}, {q(LEGACY_TIME_FIELD)} * 1000)", q(TS_US))]
+    cols += [(q(c), q(c)) for c, _ in columns] + [(q(BATCH_FIELD), q(BATCH_FIELD))]
+    return f"CREATE TEMPORARY VIEW {q(source.name + '__events')} AS\n{_select(cols)}\nFROM {q('src__' + source.name)}"
+
+
+# ---- Kafka: parse and classify in SQL ----
+
+
+def _json(field: str) -> str:
+    return f"JSON_VALUE({quote(_LINE)}, {_literal('$.' + field)})"
+
+
+def _raw_ts_us() -> str:
+    return (f"COALESCE(TRY_CAST({_json(TIME_FIELD)} AS BIGINT), "
+            f"TRY_CAST({_json(LEGACY_TIME_FIELD)} AS BIGINT) * 1000)")
+
+
+def _kafka_source_ddl(source: SourceSpec, target: FlinkTarget) -> str:
+    q = quote
+    stream = source.stream
+    assert stream is not None
+    if not stream.kafka_topic:
+        raise QuiverError(f"{source.location}: source {source.name!r}: stream binding has no kafka_topic")
+    ts = _raw_ts_us()
+    ms = f"({ts} - MOD(MOD({ts}, 1000) + 1000, 1000)) / 1000"  # floor to the watermark's ms
+    # Unusable or future times get rowtime 0: one bad far-future record cannot push the watermark ahead
+    # and make every later record late; the parse step quarantines them.
+    lines = [f"{q(_LINE)} STRING",
+             f"{q(ROWTIME)} AS TO_TIMESTAMP_LTZ(CASE WHEN {_not_future(ts, target)} THEN {ms} ELSE 0 END, 3)",
+             f"WATERMARK FOR {q(ROWTIME)} AS {q(ROWTIME)} - {_interval(stream.watermark_delay_us)}"]
+    options = [("connector", "kafka"), ("topic", stream.kafka_topic),
+               ("properties.bootstrap.servers", stream.kafka_bootstrap_servers or "localhost:9092"),
+               ("properties.group.id", f"quiver-{source.name}"),
+               ("scan.startup.mode", "group-offsets"), ("properties.auto.offset.reset", "earliest"),
+               # Each record as one string: malformed JSON becomes a quarantine row, never a silent skip.
+               ("format", "raw")]
+    return _create_table(f"src__{source.name}", lines, options)
+
+
+def _not_future(ts_us: str, target: FlinkTarget) -> str:
+    return f"{ts_us} <= (UNIX_TIMESTAMP() * 1000 + {target.max_future_ms}) * 1000"
 
 
 def _parse(column: str, dtype: str) -> str:
-    return quote(column) if dtype == "string" else f"TRY_CAST({quote(column)} AS {TYPES[dtype]})"
+    raw = _json(column)
+    if dtype == "bool":  # only JSON true/false (Flink's cast would also take 'yes', 't', '1')
+        return f"CASE {raw} WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END"
+    return raw if dtype == "string" else f"TRY_CAST({raw} AS {TYPES[dtype]})"
 
 
 def _bad_type(column: str, dtype: str) -> str:
-    raw, typed = quote(column), _parse(column, dtype)
+    raw, typed = _json(column), _parse(column, dtype)
     if dtype in ("int64", "timestamp"):
         # TRY_CAST('12.5' AS BIGINT) is 12: insist on the canonical integer text.
         return f"{raw} IS NOT NULL AND ({typed} IS NULL OR CAST({typed} AS STRING) <> {raw})"
@@ -268,17 +316,18 @@ def _bad_type(column: str, dtype: str) -> str:
 
 def _parsed_view(source: SourceSpec, columns: list[tuple[str, str]], target: FlinkTarget) -> str:
     q = quote
-    ts = q(TS_MS)
-    checks = [(f"{q(TIME_FIELD)} IS NULL", "null_event_ts"),
-              (f"{ts} IS NULL OR CAST({ts} AS STRING) <> {q(TIME_FIELD)}", f"bad_type:{TIME_FIELD}"),
-              (f"NOT ({_in_range(ts, target)})", "event_ts_out_of_range")]
+    ts = _raw_ts_us()
+    checks = [(f"NOT ({q(_LINE)} IS JSON OBJECT)", "unparseable_json"),
+              (f"{_json(TIME_FIELD)} IS NULL AND {_json(LEGACY_TIME_FIELD)} IS NULL", "null_event_ts"),
+              (_bad_type(TIME_FIELD, "int64"), f"bad_type:{TIME_FIELD}"),
+              (_bad_type(LEGACY_TIME_FIELD, "int64"), f"bad_type:{LEGACY_TIME_FIELD}"),
+              (f"NOT ({_not_future(ts, target)})", "event_ts_in_future")]
     checks += [(_bad_type(c, t), f"bad_type:{c}") for c, t in columns if t != "string"]
     problem = "CASE\n" + "\n".join(f"      WHEN {cond} THEN {_literal(reason)}" for cond, reason in checks)
     problem += "\n    END"
-    cols = [(q(TS_MS), q(TS_MS)), (q(ROWTIME), q(ROWTIME))]
+    cols = [(ts, q(TS_US)), (q(ROWTIME), q(ROWTIME))]
     cols += [(_parse(c, t), q(c)) for c, t in columns]
-    cols += [(q(c), q(f"__raw_{c}")) for c in [TIME_FIELD, *(c for c, _ in columns)]]
-    cols.append((problem, q(PROBLEM)))
+    cols += [(q(_LINE), q(_LINE)), (problem, q(PROBLEM))]
     return (f"CREATE TEMPORARY VIEW {q(source.name + '__parsed')} AS\n{_select(cols)}\n"
             f"FROM {q('src__' + source.name)}")
 
@@ -292,7 +341,7 @@ def _late(source: SourceSpec) -> str:
 
 def _on_time_view(source: SourceSpec) -> str:
     q = quote
-    return (f"CREATE TEMPORARY VIEW {q(source.name + '__on_time')} AS\n"
+    return (f"CREATE TEMPORARY VIEW {q(source.name + '__events')} AS\n"
             f"SELECT *\nFROM {q(source.name + '__parsed')}\n"
             f"WHERE {q(PROBLEM)} IS NULL\n  AND NOT ({_late(source)})")
 
@@ -304,27 +353,26 @@ def _late_sink(source: SourceSpec, columns: list[tuple[str, str]], target: Flink
 
 def _late_insert(source: SourceSpec, columns: list[tuple[str, str]]) -> str:
     q = quote
-    cols = [(q(TS_MS), q(TIME_FIELD))] + [(q(c), q(c)) for c, _ in columns]
+    cols = [(q(TS_US), q(TIME_FIELD))] + [(q(c), q(c)) for c, _ in columns]
     return (f"INSERT INTO {q(sink_table('late', source.name))}\n{_select(cols)}\n"
             f"FROM {q(source.name + '__parsed')}\nWHERE {q(PROBLEM)} IS NULL\n  AND {_late(source)}")
 
 
 def _quarantine_sink(source: SourceSpec, columns: list[tuple[str, str]], target: FlinkTarget) -> str:
-    lines = ["`reason` STRING", "`view` STRING", f"{quote(TIME_FIELD)} STRING"]
-    lines += [f"{quote(c)} STRING" for c, _ in columns]
+    lines = ["`reason` STRING", "`view` STRING", "`line` STRING"]
     return _create_table(sink_table("quarantine", source.name), lines,
                          _file_sink(target, "quarantine", source.name, "json"))
 
 
 def _quarantine_insert(source: SourceSpec, columns: list[tuple[str, str]], views: Sequence[ViewSpec]) -> str:
     q = quote
-    raw = [(q(f"__raw_{c}"), q(c)) for c in [TIME_FIELD, *(c for c, _ in columns)]]
     parsed = q(source.name + "__parsed")
-    problems = _select([(q(PROBLEM), "`reason`"), ("''", "`view`"), *raw])
+    line = (q(_LINE), q(_LINE))
+    problems = _select([(q(PROBLEM), "`reason`"), ("''", "`view`"), line])
     parts = [f"{problems}\nFROM {parsed}\nWHERE {q(PROBLEM)} IS NOT NULL"]
     for view in views:
         null_key = " OR ".join(f"{q(k)} IS NULL" for k in view.key_names)
-        parts.append(f"{_select([(_literal('null_key'), '`reason`'), (_literal(view.name), '`view`'), *raw])}\n"
+        parts.append(f"{_select([(_literal('null_key'), '`reason`'), (_literal(view.name), '`view`'), line])}\n"
                      f"FROM {parsed}\nWHERE {q(PROBLEM)} IS NULL\n  AND ({null_key})")
     return f"INSERT INTO {q(sink_table('quarantine', source.name))}\n" + "\nUNION ALL\n".join(parts)
 
@@ -332,9 +380,9 @@ def _quarantine_insert(source: SourceSpec, columns: list[tuple[str, str]], views
 # ---- per view: tiles and last values ----
 
 
-def _tiles_sink(view: ViewSpec, target: FlinkTarget) -> str:
-    lines = [f"{quote(k)} {TYPES[t]}" for k, t in view.keys]
-    lines += [f"{quote(TILE_START)} BIGINT", f"{quote(EVENTS_COLUMN)} BIGINT"]
+def _tiles_sink(view: ViewSpec, target: FlinkTarget, marks: bool) -> str:
+    lines = [f"{quote(k)} {TYPES[t]}" for k, t in view.keys] + ([f"{quote(BATCH_FIELD)} STRING"] if marks else [])
+    lines += [f"{quote(TILE_START)} BIGINT", f"{quote(EVENTS_COLUMN)} BIGINT", f"{quote(NEWEST)} BIGINT"]
     for partial in _partials(view):
         lines.append(f"{quote(partial.name)} {TYPES[partial.dtype]}")
         if partial.partial.kind == "last":
@@ -343,31 +391,48 @@ def _tiles_sink(view: ViewSpec, target: FlinkTarget) -> str:
                          _file_sink(target, "tiles", view.name, "debezium-json"))
 
 
-def _tiles_insert(view: ViewSpec) -> str:
+def _is_number(x: str) -> str:
+    # False for NaN (and only NaN), null for null; Calcite does not fold it. Only ever used as a CASE
+    # condition with the NaN case in ELSE: `NOT (...)` would be rewritten as `ABS(x) < 0`.
+    return f"ABS({x}) >= 0"
+
+
+def _tiles_insert(view: ViewSpec, marks: bool) -> str:
     q = quote
     assert view.tile_us
-    tile_ms = view.tile_us // 1000
-    keys = [q(k) for k in view.key_names]
+    tile = view.tile_us
+    keys = [q(k) for k in view.key_names] + ([q(BATCH_FIELD)] if marks else [])
+    ts = q(TS_US)
     inputs = list(dict.fromkeys(a.column for a in view.aggregations if a.column not in view.key_names))
     events = [(k, k) for k in keys]
-    events += [(f"({q(TS_MS)} - MOD({q(TS_MS)}, {tile_ms})) * 1000", q(TILE_START)),
-               (f"{q(TS_MS)} * 1000", q(_TS_US))]
+    events += [(f"{ts} - MOD(MOD({ts}, {tile}) + {tile}, {tile})", q(TILE_START)), (ts, ts)]  # floor
     events += [(q(c), q(c)) for c in inputs]
-    not_null = " AND ".join(f"{k} IS NOT NULL" for k in keys)
-    aggregates = [("COUNT(*)", q(EVENTS_COLUMN))]
-    final = [(k, k) for k in keys] + [(q(TILE_START), q(TILE_START)), (q(EVENTS_COLUMN), q(EVENTS_COLUMN))]
+    aggregates = [("COUNT(*)", q(EVENTS_COLUMN)), (f"MAX({ts})", q(NEWEST))]
+    final = [(k, k) for k in keys] + [(q(c), q(c)) for c in (TILE_START, EVENTS_COLUMN, NEWEST)]
+    nan_counted: set[str] = set()
     for partial in _partials(view):
         x = q(partial.column)
         op = partial.partial.tile_op
+        name = q(partial.name)
         if op != "count" and partial.dtype != partial.input_dtype:
             x = f"CAST({x} AS {TYPES[partial.dtype]})"  # bool → DOUBLE for sums, → BIGINT for min/max/last
-        if op != "last":
-            aggregates.append((TILE_OPS[op].format(x=x, s=""), q(partial.name)))
-            final.append((q(partial.name), q(partial.name)))
-            continue
-        key = q(partial.name + "__key")
-        aggregates.append((f"max(CASE WHEN {x} IS NOT NULL THEN {_last_key(x, partial.dtype)} END)", key))
-        final += _last_decode(key, partial)
+        if op in ("min", "max") and partial.dtype == "float64":
+            nans = q(f"{partial.column}__nan")
+            if partial.column not in nan_counted:
+                nan_counted.add(partial.column)
+                aggregates.append((f"COUNT(CASE WHEN {_is_number(x)} THEN CAST(NULL AS DOUBLE) ELSE {x} END)", nans))
+            aggregates.append((f"{op.upper()}(CASE WHEN {_is_number(x)} THEN {x} END)", name))
+            if op == "max":  # NaN is the greatest value
+                final.append((f"CASE WHEN {nans} > 0 THEN {_NAN} ELSE {name} END", name))
+            else:  # ... and the least only when there is nothing else
+                final.append((f"CASE WHEN {name} IS NULL AND {nans} > 0 THEN {_NAN} ELSE {name} END", name))
+        elif op == "last":
+            key = q(partial.name + "__key")
+            aggregates.append((f"MAX(CASE WHEN {x} IS NOT NULL THEN {_last_key(x, partial.dtype)} END)", key))
+            final += _last_decode(key, partial)
+        else:
+            aggregates.append((TILE_OPS[op].format(x=x, s=""), name))
+            final.append((name, name))
     group = ", ".join([*keys, q(TILE_START)])
     return "\n".join([
         f"INSERT INTO {q(sink_table('tiles', view.name))}",
@@ -376,7 +441,7 @@ def _tiles_insert(view: ViewSpec) -> str:
         _indent(_select([(k, k) for k in keys] + [(q(TILE_START), q(TILE_START))] + aggregates)),
         "  FROM (",
         _indent(_select(events), 2),
-        _indent(f"FROM {q(view.source + '__on_time')}\nWHERE {not_null}", 2),
+        _indent(f"FROM {q(view.source + '__events')}", 2),
         "  )",
         f"  GROUP BY {group}",
         ")",
@@ -385,15 +450,20 @@ def _tiles_insert(view: ViewSpec) -> str:
 
 def _last_key(x: str, dtype: str) -> str:
     """A string whose order is (event time, value) order: fixed-width time, an order key, the value."""
-    ts = f"LPAD(CAST({quote(_TS_US)} AS STRING), {_TS_DIGITS}, '0')"
+    ts = f"LPAD(CAST({quote(TS_US)} AS STRING), {_TS_DIGITS}, '0')"
     if dtype == "string":
         return f"{ts} || {x}"
     if dtype == "int64":
         return f"{ts} || LPAD(CAST(CAST({x} AS DECIMAL(20, 0)) + {_INT_OFFSET} AS STRING), 20, '0')"
-    # float64: order by the value rounded to 17 decimals (offset to be positive), then its exact text.
-    shifted = f"LPAD(CAST(CAST({x} AS DECIMAL(38, 18)) + {_FLOAT_OFFSET} AS STRING), {_FLOAT_KEY}, '0')"
-    order = (f"CASE WHEN {x} >= 1e19 THEN '{'9' * _FLOAT_KEY}' WHEN {x} <= -1e19 THEN '{'0' * _FLOAT_KEY}' "
-             f"ELSE {shifted} END")
+    # float64: a class digit (NaN 3, ≥ 1e19 2, finite 1, ≤ -1e19 0), the value rounded to 18 decimals
+    # (offset to be positive) for the finite class, then its exact text.
+    # The CASE inside the CAST keeps NaN and huge values away from the DECIMAL cast (it throws on them,
+    # even as TRY_CAST, and Flink may evaluate it before the outer CASE picks a branch).
+    finite = f"CASE WHEN {x} > -1e19 AND {x} < 1e19 THEN {x} ELSE 0 END"
+    shifted = f"LPAD(CAST(CAST({finite} AS DECIMAL(38, 18)) + {_FLOAT_OFFSET} AS STRING), {_FLOAT_KEY}, '0')"
+    zeros = "0" * _FLOAT_KEY
+    order = (f"CASE WHEN {_is_number(x)} THEN (CASE WHEN {x} >= 1e19 THEN '2{zeros}' "
+             f"WHEN {x} <= -1e19 THEN '0{zeros}' ELSE '1' || {shifted} END) ELSE '3{zeros}' END")
     return f"{ts} || {order} || CAST({x} AS STRING)"
 
 
@@ -404,36 +474,33 @@ def _last_decode(key: str, partial: PartialColumn) -> list[tuple[str, str]]:
     elif partial.dtype == "int64":
         value = f"CAST(CAST(SUBSTR({key}, {value_at}) AS DECIMAL(20, 0)) - {_INT_OFFSET} AS BIGINT)"
     else:
-        value = f"CAST(SUBSTR({key}, {value_at + _FLOAT_KEY}) AS DOUBLE)"
+        value = f"CAST(SUBSTR({key}, {value_at + 1 + _FLOAT_KEY}) AS DOUBLE)"  # 'NaN' casts to NaN
     ts = f"CAST(SUBSTR({key}, 1, {_TS_DIGITS}) AS BIGINT)"
     return [(value, quote(partial.name)), (ts, quote(last_ts_column(partial.column)))]
 
 
-def _last_sink(view: ViewSpec, target: FlinkTarget) -> str:
-    lines = [f"{quote(k)} {TYPES[t]}" for k, t in view.keys] + ["`event_ts` BIGINT"]
+def _last_sink(view: ViewSpec, target: FlinkTarget, marks: bool) -> str:
+    lines = [f"{quote(k)} {TYPES[t]}" for k, t in view.keys] + ([f"{quote(BATCH_FIELD)} STRING"] if marks else [])
+    lines.append("`event_ts` BIGINT")
     lines += [f"{quote(f.name)} {TYPES[f.dtype]}" for f in view.fields]
     return _create_table(sink_table("last", view.name), lines,
                          _file_sink(target, "last", view.name, "debezium-json"))
 
 
-def _last_insert(view: ViewSpec) -> str:
+def _last_insert(view: ViewSpec, marks: bool) -> str:
     q = quote
-    keys = [q(k) for k in view.key_names]
-    fields = []
-    for f in view.fields:
-        value = q(f.column)
-        fields.append((f"{value} * 1000" if f.dtype == "timestamp" else value, q(f.name)))
-    order = ", ".join([f"{q(TS_MS)} DESC", *(f"{q(f.column)} DESC NULLS LAST" for f in view.fields)])
+    keys = [q(k) for k in view.key_names] + ([q(BATCH_FIELD)] if marks else [])
+    fields = [(q(f.column), q(f.name)) for f in view.fields]
+    order = ", ".join([f"{q(TS_US)} DESC", *(f"{q(f.column)} DESC NULLS LAST" for f in view.fields)])
     rank = f"ROW_NUMBER() OVER (PARTITION BY {', '.join(keys)} ORDER BY {order})"
-    inner = [(k, k) for k in keys] + [(f"{q(TS_MS)} * 1000", "`event_ts`"), *fields, (rank, q("__rank"))]
+    inner = [(k, k) for k in keys] + [(q(TS_US), "`event_ts`"), *fields, (rank, q("__rank"))]
     outer = [(k, k) for k in keys] + [("`event_ts`", "`event_ts`")] + [(q(f.name), q(f.name)) for f in view.fields]
-    not_null = " AND ".join(f"{k} IS NOT NULL" for k in keys)
     return "\n".join([
         f"INSERT INTO {q(sink_table('last', view.name))}",
         _select(outer),
         "FROM (",
         _indent(_select(inner)),
-        _indent(f"FROM {q(view.source + '__on_time')}\nWHERE {not_null}"),
+        _indent(f"FROM {q(view.source + '__events')}"),
         ")",
         f"WHERE {q('__rank')} = 1",
     ])

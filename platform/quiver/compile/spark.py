@@ -1,7 +1,7 @@
 """Spark SQL target: the dialect table. Everything else is the shared compiler in `compile/sql.py`.
 
 Spark orders structs field by field too, so `max(named_struct('t', ts, 'v', x))` picks the same `last` as
-DuckDB. Results are clustered by date and sorted within each task instead of globally sorted: a global
+DuckDB, and NaN is the greatest double in Spark's ordering as in DuckDB's (the project's rule). Results are clustered by date and sorted within each task instead of globally sorted: a global
 ORDER BY would sample the whole input first, and each date's rows still land in one sorted file.
 Sessions use `spark.sql.session.timeZone = UTC`.
 """

@@ -330,19 +330,6 @@ def compile_values_at_boundary(d: Dialect, view: ViewSpec, tiles_table: str = "t
     ]) + "\n"
 
 
-def dialect_for(target: str) -> Dialect:
-    """The dialect of a target name ('duckdb' or 'spark')."""
-    if target == "duckdb":
-        from quiver.compile.duckdb import DUCKDB
-
-        return DUCKDB
-    if target == "spark":
-        from quiver.compile.spark import SPARK
-
-        return SPARK
-    raise ValueError(f"unknown SQL target {target!r}; use duckdb or spark")
-
-
 # ---- helpers ----
 
 
@@ -374,7 +361,7 @@ def _events_cte(d: Dialect, view: ViewSpec, tile_us: int | None = None,
     cols = [(d.cast(q(k), t), q(k)) for k, t in view.keys]
     cols.append((epoch, q(_TS_US)))
     if tile_us:
-        cols.append((f"{epoch} - {epoch} % {tile_us}", q(TILE_START)))
+        cols.append((floor_to(epoch, tile_us), q(TILE_START)))
     if fields is None:
         inputs = dict.fromkeys(a.column for a in view.aggregations)
         dtypes = {a.column: a.input_dtype for a in view.aggregations}
@@ -382,6 +369,15 @@ def _events_cte(d: Dialect, view: ViewSpec, tile_us: int | None = None,
     cols += fields
     not_null = " AND ".join(f"{q(k)} IS NOT NULL" for k in view.key_names)
     return _select(cols) + f"\nFROM {q(view.source)}\nWHERE {_in_range(d, ts)}\n  AND {not_null}"
+
+
+def floor_to(epoch: str, step: int) -> str:
+    """SQL flooring an epoch-µs expression to a multiple of `step`, toward the past also before 1970.
+
+    SQL's `%` (DuckDB, Spark, Flink) truncates toward zero, so `x - x % g` would put a pre-1970 event in
+    the tile after its own; `((x % g) + g) % g` is the floor modulo (what numpy's `%` and Spark's pmod give).
+    """
+    return f"{epoch} - (({epoch} % {step}) + {step}) % {step}"
 
 
 def _in_range(d: Dialect, ts: str) -> str:

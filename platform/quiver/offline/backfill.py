@@ -50,7 +50,7 @@ from quiver.compile.sql import (
 )
 from quiver.config import Config
 from quiver.offline import layout
-from quiver.offline.engines import BatchEngine, open_engine
+from quiver.offline.engines import BatchEngine, DuckDBEngine, open_engine
 
 QUARANTINE = "_quarantine"
 NO_EVENT_TS = "no_event_ts"  # quarantine folder for rows without an event time (they have no date)
@@ -93,10 +93,11 @@ class BackfillReport:
 
 def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: str = "duckdb",
              views: Sequence[str] | None = None, *, registry: Any = None,
-             progress: Progress | None = None) -> BackfillReport:
+             progress: Progress | None = None, threads: int | None = None) -> BackfillReport:
     """Backfill `views` (default: all) for the days `start`..`end` (inclusive, UTC) with `engine`.
 
     `registry` defaults to the project's registry (`config.registry`); runs are recorded there.
+    `threads` caps DuckDB's threads (default: every core); Spark's cores come from `config.spark_master`.
     """
     began = time.perf_counter()
     if end < start:
@@ -104,20 +105,21 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
     if engine not in ("duckdb", "spark"):
         raise QuiverError(f"engine must be duckdb or spark, got {engine!r}")
     specs = _select_views(catalog, views)
-    files = check_sources(catalog, specs, config.root, engine)
+    files = check_sources(catalog, specs, config.root, engine, extra=_late_event_files(config, specs))
     if registry is None:
         from quiver.registry import Registry
 
         registry = Registry(config.registry, project=config.project)
         try:
-            return _run(config, specs, files, start, end, engine, registry, progress, began)
+            return _run(config, specs, files, start, end, engine, registry, progress, began, threads)
         finally:
             registry.close()
-    return _run(config, specs, files, start, end, engine, registry, progress, began)
+    return _run(config, specs, files, start, end, engine, registry, progress, began, threads)
 
 
 def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path, pa.Schema]]], start: date,
-         end: date, engine: str, registry: Any, progress: Progress | None, began: float) -> BackfillReport:
+         end: date, engine: str, registry: Any, progress: Progress | None, began: float,
+         threads: int | None = None) -> BackfillReport:
     root = config.offline_dir
     params = {START_PARAM: _day_us(start), END_PARAM: _day_us(end + timedelta(days=1))}
     report = BackfillReport(start, end, engine, {v.name: ViewReport(v.name, main_kind(v)) for v in specs})
@@ -131,7 +133,7 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
     try:
         if progress:
             progress(done, total, f"starting {engine}")
-        runner = open_engine(engine, config.spark_master)
+        runner = DuckDBEngine(threads=threads) if engine == "duckdb" else open_engine(engine, config.spark_master)
         for source in sorted({s.source for s in specs}):
             source_schemas = [schema for _, schema in files[source]]
             runner.register_source(source, [f for f, _ in files[source]], _columns_differ(source_schemas))
@@ -172,8 +174,8 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
     return report
 
 
-def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path,
-                  engine: str = "duckdb") -> dict[str, list[tuple[Path, pa.Schema]]]:
+def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engine: str = "duckdb",
+                  extra: dict[str, list[Path]] | None = None) -> dict[str, list[tuple[Path, pa.Schema]]]:
     """Files and footer schemas of every source the views read, checked before any engine runs.
 
     Raises QuiverError naming the file when one is not readable Parquet, lacks a column a view needs,
@@ -191,6 +193,7 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path,
         paths = source_files(source.path, root)
         if not paths:
             raise QuiverError(f"source {source_name!r}: no Parquet files match {source.path!r} under {root}")
+        paths = paths + (extra or {}).get(source_name, [])  # e.g. the stream's late events
         checked: list[tuple[Path, pa.Schema]] = []
         first: dict[str, tuple[pa.DataType, Path]] = {}
         for path in paths:
@@ -329,6 +332,13 @@ def _replace_or_remove(target: Path, staged: Path) -> None:
 
 
 # ---- helpers ----
+
+
+def _late_event_files(config: Config, views: Sequence[ViewSpec]) -> dict[str, list[Path]]:
+    """Late and future-dated stream events the streaming job set aside for the batch route (streaming/late.py)."""
+    from quiver.streaming.late import late_event_files
+
+    return {s: late_event_files(config.offline_dir, s) for s in sorted({v.source for v in views})}
 
 
 def _select_views(catalog: Catalog, names: Sequence[str] | None) -> list[ViewSpec]:

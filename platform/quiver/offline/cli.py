@@ -11,7 +11,15 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import CatalogOption, ConfigOption, console, open_project, user_errors
+from quiver.cli import (
+    CatalogOption,
+    ConfigOption,
+    ViewsOption,
+    console,
+    open_project,
+    split_names,
+    user_errors,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +35,8 @@ def register(app: typer.Typer) -> None:
         plain: Annotated[bool, typer.Option(help="no syntax highlighting")] = False,
     ) -> None:
         """Print the SQL of a view (or all) for TARGET; parameters start_us/end_us are epoch µs."""
-        from quiver.compile.sql import compile_view, dialect_for, main_kind
+        from quiver.compile import dialect_for
+        from quiver.compile.sql import compile_view, main_kind
 
         if target == "flink":  # one streaming job for all streamed views (quiver.streaming_cli)
             from quiver.streaming_cli import print_flink_job
@@ -57,7 +66,7 @@ def register(app: typer.Typer) -> None:
         start: Annotated[str, typer.Option(help="first day, YYYY-MM-DD (UTC)")],
         end: Annotated[str, typer.Option(help="last day, YYYY-MM-DD (inclusive)")],
         engine: Annotated[str | None, typer.Option(help="duckdb or spark (default: from config)")] = None,
-        views: Annotated[str | None, typer.Option(help="comma-separated views (default: all)")] = None,
+        views: ViewsOption = None,
         config: ConfigOption = None, catalog: CatalogOption = None,
     ) -> None:
         """Compute tiles and last values for START..END and replace those dates in the offline store."""
@@ -65,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
         cfg, cat = open_project(config, catalog)
         first, last = _day(start, "--start"), _day(end, "--end")
-        selected = [v.strip() for v in views.split(",") if v.strip()] if views else None
+        selected = split_names(views)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task("backfill", total=None)

@@ -1,6 +1,6 @@
 """Point-in-time joins: training sets from labelled rows and the offline store.
 
-For each label row (join keys, timestamp t) every requested feature is its value *as of t* (DESIGN.md §2):
+For each label row (join keys, timestamp t) every requested feature is its value *as of t* (docs/architecture.md, "As of t"):
 
 * last-value features: the newest row of ``<offline>/<view>/last_values`` with ``t - ttl <= event_ts < t``,
   else null;
@@ -12,8 +12,8 @@ For each label row (join keys, timestamp t) every requested feature is its value
 The result keeps every label row — duplicates included — with all label columns, **in the input order and
 with the input index**, and appends one column per feature. Label rows whose keys are null or unknown get
 null features (0 for count and sum). Feature dtypes: float64 (NaN for null), nullable Int64 / boolean,
-object for strings, datetime64[us, UTC]; count is plain int64. Times are compared in µs, the store's unit;
-nanosecond label times round up, so ``event_ts < t`` keeps its meaning.
+object for strings, datetime64[us, UTC]; count is plain int64. Times are compared in µs, the catalog's
+resolution: finer label and event times are both floored to the microsecond, so no later event leaks in.
 
 Engines: ``duckdb`` (default, embedded: vectorised numpy over pyarrow reads, finalized in DuckDB — see
 pit_numpy for why) and ``spark`` (the same results from Spark window functions, for data beyond one machine).
@@ -24,18 +24,17 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.catalog.references import FeatureRef, resolve_features  # re-exported: older imports
 from quiver.config import Config
 from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
 
@@ -44,28 +43,27 @@ ENGINES = ("duckdb", "spark")
 _NEVER_NULL = ("count", "sum")
 
 
-@dataclass(frozen=True)
-class FeatureRef:
-    """One requested feature and the column it becomes."""
-
-    view: str
-    feature: str
-    column: str
-
-
-def get_historical_features(labels: LabelsInput, features: str | Sequence[str], *, catalog: Catalog,
-                            config: Config, engine: str = "duckdb", full_feature_names: bool = False,
-                            timestamp_column: str = "event_ts", assume_utc: bool = False) -> pd.DataFrame:
+def get_historical_features(labels: LabelsInput | None = None, features: str | Sequence[str] | None = None, *,
+                            catalog: Catalog, config: Config, engine: str = "duckdb",
+                            full_feature_names: bool = False, timestamp_column: str | None = None,
+                            assume_utc: bool = False, entity_df: LabelsInput | None = None) -> pd.DataFrame:
     """Label rows with their features as of each row's timestamp (see the module docstring).
 
-    `labels`: a DataFrame, an Arrow table or a Parquet path, with the join keys of every requested view and
-    `timestamp_column` (timezone-aware; naive values are read as UTC only with `assume_utc=True`).
+    `labels` (or Feast's name, `entity_df=`): a DataFrame, an Arrow table or a Parquet path, with the join keys
+    of every requested view and a timestamp column (timezone-aware; naive values are read as UTC only with
+    `assume_utc=True`). `timestamp_column` names it; when omitted it is found as Feast does, plus Quiver's
+    own name: ``event_ts``, else ``event_timestamp``, else the one datetime column (several: an error).
     `features`: ``["view:feature", …]`` or the name of a feature service. Columns are named by the feature,
     or ``view__feature`` with `full_feature_names`. `engine`: ``duckdb`` (embedded) or ``spark``.
     """
     if engine not in ENGINES:
         raise QuiverError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    frame = read_labels(labels)
+    if (labels is None) == (entity_df is None):
+        raise QuiverError("give the label rows once: labels=… or (Feast's name) entity_df=…")
+    if features is None:
+        raise QuiverError("no features requested: pass features=['view:feature', …] or a feature service name")
+    frame = read_labels(labels if labels is not None else entity_df)  # type: ignore[arg-type]
+    timestamp_column = timestamp_column or label_timestamp_column(frame)
     refs = resolve_features(catalog, features, full_feature_names)
     clashes = [r.column for r in refs if r.column in frame.columns]
     if clashes:
@@ -107,43 +105,19 @@ def read_labels(labels: LabelsInput) -> pd.DataFrame:
                       f"got {type(labels).__name__}")
 
 
-def resolve_features(catalog: Catalog, features: str | Sequence[str], full_feature_names: bool) -> list[FeatureRef]:
-    """Validated feature references, deduplicated in request order, with their output column names."""
-    if isinstance(features, str):
-        if ":" in features:
-            names: list[str] = [features]
-        elif features in catalog.services:
-            names = list(catalog.services[features].features)
-        else:
-            known = ", ".join(sorted(catalog.services)) or "none defined"
-            raise QuiverError(f"unknown feature service {features!r} (services: {known}); "
-                              f"or list features as 'view:feature'")
-    else:
-        names = list(features)
-    if not names:
-        raise QuiverError("no features requested")
-    refs: list[FeatureRef] = []
-    for name in dict.fromkeys(names):
-        if not isinstance(name, str) or ":" not in name:
-            raise QuiverError(f"feature {name!r} must be written 'view:feature'")
-        view_name, _, feature = name.partition(":")
-        if view_name not in catalog.views:
-            raise QuiverError(f"feature {name!r}: unknown feature view {view_name!r}; views: "
-                              f"{', '.join(sorted(catalog.views))}")
-        view = catalog.views[view_name]
-        if feature not in view.feature_names:
-            raise QuiverError(f"feature {name!r}: view {view_name!r} has no feature {feature!r}; its features: "
-                              f"{', '.join(view.feature_names)}")
-        column = f"{view_name}__{feature}" if full_feature_names else feature
-        refs.append(FeatureRef(view_name, feature, column))
-    seen: dict[str, FeatureRef] = {}
-    for ref in refs:
-        if ref.column in seen:
-            other = seen[ref.column]
-            raise QuiverError(f"features {other.view}:{other.feature} and {ref.view}:{ref.feature} would both be "
-                              f"named {ref.column!r}; pass full_feature_names=True (columns view__feature)")
-        seen[ref.column] = ref
-    return refs
+def label_timestamp_column(frame: pd.DataFrame) -> str:
+    """The label rows' time column when none is named: `event_ts`, else Feast's `event_timestamp`, else the
+    only datetime column."""
+    for name in ("event_ts", "event_timestamp"):
+        if name in frame.columns:
+            return name
+    datetimes = [str(c) for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c].dtype)]
+    if len(datetimes) == 1:
+        return datetimes[0]
+    if datetimes:
+        raise QuiverError(f"cannot tell which label column is the time: no 'event_ts' or 'event_timestamp', and "
+                          f"several datetime columns ({', '.join(datetimes)}); pass timestamp_column=…")
+    return "event_ts"  # none at all: the label check names what is missing, with the other problems
 
 
 def plan_requests(catalog: Catalog, config: Config, refs: list[FeatureRef]) -> list[ViewRequest]:
@@ -210,10 +184,9 @@ def _label_times(series: pd.Series, name: str, assume_utc: bool) -> np.ndarray:
         raise QuiverError(f"label column {name!r} holds timezone-naive timestamps; make them aware "
                           f"(e.g. labels[{name!r}].dt.tz_localize('UTC')) or pass assume_utc=True to read "
                           f"them as UTC")
+    # Floored to the µs like source times (one rule): floor(e) < floor(t) implies e < t, so no event
+    # after t can leak in; events in t's own microsecond are left out, as an event at t is.
     values, nulls = timestamps_us(array)
-    if array.type.unit == "ns":  # µs is the store's unit: round up, so "event_ts < t" keeps its meaning
-        nanos = np.asarray(pc.fill_null(pc.cast(array, pa.int64()), 0).to_numpy(zero_copy_only=False))
-        values = -(-nanos // 1000)
     if nulls is not None:
         rows = np.flatnonzero(nulls)
         raise QuiverError(f"label column {name!r} has {len(rows)} null timestamp(s) (rows "

@@ -73,7 +73,8 @@ def finalize(aggs: list[AggSpec], merged: Merged) -> dict[str, pa.Array]:
     """
     import duckdb
 
-    from quiver.compile.sql import dialect_for, finalize_expr
+    from quiver.compile import dialect_for
+    from quiver.compile.sql import finalize_expr
 
     d = dialect_for("duckdb")
     column = aggs[0].column

@@ -3,13 +3,14 @@ vectorised numpy joins over rows sorted by (entity, time).
 
 Why numpy rather than DuckDB SQL here: on this machine a DuckDB ASOF join for last values took ≈3 s for 1M
 labels × 10M rows against 2.3 s for sort + searchsorted, and windows as a DuckDB range join took 16 s against
-2.7–4 s for per-entity row ranges (DESIGN.md §11); `benchmarks/pit_join.py` re-times the DuckDB ASOF join
+2.7–4 s for per-entity row ranges (docs/architecture.md, "Online read path"); `benchmarks/pit_join.py` re-times the DuckDB ASOF join
 beside this engine on every run. Results are exact: ranges select exactly the rows the as-of rule admits,
 and merges follow compile.aggregations (see pit_ranges and pit_merge).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,8 @@ from quiver.catalog.errors import QuiverError
 from quiver.compile.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
 from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds
-from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
-from quiver.offline.pit_ranges import Timeline, last_positions, range_merge, resolve_ties
+from quiver.offline.pit_plan import LabelSet, ViewRequest, ascending_order, timestamps_us
+from quiver.offline.pit_ranges import Timeline, last_positions, merge_identity, range_merge, resolve_ties
 
 _DENSE_KEYS = 1 << 40  # combined multi-key codes above this are renumbered densely
 _HEAD_BITMAP_BITS = 1 << 31
@@ -209,7 +210,7 @@ def _last_values(req: ViewRequest, index: EntityIndex, labels: LabelSet) -> dict
 
 
 def _drop_ties(timeline: Timeline, table: pa.Table, names: list[str]) -> Timeline:
-    """Keep one row per (entity, event_ts): the greatest field values, null lowest, in field order.
+    """Keep one row per (entity, event_ts): the greatest field values (null lowest, NaN greatest), in field order.
 
     The layout promises this already; enforcing it costs one comparison pass when it holds.
     """
@@ -221,10 +222,11 @@ def _drop_ties(timeline: Timeline, table: pa.Table, names: list[str]) -> Timelin
     involved[:-1] |= tie
     positions = np.flatnonzero(involved)
     group = np.cumsum(np.concatenate(([True], ~tie)))[positions]
-    frame = table.select(names).take(pa.array(timeline.rows_at(positions))).to_pandas()
-    frame["_group"], frame["_pos"] = group, positions
-    ranked = frame.sort_values(["_group", *names], na_position="first", kind="stable")
-    winners = ranked.groupby("_group", sort=False)["_pos"].last().to_numpy()
+    tied = table.select(names).take(pa.array(timeline.rows_at(positions)))
+    tied = tied.append_column("__group", pa.array(group))
+    order = np.asarray(ascending_order(tied, ["__group", *names]))  # null lowest, NaN greatest
+    ranked = group[order]
+    winners = positions[order[np.append(ranked[1:] != ranked[:-1], True)]]  # the greatest of each group
     keep = ~involved
     keep[winners] = True
     return timeline.filtered(keep)
@@ -273,6 +275,11 @@ class _RowPartials:
 
 
 def _greater(a: object, b: object) -> bool:
+    """Whether `a` beats `b` in a `last` tie: the greater value, NaN greatest (the project's rule)."""
+    if isinstance(a, float) and math.isnan(a):
+        return not (isinstance(b, float) and math.isnan(b))
+    if isinstance(b, float) and math.isnan(b):
+        return False
     try:
         return bool(a > b)  # type: ignore[operator]
     except TypeError:
@@ -469,10 +476,5 @@ def _fill(data: pa.Array | pa.ChunkedArray, op: str, dtype: str | None = None) -
     values = values.astype(np.float64 if floating else np.int64, copy=False)
     if data.null_count and op != "sum":
         nulls = _to_numpy(pc.is_null(data)).astype(bool)
-        if floating:
-            identity: float | int = np.inf if op == "min" else -np.inf
-        else:
-            info = np.iinfo(np.int64)
-            identity = int(info.max) if op == "min" else int(info.min)
-        values = np.where(nulls, identity, values)
+        values = np.where(nulls, merge_identity(op, values.dtype), values)
     return values

@@ -81,15 +81,18 @@ def day_of(us: int) -> date:
 def timestamps_us(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
     """Epoch µs of a timestamp (or date) column, and its null mask (None when it has no nulls).
 
-    Naive timestamps in stored data are read as UTC, the convention of every Quiver writer.
+    Naive timestamps in stored data are read as UTC, the convention of every Quiver writer. The catalog's
+    time resolution is the microsecond: finer times are floored to it (toward the past, also before 1970),
+    the one rule of every path (labels, source events, the SQL engines).
     """
     kind = column.type
+    nanos = pa.types.is_timestamp(kind) and kind.unit == "ns"
     if pa.types.is_date(kind):
         column = pc.cast(column, pa.timestamp("us"))
     elif not pa.types.is_timestamp(kind):
         raise TypeError(f"expected a timestamp column, got {kind}")
-    elif kind.unit != "us":
-        column = pc.cast(column, pa.timestamp("us", tz=kind.tz), safe=False)
+    elif kind.unit != "us" and not nanos:
+        column = pc.cast(column, pa.timestamp("us", tz=kind.tz))  # s / ms: exact
     ints = pc.cast(column, pa.int64())
     nulls = None
     if ints.null_count:
@@ -97,4 +100,27 @@ def timestamps_us(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.nd
         ints = pc.fill_null(ints, 0)
     if isinstance(ints, pa.ChunkedArray):
         ints = ints.combine_chunks() if ints.num_chunks != 1 else ints.chunk(0)
-    return np.asarray(ints.to_numpy(zero_copy_only=False), dtype=np.int64), nulls
+    values = np.asarray(ints.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if nanos:  # Arrow's cast truncates toward zero; numpy's // floors
+        values = values // 1000
+    return values, nulls
+
+
+def ascending_order(table: pa.Table, names: list[str]) -> pa.Array:
+    """Row indices sorting `table` ascending by `names`, null lowest and NaN greatest (above every number).
+
+    The project's value order for ties (compile.aggregations); pyarrow alone would sort NaN with the nulls.
+    """
+    keys: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for i, name in enumerate(names):
+        column = table.column(name)
+        if pa.types.is_floating(column.type):
+            nan = pc.fill_null(pc.is_nan(column), False)
+            rank = pc.if_else(pc.is_null(column), 0, pc.if_else(nan, 2, 1))
+            keys[f"r{i}"] = pc.cast(rank, pa.int8())
+            column = pc.if_else(nan, pa.scalar(0.0, column.type), column)
+        keys[f"v{i}"] = column
+    order = pa.table(keys)
+    if int(pa.__version__.split(".")[0]) >= 25:  # per-key null placement; the streaming venv has pyarrow 16
+        return pc.sort_indices(order, sort_keys=[(k, "ascending", "at_start") for k in keys])
+    return pc.sort_indices(order, sort_keys=[(k, "ascending") for k in keys], null_placement="at_start")

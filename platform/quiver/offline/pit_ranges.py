@@ -143,10 +143,11 @@ def _is_sorted(values: np.ndarray) -> bool:
 def range_merge(op: str, values: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Merge `values` over each row range [s, e) with `op` in sum | min | max.
 
-    Empty ranges give the identity (0, +max, -max). Callers replace nulls by the identity beforehand.
-    Floats follow SQL engines on NaN: it is the greatest value (max → NaN, min skips it) and sums propagate it.
+    Empty ranges give the identity (`identity(op, dtype)`); callers replace nulls by it beforehand.
+    Floats follow SQL engines on NaN: it is the greatest value (max → NaN, min skips it unless every value
+    is NaN) and sums propagate it.
     """
-    identity = _identity(op, values.dtype)
+    identity = merge_identity(op, values.dtype)
     out = np.full(len(s), identity, dtype=values.dtype)
     nonempty = e > s
     if not nonempty.any():
@@ -162,11 +163,13 @@ def range_merge(op: str, values: np.ndarray, s: np.ndarray, e: np.ndarray) -> np
     return out
 
 
-def _identity(op: str, dtype: np.dtype) -> int | float:
+def merge_identity(op: str, dtype: np.dtype) -> int | float:
+    """The value that leaves a merge unchanged: 0 for sum; for a float min NaN, which np.fmin skips (+inf
+    would turn a NaN-only range into inf); -inf for a float max; the int64 extremes for integers."""
     if op == "sum":
         return 0
     if np.issubdtype(dtype, np.floating):
-        return np.inf if op == "min" else -np.inf
+        return np.nan if op == "min" else -np.inf
     info = np.iinfo(dtype)
     return int(info.max) if op == "min" else int(info.min)
 
@@ -259,7 +262,7 @@ def last_positions(has_value: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.nd
 
 def resolve_ties(pos: np.ndarray, s: np.ndarray, has_value: np.ndarray, codes: np.ndarray,
                  times: np.ndarray, better: object) -> np.ndarray:
-    """Among rows in [s, pos] with a value at pos's (code, time), pick the greatest value (DESIGN: ties at one
+    """Among rows in [s, pos] with a value at pos's (code, time), pick the greatest value (docs/architecture.md: ties at one
     event time take the greatest value). `better(i, j)` says whether row i's value beats row j's."""
     rows = np.flatnonzero(has_value)
     if len(rows) < 2:

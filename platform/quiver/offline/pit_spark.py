@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.compile import dialect_for
 from quiver.compile.aggregations import TILE_START, PartialColumn, last_ts_column, view_partials
-from quiver.compile.sql import MERGE_OPS, dialect_for, tile_exprs
+from quiver.compile.sql import MERGE_OPS, tile_exprs
 from quiver.config import Config
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
 from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +23,9 @@ def register(app: typer.Typer) -> None:
         features: Annotated[str | None, typer.Option(help="comma-separated view:feature list")] = None,
         service: Annotated[str | None, typer.Option(help="a feature service instead of --features")] = None,
         engine: Annotated[str | None, typer.Option(help="duckdb or spark (default: from config)")] = None,
-        timestamp_column: Annotated[str, typer.Option(help="label timestamp column")] = "event_ts",
+        timestamp_column: Annotated[str | None, typer.Option(help="label timestamp column (default: event_ts, "
+                                                                  "else event_timestamp, else the only "
+                                                                  "datetime column)")] = None,
         full_feature_names: Annotated[bool, typer.Option(help="name columns view__feature")] = False,
         assume_utc: Annotated[bool, typer.Option(help="read naive label timestamps as UTC")] = False,
         config: ConfigOption = None,
@@ -33,6 +36,7 @@ def register(app: typer.Typer) -> None:
 
         if (features is None) == (service is None):
             raise QuiverError("give exactly one of --features view:feature,… or --service NAME")
+        check_output_path(out)  # before the join: a bad --out must not cost the whole run
         cfg, cat = open_project(config, catalog)
         wanted: str | list[str] = service or [f.strip() for f in (features or "").split(",") if f.strip()]
         frame = get_historical_features(labels, wanted, catalog=cat, config=cfg, engine=engine or cfg.engine,
@@ -41,3 +45,16 @@ def register(app: typer.Typer) -> None:
         write_training_set(frame, out)
         console.print(f"wrote {out}: {len(frame):,} rows × {len(frame.columns)} columns")
         console.print(frame.head(5).to_string(max_cols=12), highlight=False, soft_wrap=True)
+
+
+def check_output_path(out: Path) -> None:
+    """QuiverError unless `out` can be written as a file: not a directory, its folder creatable and writable."""
+    if out.is_dir():
+        raise QuiverError(f"--out {out} is a directory: give a file path, e.g. {out / 'training.parquet'}")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise QuiverError(f"--out {out}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise QuiverError(f"--out {out}: cannot write in {parent}")

@@ -7,6 +7,7 @@ streaming loader only ever hold this interface.
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -38,6 +39,27 @@ class Column(NamedTuple):
 Key = tuple[str, str]  # (view, feature)
 
 
+class FieldStatus(enum.IntEnum):
+    """Why a returned value is what it is (Feast's codes and names, so Feast users read them the same way)."""
+
+    PRESENT = 1  # the store holds a value for the entity, valid as of the request time
+    NULL_VALUE = 2  # the entity's row is there, this feature is null in it
+    NOT_FOUND = 3  # the store holds nothing for the entity (never written, flushed, or only newer than `at`)
+    OUTSIDE_MAX_AGE = 4  # the newest value is older than the view's TTL at the request time
+
+
+STATUS_NAMES = tuple(s.name for s in FieldStatus)
+
+
+class EntityPresence(NamedTuple):
+    """What one view's read found per entity, kept raw so the status is computed only when asked for."""
+
+    values: Sequence[bytes | None]  # the stored records (None: no key)
+    at: np.ndarray  # request time(s), epoch µs
+    ttl_us: int | None  # None: an aggregation view (no TTL) or a last view without one
+    timed: bool  # True for last-value records (they start with the event time, little-endian int64)
+
+
 class Batch(Mapping[Key, Column]):
     """The columns of one read keyed by (view, feature), kept as blocks: a 2-D block per run of
     same-typed features of a view, or a single column. A wide read then costs a few numpy calls instead
@@ -46,6 +68,16 @@ class Batch(Mapping[Key, Column]):
     def __init__(self) -> None:
         self.blocks: list[tuple[np.ndarray, np.ndarray, str]] = []  # (values, valid, dtype), 1-D or 2-D
         self.index: dict[Key, tuple[int, int]] = {}  # key → (block, column in a 2-D block or -1)
+        self.presence: dict[str, EntityPresence] = {}  # view → what its read found (absent: unknown)
+        self._status: dict[str, np.ndarray] = {}
+
+    def view_status(self, view: str) -> np.ndarray | None:
+        """Per entity, the FieldStatus of `view`'s row (PRESENT, NOT_FOUND or OUTSIDE_MAX_AGE) as uint8;
+        None when the store did not say."""
+        cached = self._status.get(view)
+        if cached is None and view in self.presence:
+            cached = self._status[view] = entity_status(self.presence[view])
+        return cached
 
     def add(self, key: Key, column: Column) -> None:
         """Add one column."""
@@ -100,9 +132,28 @@ class OnlineStore(abc.ABC):
              at: int | np.ndarray) -> Batch:
         """Values of every (view, feature) as of `at` (epoch µs, scalar or one per entity), in one round trip."""
 
+    # A read in three steps, so a server can run only the blocking one off its event loop. Stores that
+    # cannot split a read do it all in `fetch` (these defaults).
+    def plan_read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
+                  at: int | np.ndarray) -> Any:
+        """Everything a read needs before I/O (no I/O); hand it to `fetch`."""
+        return (reads, entities, at)
+
+    def fetch(self, pending: Any) -> Any:
+        """The blocking step of a read planned by `plan_read`."""
+        return self.read(*pending)
+
+    def finish_read(self, pending: Any, fetched: Any) -> Batch:
+        """The Batch of a fetched read (no I/O)."""
+        result: Batch = fetched
+        return result
+
     @abc.abstractmethod
-    def freshness(self, views: Sequence[str]) -> dict[str, int | None]:
-        """Newest event time written per view (epoch µs), None when nothing was written."""
+    def freshness(self, views: Sequence[str], *, timeout_s: float | None = None) -> dict[str, int | None]:
+        """Newest event time written per view (epoch µs), None when nothing was written (or it was lost).
+
+        `timeout_s`: answer or raise OnlineStoreUnavailable within this (health probes), instead of the
+        store's own timeout."""
 
     @abc.abstractmethod
     def get_meta(self, view: str, field: str) -> str | None:
@@ -113,8 +164,8 @@ class OnlineStore(abc.ABC):
         """Set one field of a view's metadata."""
 
     @abc.abstractmethod
-    def ping(self) -> None:
-        """Raise OnlineStoreUnavailable unless the store answers."""
+    def ping(self, *, timeout_s: float | None = None) -> None:
+        """Raise OnlineStoreUnavailable unless the store answers (within `timeout_s` when given)."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -127,6 +178,37 @@ class OnlineStore(abc.ABC):
         self.close()
 
 
+def entity_status(presence: EntityPresence) -> np.ndarray:
+    """FieldStatus per entity from the raw records of one view's read."""
+    values, at = presence.values, presence.at
+    if len(values) == 1 and at.ndim == 0:  # one entity (most online requests): plain Python is 5x cheaper
+        return np.array([_one_status(values[0], int(at), presence)], dtype=np.uint8)
+    found = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    status = np.where(found, np.uint8(FieldStatus.PRESENT), np.uint8(FieldStatus.NOT_FOUND))
+    if presence.timed and found.any():
+        # The same test the last-value decoder applies: a value counts when ttl-old-or-younger and before `at`.
+        heads = b"".join([v[:8] if v is not None and len(v) >= 8 else _NO_TIME for v in values])
+        ts = np.frombuffer(heads, dtype="<i8")
+        status[found & (ts >= at)] = FieldStatus.NOT_FOUND
+        if presence.ttl_us is not None:
+            status[found & (ts < at) & (ts < at - presence.ttl_us)] = FieldStatus.OUTSIDE_MAX_AGE
+    return status
+
+
+def _one_status(value: bytes | None, at: int, presence: EntityPresence) -> int:
+    if value is None:
+        return FieldStatus.NOT_FOUND
+    if not presence.timed or len(value) < 8:
+        return FieldStatus.PRESENT
+    ts = int.from_bytes(value[:8], "little", signed=True)
+    if ts >= at:
+        return FieldStatus.NOT_FOUND
+    if presence.ttl_us is not None and ts < at - presence.ttl_us:
+        return FieldStatus.OUTSIDE_MAX_AGE
+    return FieldStatus.PRESENT
+
+
+_NO_TIME = np.iinfo(np.int64).max.to_bytes(8, "little", signed=True)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from quiver.cli import CatalogOption, ConfigOption, console, open_project, user_errors
+from quiver.cli import (
+    CatalogOption,
+    ConfigOption,
+    ViewsOption,
+    catalog_label,
+    console,
+    open_applied,
+    split_names,
+    user_errors,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,16 +25,17 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def materialize(
         end: Annotated[str | None, typer.Option(help="as-of time, ISO-8601 or epoch µs (default: now)")] = None,
-        view: Annotated[list[str] | None, typer.Option("--view", help="only this view (repeatable)")] = None,
+        view: ViewsOption = None,
         full: Annotated[bool, typer.Option(help="ignore the previous run's watermark")] = False,
         config: ConfigOption = None, catalog: CatalogOption = None,
     ) -> None:
         """Copy feature values as of END from the offline store into the online store (incremental)."""
         from quiver.online.materialize import materialize as run
 
-        cfg, cat = open_project(config, catalog)
+        cfg, applied = open_applied(config, catalog)
+        console.print(catalog_label(applied, catalog), highlight=False)
         as_of = int(end) if end is not None and end.lstrip("-").isdigit() else end
-        report = run(cfg, cat, end=as_of, views=view, full=full, progress=True)
+        report = run(cfg, applied.catalog, end=as_of, views=split_names(view), full=full, progress=True)
         console.print(str(report), highlight=False)
 
     @app.command()

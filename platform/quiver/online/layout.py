@@ -13,7 +13,7 @@ Keys (UTF-8, readable in redis-cli)::
   ``0``/``1``, strings as UTF-8 with ``%`` and ``:`` percent-escaped (so composite keys never collide).
 
 Values are little-endian, packed (no padding), fixed width where the data allows, so a read of B entities
-is one ``MGET`` whose replies are joined and decoded with one ``numpy.frombuffer`` (DESIGN.md §11: packed
+is one ``MGET`` whose replies are joined and decoded with one ``numpy.frombuffer`` (docs/architecture.md, "Online read path": packed
 strings + MGET are 9–19× faster than one hash per entity at 100–1000 entities).
 
 Last-value view, one record per entity (the newest event written)::

@@ -78,7 +78,7 @@ class MaterializeReport:
         return "\n".join(lines)
 
 
-Progress = Callable[[str, int, int], None]  # (view, rows done, rows in all)
+Progress = Callable[[str, int, int], None]  # (view, entities done, entities in all)
 
 
 def materialize(config: Config, catalog: Catalog, end: Any = None, views: Sequence[str] | None = None, *,
@@ -213,19 +213,22 @@ def _head_tiles(config: Config, catalog: Catalog, spec: ViewSpec, end_us: int) -
 
 
 def _write(store: OnlineStore, spec: ViewSpec, table: pa.Table, tick: Progress) -> int:
+    """Write `table` in chunks; returns (and the progress bar counts) entities, as the report does."""
     if spec.kind == "last":  # one row per entity first, so chunks never split an entity
         table = newest_per_entity(spec, table)
-    total, done, written = table.num_rows, 0, 0
-    tick(spec.name, 0, total)
-    for offset in range(0, total, _CHUNK_ROWS):
+        entities = int(table.num_rows)
+    else:  # a tiles table holds several rows per entity; the bar and the summary count entities
+        entities = int(table.select(spec.key_names).group_by(spec.key_names).aggregate([]).num_rows)
+    written = 0
+    tick(spec.name, 0, entities)
+    for offset in range(0, table.num_rows, _CHUNK_ROWS):
         chunk = table.slice(offset, _CHUNK_ROWS)
         if spec.kind == "last":
             written += store.write_last_values(spec, chunk)
         else:
             written += store.write_tiles(spec, chunk)
-        done += chunk.num_rows
-        tick(spec.name, done, total)
-    return written
+        tick(spec.name, min(written, entities), entities)  # an entity split over two chunks counts once
+    return min(written, entities)
 
 
 def _previous_run(registry: Any, view: str) -> dict[str, Any] | None:
@@ -292,7 +295,7 @@ class _RichProgress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), transient=False)
+                            TextColumn("entities"), TimeElapsedColumn(), transient=False)
         self.bar.__enter__()
         self.tasks: dict[str, Any] = {}
 

@@ -61,19 +61,23 @@ class Segments:
         return self.reduce(np.maximum, values, candidate, low)
 
 
-def _low_high(dtype: np.dtype[Any]) -> tuple[Any, Any]:
-    return (-np.inf, np.inf) if dtype.kind == "f" else (_INT_MIN, _INT_MAX)
-
-
 def merge_partial(op: str, segs: Segments, values: np.ndarray, mask: np.ndarray,
                   ts: np.ndarray | None = None) -> np.ndarray:
-    """Merge one partial column over the masked records of each entity with the table's `merge_op`."""
+    """Merge one partial column over the masked records of each entity with the table's `merge_op`.
+
+    NaN is the greatest value (compile.aggregations): `max` propagates it (np.maximum), `min` skips it
+    unless every value is NaN — np.fmin with NaN, not +inf, for the masked-out records, so a NaN-only
+    window stays NaN.
+    """
+    floating = values.dtype.kind == "f"
     if op == "sum":
         return segs.sum(values, mask)
     if op == "min":
-        return segs.reduce(np.minimum, values, mask, _low_high(values.dtype)[1])
+        if floating:
+            return segs.reduce(np.fmin, values, mask, np.nan)
+        return segs.reduce(np.minimum, values, mask, _INT_MAX)
     if op == "max":
-        return segs.reduce(np.maximum, values, mask, _low_high(values.dtype)[0])
+        return segs.reduce(np.maximum, values, mask, -np.inf if floating else _INT_MIN)
     if op == "last":
         assert ts is not None, "a last partial merges with its event times"
         return segs.latest(values, ts, mask)

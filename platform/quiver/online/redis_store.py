@@ -1,7 +1,7 @@
 """The Redis online store: pipelined, vectorised reads and idempotent Lua writes over layout.py's keys.
 
 Commands are packed as RESP by hand and sent on a per-thread connection: redis-py's per-command
-machinery costs more than the whole round trip for a one-entity read (DESIGN.md §11). Connection
+machinery costs more than the whole round trip for a one-entity read (docs/architecture.md, "Online read path"). Connection
 problems become `OnlineStoreUnavailable` within the configured timeout; a dead connection (a restarted
 server) is reopened on the next call, so the store recovers without a restart.
 """
@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,14 @@ from redis.retry import Retry
 
 from quiver.catalog.ir import ViewSpec
 from quiver.offline.layout import EVENT_TS
-from quiver.online.base import Batch, OnlineStore, OnlineStoreError, OnlineStoreUnavailable, ViewRead
+from quiver.online.base import (
+    Batch,
+    EntityPresence,
+    OnlineStore,
+    OnlineStoreError,
+    OnlineStoreUnavailable,
+    ViewRead,
+)
 from quiver.online.codec import LastCodec, TileCodec, codec_for, empty_at, newest_per_entity
 from quiver.online.layout import INT64_MIN, entity_keys, key_prefix, meta_key
 
@@ -140,6 +147,12 @@ def _eval(name: str, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
     return b"*%d\r\n$4\r\nEVAL\r\n" % (3 + len(keys) + len(args)) + _bulk([body, n, *keys, *args])
 
 
+class _PendingRead(NamedTuple):
+    spans: list[tuple[ViewRead, Any, int, int]]  # (read, codec, first key, end key)
+    command: bytes  # the packed MGET (b"" for no keys)
+    at: np.ndarray
+
+
 class RedisOnlineStore(OnlineStore):
     """Online store on one Redis server (redis://, rediss:// for TLS, :password@ or user:password@ for AUTH)."""
 
@@ -157,6 +170,9 @@ class RedisOnlineStore(OnlineStore):
         self._local = threading.local()
         self._all: list[Any] = []
         self._lock = threading.Lock()
+        self._probe: Any = None  # one connection for short-timeout health probes, never a reader's
+        self._aio: Any = None  # the asyncio client of `fetch_async`, made on first use
+        self._probe_lock = threading.Lock()
         self._views: dict[int, tuple[ViewSpec, bytes, LastCodec | TileCodec]] = {}
 
     # ----- plumbing -----
@@ -171,7 +187,7 @@ class RedisOnlineStore(OnlineStore):
         return conn
 
     @contextmanager
-    def _errors(self) -> Iterator[None]:
+    def _errors(self, timeout_s: float | None = None) -> Iterator[None]:
         try:
             yield
         except AuthenticationError as exc:
@@ -179,11 +195,11 @@ class RedisOnlineStore(OnlineStore):
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise OnlineStoreUnavailable(
                 f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
-                f"{self.timeout_s:g}s ({type(exc).__name__}: {exc})") from None
+                f"{timeout_s or self.timeout_s:g}s ({type(exc).__name__}: {exc})") from None
 
-    def _roundtrip(self, commands: Sequence[bytes]) -> list[Any]:
+    def _roundtrip(self, commands: Sequence[bytes], conn: Any = None) -> list[Any]:
         """Send commands in one write, read every reply; error replies come back as exceptions."""
-        conn = self._connection()
+        conn = conn if conn is not None else self._connection()
         for attempt in (0, 1):
             try:
                 conn.send_packed_command(list(commands), check_health=False)
@@ -207,15 +223,31 @@ class RedisOnlineStore(OnlineStore):
                 raise
         raise AssertionError("unreachable")
 
-    def _call(self, commands: Sequence[bytes]) -> list[Any]:
-        with self._errors():
-            replies = self._roundtrip(commands)
+    def _call(self, commands: Sequence[bytes], timeout_s: float | None = None) -> list[Any]:
+        with self._errors(timeout_s):
+            if timeout_s is None:
+                replies = self._roundtrip(commands)
+            else:
+                with self._probe_lock:
+                    replies = self._roundtrip(commands, self._probe_connection(timeout_s))
         for reply in replies:
             if isinstance(reply, ResponseError):
                 if str(reply).startswith(("NOAUTH", "WRONGPASS")):
                     raise OnlineStoreError(f"Redis at {_redact(self.url)} needs credentials: {reply}")
                 raise OnlineStoreError(f"Redis error: {reply}")
         return replies
+
+    def _probe_connection(self, timeout_s: float) -> Any:
+        # Its own socket with its own timeout: a probe must never wait behind (or as long as) a reader.
+        conn = self._probe
+        if conn is None or conn.socket_timeout != timeout_s:
+            if conn is not None:
+                conn.disconnect()
+            conn = self._pool.make_connection()
+            fresh: Any = conn  # the concrete Connection (the pool's type hints name only the interface)
+            fresh.socket_timeout = fresh.socket_connect_timeout = timeout_s
+            self._probe = conn
+        return conn
 
     def _view(self, view: ViewSpec) -> tuple[bytes, Any]:
         cached = self._views.get(id(view))
@@ -342,6 +374,12 @@ class RedisOnlineStore(OnlineStore):
     def read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
              at: int | np.ndarray) -> Batch:
         """One MGET for every view and entity, decoded per view (see OnlineStore)."""
+        pending = self.plan_read(reads, entities, at)
+        return self.finish_read(pending, self.fetch(pending))
+
+    def plan_read(self, reads: Sequence[ViewRead], entities: Mapping[str, np.ndarray],
+                  at: int | np.ndarray) -> _PendingRead:
+        """The keys and codecs of a read, and its one MGET packed (no I/O)."""
         spans: list[tuple[ViewRead, Any, int, int]] = []
         keys: list[bytes] = []
         for r in reads:
@@ -350,30 +388,64 @@ class RedisOnlineStore(OnlineStore):
             keys.extend(entity_keys(prefix, r.view, entities))
             spans.append((r, codec, start, len(keys)))
         n = spans[0][3] - spans[0][2] if spans else 0
-        at_arr = empty_at(at, n)
-        values: list[bytes | None] = self._call([pack(b"MGET", *keys)])[0] if keys else []
+        return _PendingRead(spans, pack(b"MGET", *keys) if keys else b"", empty_at(at, n))
+
+    def fetch(self, pending: Any) -> list[bytes | None]:
+        """The blocking part of a read: its MGET round trip (and nothing else, so a server can run just this
+        on a worker thread while the decoding stays on its event loop)."""
+        return list(self._call([pending.command])[0]) if pending.command else []
+
+    async def fetch_async(self, pending: Any) -> list[bytes | None]:
+        """`fetch` from a coroutine, on one pipelined asyncio connection (`online/redis_async.py`): no worker
+        thread, the loop free while Redis works; errors and timeouts as `fetch`."""
+        if not pending.command:
+            return []
+        from quiver.online.redis_async import AsyncRedis, AsyncRedisError, AsyncRedisUnavailable
+
+        if self._aio is None:
+            self._aio = AsyncRedis(self.url, self.timeout_s)
+        try:
+            reply = await self._aio.roundtrip(pending.command)
+        except AsyncRedisUnavailable as exc:
+            raise OnlineStoreUnavailable(
+                f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
+                f"{self.timeout_s:g}s ({exc})") from None
+        except AsyncRedisError as exc:
+            if str(exc).startswith(("NOAUTH", "WRONGPASS")):
+                raise OnlineStoreError(f"Redis at {_redact(self.url)} needs credentials: {exc}") from None
+            raise OnlineStoreError(f"Redis error: {exc}") from None
+        return list(reply)
+
+    def finish_read(self, pending: Any, fetched: Any) -> Batch:
+        """Decode the fetched values per view (no I/O)."""
         batch = Batch()
+        spans, at_arr, values = pending.spans, pending.at, fetched
         for r, codec, start, stop in spans:
             chunk = values[start:stop] if len(spans) > 1 else values
             if isinstance(codec, LastCodec):
                 codec.decode(chunk, r.features, at_arr, r.view.ttl_us, batch)
+                batch.presence[r.view.name] = EntityPresence(chunk, at_arr, r.view.ttl_us, True)
             else:
                 codec.decode(chunk, r.features, at_arr, batch)
+                batch.presence[r.view.name] = EntityPresence(chunk, at_arr, None, False)
         return batch
 
     def read_raw(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """MGET of raw keys (diagnostics and benchmarks)."""
         return list(self._call([pack(b"MGET", *keys)])[0]) if keys else []
 
-    def freshness(self, views: Sequence[str]) -> dict[str, int | None]:
+    def freshness(self, views: Sequence[str], *, timeout_s: float | None = None) -> dict[str, int | None]:
         """Newest event time written per view (epoch µs) from the meta hashes, one round trip."""
         if not views:
+            self.ping(timeout_s=timeout_s)
             return {}
-        replies = self._call([pack(b"HGET", meta_key(self.project, v), b"max_event_ts") for v in views])
+        replies = self._call([pack(b"HGET", meta_key(self.project, v), b"max_event_ts") for v in views],
+                             timeout_s)
         return {v: (int(r) if r is not None else None) for v, r in zip(views, replies, strict=True)}
 
-    def ping(self) -> None:
-        self._call([pack(b"PING")])
+    def ping(self, *, timeout_s: float | None = None) -> None:
+        """Raise OnlineStoreUnavailable unless Redis answers PING (within `timeout_s` when given)."""
+        self._call([pack(b"PING")], timeout_s)
 
     def flush_project(self) -> int:
         """Delete every key of this project (tests, demos). Returns keys deleted."""
@@ -389,6 +461,13 @@ class RedisOnlineStore(OnlineStore):
             for conn in self._all:
                 conn.disconnect()
             self._all.clear()
+        with self._probe_lock:
+            if self._probe is not None:
+                self._probe.disconnect()
+                self._probe = None
+        if self._aio is not None:
+            self._aio.close()
+            self._aio = None
         self._local = threading.local()
         self._pool.disconnect()
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -34,6 +35,11 @@ from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, content_hash, spec_to_dict
 from quiver.registry.diff import CatalogDict, CatalogDiff, diff_catalogs
 from quiver.registry.tables import catalog_versions, definitions, lineage_edges, materialization_runs
+
+if TYPE_CHECKING:
+    from quiver.config import Config
+
+log = logging.getLogger(__name__)
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_LOCK = 7426184
@@ -231,6 +237,62 @@ class Registry:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+@dataclass(frozen=True)
+class AppliedCatalog:
+    """The catalog readers use and where it came from: registry version `version` (None: nothing applied yet,
+    so the definitions on disk), and whether the disk differs from it (`quiver plan` says how)."""
+
+    catalog: Catalog
+    version: int | None
+    disk_differs: bool = False
+
+
+def load_applied_catalog(config: Config, catalog_dir: str | Path | None = None) -> AppliedCatalog:
+    """The registry's current catalog version, the one every reader (list, describe, FeatureStore,
+    materialize, serve, jobs) uses: `quiver apply` is the gate. Definitions on disk are used as they are only
+    while the project has no applied version yet. When the disk matches the current version its
+    catalog (with file locations) is returned; when it differs, the stored version is rebuilt from the
+    registry and a warning says that the disk holds unapplied changes."""
+    directory = Path(catalog_dir) if catalog_dir else config.catalog_dir
+    current = _current_version(config)
+    if current is None:
+        return AppliedCatalog(_load_catalog(directory, root=config.root), None)
+    version, digest, stored = current
+    try:
+        disk: Catalog | None = _load_catalog(directory, root=config.root)
+    except QuiverError as exc:  # a broken working copy must not stop serving what was applied
+        log.warning("catalog on disk does not load (%s); using applied version %d", exc, version)
+        disk = None
+    if disk is not None and disk.content_hash == digest:
+        return AppliedCatalog(disk, version)
+    # Info, not a warning: commands say it in their own words (list, describe, plan), servers log it.
+    log.info("definitions on disk differ from applied catalog version %d of project %r: using version %d "
+                "(run `quiver plan` to see the difference, `quiver apply` to apply it)", version,
+                config.project, version)
+    from quiver.catalog.loader import catalog_from_dict
+
+    return AppliedCatalog(catalog_from_dict(stored), version, disk_differs=True)
+
+
+def _current_version(config: Config) -> tuple[int, str, dict[str, Any]] | None:
+    url = config.registry
+    if url.startswith("sqlite") and ":memory:" not in url:
+        path = url.split("///", 1)[-1].split("?", 1)[0]
+        if path and not Path(path).exists():  # never applied here; do not create a registry just to look
+            return None
+    registry = Registry(url, project=config.project)
+    try:
+        return registry.latest()
+    finally:
+        registry.close()
+
+
+def _load_catalog(directory: Path, root: Path) -> Catalog:
+    from quiver.catalog.loader import load_catalog
+
+    return load_catalog(directory, root=root)
 
 
 def _lineage(catalog: Catalog, version_id: int) -> list[dict[str, Any]]:

@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from quiver.online.base import Batch, Column, Key
+from quiver.online.base import Batch, Column, FieldStatus, Key
 
 _ARROW = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string(),
           "timestamp": pa.timestamp("us", tz="UTC")}
 _NAT = np.iinfo(np.int64).min
+_STATUS_NAMES = np.array(["INVALID", *(s.name for s in FieldStatus)], dtype=object)
+_PRESENT, _NULL = np.uint8(FieldStatus.PRESENT), np.uint8(FieldStatus.NULL_VALUE)
 
 
 class OnlineResult:
@@ -81,6 +83,47 @@ class OnlineResult:
     def to_pandas(self) -> Any:
         """A pandas DataFrame (via Arrow; nullable ints become float64 with NaN, as pandas does)."""
         return self.to_arrow().to_pandas()
+
+    def to_df(self) -> Any:
+        """`to_pandas()` under Feast's name."""
+        return self.to_pandas()
+
+    def statuses(self) -> dict[str, np.ndarray]:
+        """Per feature, a FieldStatus code (uint8) per entity: PRESENT, NULL_VALUE, NOT_FOUND (no value for the
+        entity, e.g. an unknown id, a flushed store) or OUTSIDE_MAX_AGE (older than the TTL at `at`).
+        Compare with `quiver.online.base.FieldStatus`; an aggregation over an empty window is PRESENT."""
+        return {name: codes for name, codes in self._status_blocks(lambda codes: list(np.atleast_2d(codes.T)))}
+
+    def status_lists(self) -> dict[str, list[str]]:
+        """`statuses()` as status names, JSON-ready (the HTTP server's `status` member)."""
+        return dict(self._status_blocks(lambda codes: _STATUS_NAMES[codes].T.tolist()))
+
+    def not_found(self) -> dict[str, int]:
+        """Per view read, how many entities the store held nothing for (NOT_FOUND), and nothing else."""
+        out: dict[str, int] = {}
+        for view in dict.fromkeys(key[0] for _, key in self.outputs):
+            codes = self.batch.view_status(view)
+            if codes is not None:
+                out[view] = int(np.count_nonzero(codes == FieldStatus.NOT_FOUND))
+        return out
+
+    def _status_blocks(self, convert: Any) -> Iterator[tuple[str, Any]]:
+        """(output name, converted per-column status) with one numpy pass per block."""
+        converted: dict[int, Any] = {}
+        for name, key in self.outputs:
+            number, position = self.batch.index[key]
+            if number not in converted:
+                _, valid, _ = self.batch.blocks[number]
+                view_codes = self.batch.view_status(key[0])
+                if view_codes is None:  # a store that does not say: a null is all we know
+                    view_codes = np.full(len(valid), _PRESENT, dtype=np.uint8)
+                if valid.all() and (view_codes == _PRESENT).all():  # the usual case: one cheap broadcast
+                    codes = np.full(valid.shape if valid.ndim == 2 else (len(valid), 1), _PRESENT, np.uint8)
+                else:
+                    rows = view_codes[:, None] if valid.ndim == 2 else view_codes
+                    codes = np.where(valid, rows, np.where(rows == _PRESENT, _NULL, rows)).astype(np.uint8)
+                converted[number] = convert(codes if codes.ndim == 2 else codes[:, None])
+            yield name, converted[number][max(position, 0)]
 
     def to_lists(self) -> dict[str, list[Any]]:
         """JSON-ready columns: None for nulls (and non-finite floats), ISO-8601 strings for timestamps."""

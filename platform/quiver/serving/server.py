@@ -2,16 +2,24 @@
 
 - Auth: when an API key is configured (QUIVER_API_KEY, or `api_key` passed in), /features/online needs the
   header `X-API-Key`; a missing or wrong key is a 401. /health and /metrics stay open for probes and
-  scrapers (they reveal no feature values).
+  scrapers (they reveal no feature values and no hosts; details go to the log).
 - Input: pydantic models; malformed bodies are 422, unknown features or wrong key types 400, bodies over
-  the limit 413 (checked on Content-Length and on the bytes actually received).
-- Redis down: 503 with Retry-After within the store's timeout; the next request after Redis is back works.
-- /metrics (Prometheus): request latency histogram per route, request counts per route and status,
-  feature freshness per view (now − newest event time written) and online store up/down.
+  the limit 413 (checked on Content-Length and on the bytes actually received), request heads over the
+  limit 431 (see `runtime.ServerLimits`).
+- The store: every read runs on a worker thread through `runtime.StoreGate`, never on the event loop. While
+  Redis is down or stalled requests get 503 + Retry-After at once, /health and /metrics keep answering,
+  and the first probe that gets an answer brings the server back.
+- Every returned value has a status (`status` in the response: PRESENT, NULL_VALUE, NOT_FOUND,
+  OUTSIDE_MAX_AGE); /metrics counts entity reads per view and status.
+- /metrics (Prometheus): request latency histogram per route, request counts per route and status, reads
+  per view and status, online store up/down, feature freshness per view (now − newest event time the
+  store holds; absent when it holds none) and whatever else the process registered in prometheus_client's
+  default registry (the monitoring metrics).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -20,14 +28,17 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import numpy as np
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from quiver.catalog.errors import QuiverError
-from quiver.online.base import OnlineStoreError, OnlineStoreUnavailable, now_us
+from quiver.online.base import STATUS_NAMES, OnlineStoreError, now_us
+from quiver.serving.result import OnlineResult
+from quiver.serving.runtime import Probe, ServerLimits, StoreGate, StoreUnavailable, metrics_text
 from quiver.serving.schemas import OnlineRequest, OnlineResponse
 from quiver.serving.store import FeatureStore
 
@@ -42,19 +53,50 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """A FastAPI app serving `store`. `api_key` defaults to QUIVER_API_KEY or the config's api_key."""
+def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
+               gate: StoreGate | None = None, store_io: str = "async") -> FastAPI:
+    """A FastAPI app serving `store`. `api_key` defaults to QUIVER_API_KEY or the config's api_key;
+    `gate` (default: one over `store.online`) runs the store calls off the event loop: on its worker
+    with the asyncio client for a store with `fetch_async` (Redis; `store_io="async"`, the default: on a quiet
+    machine benchmarks/_serve_modes.py measured it within 5 % of the blocking inline read and 20 % ahead of
+    worker threads, at the lowest server CPU per request), or on its worker threads (`store_io="thread"`)."""
+    if store_io not in ("thread", "async"):
+        raise QuiverError(f"store_io must be 'thread' or 'async', got {store_io!r}")
     key = api_key if api_key is not None else (os.environ.get("QUIVER_API_KEY")
                                                or store.config.api_key or "")
     metrics = CollectorRegistry()
     latency = Histogram("quiver_request_seconds", "HTTP request latency", ["route"], registry=metrics,
                         buckets=_LATENCY_BUCKETS)
     requests = Counter("quiver_requests", "HTTP requests", ["route", "status"], registry=metrics)
-    freshness = Gauge("quiver_feature_freshness_seconds", "Now minus the newest event time written, per view",
-                      ["view"], registry=metrics)
-    store_up = Gauge("quiver_online_store_up", "1 when the online store answered the last check", registry=metrics)
+    freshness = Gauge("quiver_feature_freshness_seconds",
+                      "Now minus the newest event time the online store holds, per view", ["view"], registry=metrics)
+    present = Gauge("quiver_online_view_present", "1 when the online store holds data of the view, else 0",
+                    ["view"], registry=metrics)
+    store_up = Gauge("quiver_online_store_up", "1 when the online store answered the last probe", registry=metrics)
+    reads = Counter("quiver_online_reads", "Entity reads per view and FieldStatus (NOT_FOUND: nothing stored)",
+                    ["view", "status"], registry=metrics)
+    version = Gauge("quiver_catalog_version", "Registry catalog version served (0: read from disk, unapplied)",
+                    registry=metrics)
+    version.set(store.catalog_version or 0)
     online_views = sorted(v.name for v in store.catalog.views.values() if v.online)
+    gate = gate or StoreGate(lambda: store.online, online_views)
+    read_counters = {(view, code): reads.labels(view, STATUS_NAMES[code - 1])
+                     for view in online_views for code in range(1, len(STATUS_NAMES) + 1)}
 
+    def publish(probe: Probe) -> None:
+        store_up.set(1 if probe.up else 0)
+        if not probe.up:
+            return  # keep the last known freshness: the store did not say anything new
+        now = now_us()
+        for view, ts in probe.newest.items():
+            present.labels(view).set(0 if ts is None else 1)
+            if ts is None:  # lost or never written: no age to report, rather than a frozen one
+                with contextlib.suppress(KeyError):
+                    freshness.remove(view)
+            else:
+                freshness.labels(view).set(max(0.0, (now - ts) / 1e6))
+
+    gate.on_probe(publish)
     app = FastAPI(title="Quiver feature server", version="1",
                   description="Online feature values from the Quiver online store.")
     header = APIKeyHeader(name="X-API-Key", auto_error=False, description="required when the server has a key")
@@ -63,60 +105,76 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         if key and not (given and hmac.compare_digest(given.encode(), key.encode())):
             raise HTTPException(401, "missing or wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
 
+    def encode(result: OnlineResult) -> bytes:
+        for view in dict.fromkeys(k[0] for _, k in result.outputs):
+            codes = result.batch.view_status(view)
+            if codes is not None and len(codes):
+                for code, count in enumerate(np.bincount(codes, minlength=len(STATUS_NAMES) + 1).tolist()):
+                    if count and (view, code) in read_counters:
+                        read_counters[view, code].inc(count)
+        lists = result.to_lists()
+        payload = {"at": result.at if isinstance(result.at, int) else result.at.tolist(),
+                   "entities": {k: lists.pop(k) for k in result.entities},
+                   "features": lists, "status": result.status_lists()}
+        return _dumps(payload).encode()
+
+    fetch_async = getattr(store.online, "fetch_async", None) if store_io == "async" else None
+    if str(getattr(store.online, "url", "")).startswith("rediss://"):
+        fetch_async = None  # the asyncio client speaks no TLS: rediss:// reads go through the worker threads
+
     @app.post("/features/online", response_model=OnlineResponse, dependencies=[Depends(authorized)],
               responses={400: {"description": "unknown features or bad entity keys"},
                          401: {"description": "missing or wrong X-API-Key"},
                          413: {"description": "body too large"},
-                         503: {"description": "online store unavailable"}})
+                         503: {"description": "online store unavailable (see Retry-After)"}})
     async def features_online(body: OnlineRequest) -> Response:
-        # Async on purpose: the read is one ~0.1 ms Redis round trip (bounded by the store's timeout),
-        # cheaper to run inline than to hop to a worker thread and back.
-        """Feature values for the given entities as of `at` (default: now)."""
+        """Feature values and their statuses for the given entities as of `at` (default: now)."""
+        # Only the store round trip leaves the loop, on a worker thread (or the asyncio client); planning and
+        # decoding stay on the loop: decoding on the workers too made them fight the loop for the GIL.
         features: Any = body.feature_service if body.feature_service is not None else body.features
         try:
-            result = store.get_online_features(features, body.entities, at=body.at,
-                                               full_feature_names=body.full_feature_names)
-        except OnlineStoreUnavailable as exc:
-            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+            call = store.prepare_online(features, body.entities, at=body.at_us_value(),
+                                        full_feature_names=body.full_feature_names)
+            if call.pending is None:
+                fetched = None
+            elif fetch_async is not None:
+                fetched = await gate.call_async(fetch_async, call.pending)
+            else:
+                fetched = await gate.call(store.online.fetch, call.pending)
+            payload = encode(store.finish_online(call, fetched))
+        except StoreUnavailable as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except OnlineStoreError as exc:
-            raise HTTPException(502, str(exc)) from None
+            log.error("online store error: %s", exc)
+            raise HTTPException(502, "the online store refused the read; see the server log") from None
         except QuiverError as exc:
             raise HTTPException(400, str(exc)) from None
-        lists = result.to_lists()
-        payload = {"at": result.at if isinstance(result.at, int) else result.at.tolist(),
-                   "entities": {k: lists.pop(k) for k in result.entities},
-                   "features": lists}
-        return Response(_dumps(payload), media_type="application/json")
+        return Response(payload, media_type="application/json")
 
     @app.get("/health", responses={503: {"description": "online store unavailable"}})
     async def health() -> Response:
-        """200 when the online store answers, else 503."""
-        try:
-            store.online.ping()
-        except OnlineStoreError as exc:
-            store_up.set(0)
-            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
-        store_up.set(1)
-        return JSONResponse({"status": "ok", "project": store.config.project})
+        """200 when the online store answers ("degraded" when it holds no data for some views), else 503.
+        Answers within the probe timeout even while the store is stalled."""
+        probe = await gate.health()
+        info: dict[str, Any] = {"project": store.config.project, "catalog_version": store.catalog_version}
+        if not probe.up:
+            return JSONResponse({"status": "unavailable", "detail": "online store did not answer", **info},
+                                status_code=503, headers={"Retry-After": str(gate.retry_after_s)})
+        missing = probe.views_without_data
+        status = "degraded" if missing else "ok"
+        return JSONResponse({"status": status, **info, **({"views_without_data": missing} if missing else {})})
 
     @app.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
         """Prometheus metrics (text exposition format)."""
-        try:
-            newest = store.online.freshness(online_views)
-            store_up.set(1)
-            now = now_us()
-            for view, ts in newest.items():
-                if ts is not None:
-                    freshness.labels(view).set(max(0.0, (now - ts) / 1e6))
-        except OnlineStoreError:
-            store_up.set(0)
-        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+        await gate.health()  # refreshes the gauges; never waits on a stalled store
+        return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, latency=latency, requests=requests,
                        routes=frozenset({"/features/online", "/health", "/metrics"}))
     app.state.api_key_required = bool(key)
+    app.state.gate = gate
     if not key:
         log.warning("feature server runs without an API key: set QUIVER_API_KEY to require X-API-Key")
     return app
@@ -209,8 +267,8 @@ async def _plain_response(send: Send, status: int, detail: str) -> None:
 
 
 def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8000, *,
-          api_key: str | None = None, log_level: str = "warning") -> None:
-    """Run the feature server with uvicorn until interrupted."""
+          api_key: str | None = None, log_level: str = "warning", limits: ServerLimits | None = None) -> None:
+    """Run the feature server with uvicorn until interrupted (connection limits: `limits`)."""
     import uvicorn
 
     store = FeatureStore(config_path)
@@ -221,4 +279,8 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
         store.online.ping()
     except OnlineStoreError as exc:  # serve anyway: requests get 503 until Redis answers, then recover
         log.warning("online store not reachable yet: %s", exc)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    log.warning("serving catalog version %s of project %r%s", store.catalog_version or "(unapplied, from disk)",
+                store.config.project, "; the definitions on disk differ (not served until `quiver apply`)"
+                if store.disk_differs else "")
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                **(limits or ServerLimits()).uvicorn_kwargs())

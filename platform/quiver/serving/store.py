@@ -20,6 +20,7 @@ import numpy as np
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.catalog.references import resolve_features
 from quiver.config import Config, load_config
 from quiver.online.base import Batch, Column, OnlineStore, ViewRead, now_us, timestamp_us
 from quiver.serving.result import OnlineResult
@@ -39,14 +40,22 @@ class ReadPlan:
     named_keys: tuple[tuple[str, tuple[str, str]], ...] = ()  # (output column, (view, feature))
 
 
+@dataclass(frozen=True)
+class OnlineCall:
+    """A prepared online read: the plan, typed keys, request times and the store's pending read."""
+
+    plan: ReadPlan
+    entities: dict[str, np.ndarray]
+    times: int | np.ndarray
+    pending: Any  # None: no entities, nothing to fetch
+
+
 def resolve(catalog: Catalog, features: Features, full_feature_names: bool = False) -> ReadPlan:
     """Turn feature references or a FeatureService name into a ReadPlan; QuiverError on unknown names.
 
-    Names and errors are the offline store's (`quiver.offline.pit.resolve_features`), so a model sees the
-    same columns in training and in serving: the feature name, or `view__feature` with full_feature_names.
+    Names and errors are the training set's (`quiver.catalog.references.resolve_features`), so a model sees
+    the same columns in training and in serving: the feature name, or `view__feature` with full_feature_names.
     """
-    from quiver.offline.pit import resolve_features
-
     refs = resolve_features(catalog, features, full_feature_names)
     per_view: dict[str, list[str]] = {}
     keys: dict[str, str] = {}
@@ -140,13 +149,17 @@ class FeatureStore:
     """Config, catalog and online store of one project; the SDK's entry point."""
 
     def __init__(self, config_path: str | Path | None = None, *, config: Config | None = None,
-                 catalog: Catalog | None = None, online_store: OnlineStore | None = None):
+                 catalog: Catalog | None = None, online_store: OnlineStore | None = None,
+                 catalog_version: int | None = None):
         self.config = config or load_config(config_path)
+        self.disk_differs = False  # True: the definitions on disk hold changes not applied (so not served)
         if catalog is None:
-            from quiver.catalog.loader import load_catalog
+            from quiver.registry.repository import load_applied_catalog
 
-            catalog = load_catalog(self.config.catalog_dir, root=self.config.root)
+            applied = load_applied_catalog(self.config)
+            catalog, catalog_version, self.disk_differs = applied.catalog, applied.version, applied.disk_differs
         self.catalog = catalog
+        self.catalog_version = catalog_version  # the registry version served; None: definitions on disk, unapplied
         self._online = online_store
         self._plans: OrderedDict[Any, ReadPlan] = OrderedDict()
 
@@ -180,23 +193,39 @@ class FeatureStore:
         a dict of columns (arrays, lists or scalars) holding every join key the features need. `at`: a
         datetime, ISO string, epoch µs, or one such per entity. Columns are named as in
         `get_historical_features`: the feature name, or `view__feature` with `full_feature_names`.
+        Every value has a status (`result.statuses()`): a missing entity is NOT_FOUND, not a zero.
         """
+        call = self.prepare_online(features, entity_rows, at, full_feature_names=full_feature_names)
+        return self.finish_online(call, self.online.fetch(call.pending) if call.pending is not None else None)
+
+    def prepare_online(self, features: Features, entity_rows: EntityRows, at: Any = None, *,
+                       full_feature_names: bool = False) -> OnlineCall:
+        """Step 1 of `get_online_features` (no I/O): resolve, type the keys, plan the store read. Then
+        `self.online.fetch(call.pending)` (the one blocking step, skipped when `call.pending` is None) and
+        `finish_online(call, fetched)`. Servers run only the middle step on a worker thread."""
         plan = self.plan(features, full_feature_names)
         entities = entity_columns(plan, entity_rows)
         n = len(next(iter(entities.values()))) if entities else 0
         times = request_times(at, n)
-        if n:
-            batch = self.online.read(plan.reads, entities, times)
+        pending = self.online.plan_read(plan.reads, entities, times) if n else None
+        return OnlineCall(plan, entities, times, pending)
+
+    def finish_online(self, call: OnlineCall, fetched: Any) -> OnlineResult:
+        """Step 3 of `get_online_features` (no I/O): decode into an OnlineResult."""
+        if call.pending is not None:
+            batch = self.online.finish_read(call.pending, fetched)
         else:
             batch = Batch()
-            for _, view, feature in plan.outputs:
+            for _, view, feature in call.plan.outputs:
                 batch.add((view, feature), _empty(self.catalog.views[view], feature))
-        return OnlineResult(entities, batch, plan.named_keys, times)
+        return OnlineResult(call.entities, batch, call.plan.named_keys, call.times)
 
-    def get_historical_features(self, labels: Any, features: Features, **kwargs: Any) -> Any:
-        """Point-in-time correct training data (a DataFrame): see `quiver.offline.pit.get_historical_features`."""
+    def get_historical_features(self, labels: Any = None, features: Features | None = None, **kwargs: Any) -> Any:
+        """Point-in-time correct training data (a DataFrame): see `quiver.offline.pit.get_historical_features`.
+        The engine is quiver.yaml's `engine` unless `engine=` is given; Feast's `entity_df=` works as `labels`."""
         from quiver.offline.pit import get_historical_features
 
+        kwargs.setdefault("engine", self.config.engine)
         return get_historical_features(labels, features, catalog=self.catalog, config=self.config, **kwargs)
 
     def materialize(self, end: Any = None, views: Sequence[str] | None = None, **kwargs: Any) -> Any:

@@ -28,10 +28,12 @@ class JobOptions:
     """Runtime settings of the Flink job (the SQL comes from compile/flink.py)."""
 
     parallelism: int = 1
-    checkpoint_interval_ms: int = 250
-    state_backend: str = "rocksdb"  # or "hashmap" (faster, bounded by heap)
+    checkpoint_interval_ms: int = 1000
+    state_backend: str = "rocksdb"  # or "hashmap" (state on the heap)
     retained_checkpoints: int = 2
     restart_attempts: int = 3
+    extra: tuple[tuple[str, str], ...] = ()  # further Flink settings, applied last
+    jars: tuple[Path, ...] = ()  # connector jars (Kafka)
 
 
 def job_hash(job: FlinkJob) -> str:
@@ -93,6 +95,9 @@ def flink_config(job: FlinkJob, options: JobOptions, paths: StreamPaths, restore
         "restart-strategy.fixed-delay.attempts": str(options.restart_attempts),
         "restart-strategy.fixed-delay.delay": "1 s",
     })
+    if options.jars:
+        settings["pipeline.jars"] = ";".join(p.resolve().as_uri() for p in options.jars)
+    settings.update(dict(options.extra))
     if restore is not None:
         settings["execution.state-recovery.path"] = restore.as_uri()
     return settings

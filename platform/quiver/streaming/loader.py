@@ -1,4 +1,4 @@
-"""Committed Flink change files → the online store, vectorised; late and quarantine logs → counts.
+"""Committed Flink change files → the online store, vectorised; markers, late and quarantine logs → counts.
 
 Flink writes each view's updating result as `debezium-json` change rows (`op` "c" = the new value of a
 tile or of an entity's last value, "d" = the value it replaces) and makes a file visible only when the
@@ -7,6 +7,10 @@ files of a view with one `pyarrow.json` call, keeps the "c" rows, and hands them
 ordinary writers: tiles are whole per-tile partials upserted by (entity, tile_start) where the fuller tile
 wins, last values are newer-wins by event time. Loading a file twice therefore changes nothing, which is
 what makes delete-after-load safe across crashes (at-least-once loading, exactly-once effect).
+
+Freshness is the newest *event time* loaded per view: a tile row carries `__newest_us` (the newest event
+of the tile), a last value its `event_ts`. The loader raises the online store's `max_event_ts` to it
+(the store's own write records the newest tile start, which is older).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,9 +30,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from quiver.catalog.ir import ViewSpec
+from quiver.compile.flink import BATCH_FIELD, NEWEST
 from quiver.offline.layout import EVENT_TS, last_values_schema, tile_schema
 from quiver.online.base import OnlineStore
-from quiver.streaming.feeder import MARKER
 from quiver.streaming.paths import StreamPaths, visible_files
 
 log = logging.getLogger(__name__)
@@ -42,12 +47,18 @@ def change_schema(view: ViewSpec) -> pa.Schema:
     return pa.schema([pa.field(f.name, pa.int64()) if pa.types.is_timestamp(f.type) else f for f in schema])
 
 
-def read_changes(view: ViewSpec, files: Sequence[Path]) -> pa.Table:
-    """The new values ("c" rows) of `files`, typed like the offline store's tiles or last values."""
+def read_changes(view: ViewSpec, files: Sequence[Path], marks: bool = False) -> pa.Table:
+    """The new values ("c" rows) of `files`, typed like the offline store's tiles or last values (plus
+    `__newest_us` for tiles, and `__batch` when the view carries the feeder's batch markers)."""
     blob = b"".join(_with_newline(p.read_bytes()) for p in files)
     schema = change_schema(view)
+    if view.kind == "agg":
+        schema = schema.append(pa.field(NEWEST, pa.int64()))
+    if marks:
+        schema = schema.append(pa.field(BATCH_FIELD, pa.string()))
     if not blob.strip():
         return _typed(view, schema.empty_table())
+    blob = _non_finite_as_numbers(blob, [f.name for f in schema if pa.types.is_floating(f.type)])
     after = pa.struct(list(schema))
     options = pj.ParseOptions(explicit_schema=pa.schema([("after", after), ("op", pa.string())]),
                               unexpected_field_behavior="ignore")
@@ -60,6 +71,28 @@ def read_changes(view: ViewSpec, files: Sequence[Path]) -> pa.Table:
     return _typed(view, pa.Table.from_arrays(rows.flatten(), schema=schema))
 
 
+def _with_keys(view: ViewSpec, table: pa.Table) -> pa.Table:
+    """Rows whose join keys are all set: the job keeps null-key groups (no filter may reach the file scan,
+    see compile/flink.py) and the feeder already counted those rows as `null_key:<view>`."""
+    valid = None
+    for key in view.key_names:
+        ok = pc.is_valid(table.column(key))
+        valid = ok if valid is None else pc.and_(valid, ok)
+    return table if valid is None else table.filter(valid)
+
+
+def _non_finite_as_numbers(blob: bytes, floats: Sequence[str]) -> bytes:
+    """Flink's JSON writer spells NaN and ±Infinity as strings ("NaN"); pyarrow reads the bare tokens.
+
+    Only `"<float field>":"NaN"` is rewritten: a string value cannot hold that text unescaped."""
+    if b'"NaN"' not in blob and b'Infinity"' not in blob:
+        return blob
+    for name in floats:
+        key = re.escape(json.dumps(name).encode())
+        blob = re.sub(rb"(" + key + rb'\s*:\s*)"(NaN|Infinity|-Infinity)"', rb"\1\2", blob)
+    return blob
+
+
 def _with_newline(data: bytes) -> bytes:
     return data if not data or data.endswith(b"\n") else data + b"\n"
 
@@ -67,7 +100,10 @@ def _with_newline(data: bytes) -> bytes:
 def _typed(view: ViewSpec, table: pa.Table) -> pa.Table:
     if view.kind == "agg":
         return table
-    return table.cast(last_values_schema(view))  # epoch µs → timestamp(us, UTC)
+    schema = last_values_schema(view)
+    for extra in table.schema.names[len(schema):]:
+        schema = schema.append(table.schema.field(extra))
+    return table.cast(schema)  # epoch µs → timestamp(us, UTC)
 
 
 @dataclass
@@ -79,6 +115,7 @@ class LoadStats:
     entities: int = 0
     polls: int = 0
     last_load_s: float = 0.0
+    busy_s: float = 0.0  # time spent decoding and writing, all polls together (the loader's profile)
     first_load_at: float | None = None  # wall clock of the first and the latest load with data
     last_load_at: float | None = None
     newest_event_us: dict[str, int] = field(default_factory=dict)
@@ -87,7 +124,8 @@ class LoadStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"files": self.files, "rows": self.rows, "entities": self.entities, "polls": self.polls,
-                "last_load_s": round(self.last_load_s, 4), "first_load_at": self.first_load_at,
+                "last_load_s": round(self.last_load_s, 4), "busy_s": round(self.busy_s, 3),
+                "first_load_at": self.first_load_at,
                 "last_load_at": self.last_load_at, "newest_event_us": dict(self.newest_event_us),
                 "late": dict(self.late), "quarantined": {k: dict(v) for k, v in self.quarantined.items()}}
 
@@ -95,13 +133,15 @@ class LoadStats:
 class Loader:
     """Polls the sink folders of `views` and writes what Flink committed into `store`."""
 
-    def __init__(self, views: Sequence[ViewSpec], sources: Sequence[str], store: OnlineStore, paths: StreamPaths):
+    def __init__(self, views: Sequence[ViewSpec], sources: Sequence[str], store: OnlineStore, paths: StreamPaths,
+                 marking: Sequence[str] = ()):
         self.views = list(views)
+        self.marking = set(marking)  # views whose change rows carry the batch markers
         self.sources = list(sources)
         self.store = store
         self.paths = paths
         self.stats = LoadStats()
-        self.markers: set[str] = set()  # inbox batches whose end marker is committed: fully processed
+        self.markers: set[str] = self._read_markers()  # inbox batches whose end marker is committed
         self._counted: dict[str, dict[str, Any]] = self._read_counts()
         self._recount()
 
@@ -116,16 +156,21 @@ class Loader:
             files = visible_files(self.paths.sink(kind, view.name), "part-")
             if not files:
                 continue
-            table = read_changes(view, files)
+            marks = view.name in self.marking
+            table = read_changes(view, files, marks)
+            if marks:
+                table = self._take_markers(table)
+            table = _with_keys(view, table)
             if table.num_rows:
                 if view.kind == "agg":
-                    self.stats.entities += self.store.write_tiles(view, table)
-                    newest = pc.max(table.column("tile_start")).as_py()
+                    newest = pc.max(table.column(NEWEST)).as_py()
+                    self.stats.entities += self.store.write_tiles(view, table.drop_columns([NEWEST]))
                 else:
                     self.stats.entities += self.store.write_last_values(view, table)
                     newest = pc.max(table.column(EVENT_TS).cast(pa.int64())).as_py()
                 if newest is not None:
                     self.stats.newest_event_us[view.name] = max(newest, self.stats.newest_event_us.get(view.name, newest))
+                    self._raise_freshness(view.name, self.stats.newest_event_us[view.name])
             for path in files:
                 path.unlink(missing_ok=True)  # reloading would change nothing: deleting is safe after the write
             self.stats.rows += table.num_rows
@@ -134,13 +179,21 @@ class Loader:
         self.stats.polls += 1
         if loaded:
             self.stats.last_load_s = time.perf_counter() - began
+            self.stats.busy_s += self.stats.last_load_s
             self.stats.last_load_at = time.time()
             if self.stats.first_load_at is None:
                 self.stats.first_load_at = self.stats.last_load_at
         self.count_logs()
         return loaded
 
-    # ----- late and quarantine logs → counts -----
+    def _raise_freshness(self, view: str, newest_us: int) -> None:
+        # OnlineStore has no atomic "raise to at least" for this field; the loader is the only writer of
+        # streamed views, so read-compare-write is enough (a concurrent batch write only ever raises it).
+        current = self.store.get_meta(view, "max_event_ts")
+        if current is None or int(current) < newest_us:
+            self.store.set_meta(view, "max_event_ts", str(newest_us))
+
+    # ----- markers, late and quarantine logs → counts -----
 
     def count_logs(self) -> bool:
         """Count rows of new late / quarantine files (kept as logs); returns whether anything changed."""
@@ -158,6 +211,34 @@ class Loader:
             self._write_counts()
         return changed
 
+    def _take_markers(self, table: pa.Table) -> pa.Table:
+        """Record the marker rows' batches (persisted before the files go) and drop the column."""
+        batches = table.column(BATCH_FIELD)
+        found = set(pc.drop_null(batches).to_pylist())
+        if found - self.markers:
+            self.markers |= found
+            self._write_markers()
+        return table.filter(pc.is_null(batches)).drop_columns([BATCH_FIELD])
+
+    def forget_markers(self, retired: set[str]) -> None:
+        """Forget markers of retired batches (retention: the set stays as small as the inbox)."""
+        if self.markers & retired:
+            self.markers -= retired
+            self._write_markers()
+
+    def _read_markers(self) -> set[str]:
+        try:
+            return set(json.loads((self.paths.root / "markers.json").read_text()))
+        except (OSError, ValueError):
+            return set()
+
+    def _write_markers(self) -> None:
+        path = self.paths.root / "markers.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(".markers.json.tmp")
+        tmp.write_text(json.dumps(sorted(self.markers)))
+        tmp.replace(path)
+
     def _recount(self) -> None:
         late: dict[str, int] = {s: 0 for s in self.sources}
         quarantined: dict[str, dict[str, int]] = {s: {} for s in self.sources}
@@ -168,10 +249,7 @@ class Loader:
                 continue
             per = quarantined.setdefault(source, {})
             for reason, n in counts.items():
-                if reason.startswith(_MARKER_KEY):
-                    self.markers.add(reason[len(_MARKER_KEY):])
-                else:
-                    per[reason] = per.get(reason, 0) + int(n)
+                per[reason] = per.get(reason, 0) + int(n)
         self.stats.late, self.stats.quarantined = late, quarantined
 
     def _read_counts(self) -> dict[str, dict[str, Any]]:
@@ -189,12 +267,8 @@ class Loader:
         tmp.replace(path)
 
 
-_MARKER_KEY = "__batch_done__:"
-
-
 def _count_file(kind: str, path: Path) -> dict[str, Any]:
-    """Rows of a late file ({"rows": n}) or rows per reason of a quarantine file ({"null_key:view": n});
-    batch end markers are bookkeeping, not quarantined rows: they come back as `__batch_done__:<batch>`."""
+    """Rows of a late file ({"rows": n}) or rows per reason of a quarantine file ({"null_key:view": n})."""
     lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
     if kind == "late":
         return {"rows": len(lines)}
@@ -204,23 +278,8 @@ def _count_file(kind: str, path: Path) -> dict[str, Any]:
             row = json.loads(line)
             reason = str(row.get("reason") or "unknown")
             view = row.get("view") or ""
-            marker = row.get("ts_ms")
         except ValueError:
-            reason, view, marker = "unreadable_quarantine_row", "", None
-        if isinstance(marker, str) and marker.startswith(MARKER):
-            label = _MARKER_KEY + marker[len(MARKER):]
-        else:
-            label = f"{reason}:{view}" if view else reason
+            reason, view = "unreadable_quarantine_row", ""
+        label = f"{reason}:{view}" if view else reason
         counts[label] = counts.get(label, 0) + 1
     return counts
-
-
-def late_events(paths: StreamPaths, source: str) -> pa.Table:
-    """The late-events log of `source` as a table (ts_ms + typed columns), e.g. to hand to a backfill."""
-    files = visible_files(paths.sink("late", source))
-    blob = b"".join(_with_newline(p.read_bytes()) for p in files)
-    if not blob.strip():
-        return pa.table({"ts_ms": pa.array([], pa.int64())})
-    table = pj.read_json(io.BytesIO(blob))
-    ts = table.column("ts_ms").cast(pa.int64())
-    return table.append_column("event_ts", pc.multiply(ts, 1000).cast(pa.int64()).cast(_TS))

@@ -6,11 +6,17 @@ job and watches it. A run resumes from the latest checkpoint of the same job, el
 state directory is cleared and the whole stream directory is replayed (online writes are idempotent).
 `--bounded` processes the stream files present at start and stops once every batch is committed and
 loaded (the checkpoint stays, so the next run resumes); unbounded runs until SIGTERM/SIGINT.
+
+Defaults (measured in benchmarks/streaming.py on a shared 2-core machine): checkpoints every 1000 ms (the
+file sinks commit on checkpoints, so this sets freshness: p99 ≤ 2 s needs about half of that budget),
+mini-batch off (`--mini-batch-ms N` turns it on now that the late split is the feeder's; it cost more CPU
+than it saved in the measurements), RocksDB state. Sources bound to Kafka need the Flink Kafka SQL connector jar (see `kafka_jars`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import shutil
@@ -28,7 +34,7 @@ from quiver.catalog.ir import Catalog
 from quiver.compile.flink import FlinkJob, FlinkTarget, compile_flink, streamed_views
 from quiver.config import Config
 from quiver.online.base import OnlineStore, OnlineStoreError
-from quiver.streaming.feeder import Feeder
+from quiver.streaming.feeder import Feeder, source_feeds
 from quiver.streaming.job import (
     JobOptions,
     RunningJob,
@@ -38,12 +44,17 @@ from quiver.streaming.job import (
     restore_point,
     submit,
 )
+from quiver.streaming.late import late_dir
 from quiver.streaming.loader import Loader
 from quiver.streaming.paths import StreamPaths
-from quiver.streaming.status import MetricsPublisher, write_status
+from quiver.streaming.status import MetricsPublisher, tree_cpu_s, write_status
 
 log = logging.getLogger("quiver.streaming")
 _TERMINAL = ("FINISHED", "FAILED", "CANCELED")
+KAFKA_JAR = "flink-sql-connector-kafka"
+KAFKA_JAR_HELP = ("download flink-sql-connector-kafka-<connector version>-2.0.jar (Maven Central, "
+                  "org.apache.flink) and set QUIVER_FLINK_JARS=/path/to/it.jar or copy it into pyflink/lib "
+                  "(infra/README.md)")
 
 
 @dataclass(frozen=True)
@@ -52,14 +63,18 @@ class StreamOptions:
 
     bounded: bool = False
     parallelism: int = 1
-    checkpoint_interval_ms: int = 250
+    checkpoint_interval_ms: int = 1000
     monitor_interval_ms: int = 100
     roll_interval_ms: int = 100
     poll_interval_ms: int = 50
     state_backend: str = "rocksdb"
     fresh: bool = False
     views: tuple[str, ...] | None = None
-    max_future_ms: int = 60_000
+    max_future_ms: int = 0
+    mini_batch_ms: int = 0
+    stream_retention_s: float | None = None  # delete fed stream files older than this (None: keep them)
+    table_settings: tuple[tuple[str, str], ...] = ()  # extra Flink table settings (in the job's SQL)
+    flink_settings: tuple[tuple[str, str], ...] = ()  # extra Flink runtime settings (e.g. memory)
 
 
 def default_state_dir(config: Config) -> Path:
@@ -76,22 +91,37 @@ class StreamRunner:
         if not self.views:
             raise QuiverError("no feature view to stream: none is online with a source that has a stream binding")
         self.sources = sorted({v.source for v in self.views})
-        self.streams = {s: self._stream_dir(s) for s in self.sources}
+        self.kafka = self._kafka_bound()
+        self.streams = {} if self.kafka else {s: self._stream_dir(s) for s in self.sources}
         self.job = self._compile()
+        self.jars = kafka_jars() if self.kafka else []
         self._store = store
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the feeder thread updates the status the loader thread writes
+        self._feed_lock = threading.Lock()  # feeding and retiring batches change the same inbox
         self._running: RunningJob | None = None
+        self._loader_failed = False
         self._status: dict[str, Any] = {"state": "starting", "mode": "bounded" if options.bounded else "unbounded",
                                         "views": [v.name for v in self.views], "sources": self.sources,
                                         "parallelism": options.parallelism, "started_at": time.time(),
                                         "state_dir": str(paths.root), "error": None}
 
+    def marking_views(self) -> list[str]:
+        """The view of each source whose sink carries the feeder's batch markers (compile/flink.py)."""
+        if self.kafka:
+            return []
+        return [next(v.name for v in self.views if v.source == s) for s in self.sources]
+
+    def _kafka_bound(self) -> bool:
+        local = [s for s in self.sources if (stream := self.catalog.sources[s].stream) and stream.path]
+        if local and len(local) < len(self.sources):
+            raise QuiverError(f"sources {', '.join(self.sources)}: stream them in separate jobs (--views): "
+                              "one job reads either local stream files or Kafka topics")
+        return not local
+
     def _stream_dir(self, source: str) -> Path:
         stream = self.catalog.sources[source].stream
-        if stream is None or not stream.path:
-            raise QuiverError(f"source {source!r} has no local stream path (Kafka sources run on a Flink "
-                              "cluster: submit `quiver compile --target flink` output there)")
+        assert stream is not None and stream.path
         path = Path(stream.path)
         return path if path.is_absolute() else Path(self.config.root) / path
 
@@ -100,7 +130,9 @@ class StreamRunner:
                              sink_root=self.paths.sinks.as_uri(),
                              monitor_interval_ms=self.options.monitor_interval_ms,
                              roll_interval_ms=self.options.roll_interval_ms,
-                             max_future_ms=self.options.max_future_ms)
+                             max_future_ms=self.options.max_future_ms, kafka=self.kafka,
+                             mini_batch_ms=self.options.mini_batch_ms,
+                             extra_settings=self.options.table_settings)
         return compile_flink(self.catalog, target, [v.name for v in self.views])
 
     def stop(self) -> None:
@@ -116,14 +148,20 @@ class StreamRunner:
             self._start_fresh()
         record_job(self.paths, self.job, self.options.bounded)
         self._status["restored_from"] = str(restore) if restore else None
-        feeder = Feeder(self.streams, self.paths)
+        feeder = Feeder(self.streams, self.paths, source_feeds(self.catalog, self.views),
+                        late_dir(self.config.offline_dir), self.options.max_future_ms,
+                        stream_retention_s=self.options.stream_retention_s)
+        feed_began = time.perf_counter()
         fed = feeder.feed()
+        self._status["feed_s"] = time.perf_counter() - feed_began  # the backlog's check and split
         self._status["feeder"] = {"files": sum(fed.files.values()), "lines": fed.total_lines,
                                   "unparseable": dict(fed.unparseable), "backlog": 0}
+        self._feeder_totals(feeder)
         store = self._store or self._open_store()
-        loader = Loader(self.views, self.sources, store, self.paths)
+        loader = Loader(self.views, self.sources, store, self.paths, self.marking_views())
         publisher = MetricsPublisher()
-        threads = [threading.Thread(target=self._load_loop, args=(loader, publisher), name="loader", daemon=True)]
+        threads = [threading.Thread(target=self._load_loop, args=(loader, publisher, feeder), name="loader",
+                                    daemon=True)]
         if not self.options.bounded:
             threads.append(threading.Thread(target=self._feed_loop, args=(feeder,), name="feeder", daemon=True))
         for t in threads:
@@ -131,9 +169,11 @@ class StreamRunner:
         code = 0
         try:
             self._status["timings"] = {"submit": time.time()}
-            self._running = submit(self.job, JobOptions(self.options.parallelism, self.options.checkpoint_interval_ms,
-                                                        self.options.state_backend), self.paths, restore)
+            options = JobOptions(self.options.parallelism, self.options.checkpoint_interval_ms,
+                                 self.options.state_backend, extra=self.options.flink_settings, jars=tuple(self.jars))
+            self._running = submit(self.job, options, self.paths, restore)
             self._status["timings"]["running"] = time.time()
+            self._status["cpu_s"] = {"running": tree_cpu_s()}
             self._status.update(state="running", job_id=self._running.job_id)
             log.info("job %s running: views %s", self._running.job_id, ", ".join(self._status["views"]))
             final = self._watch(self._running, feeder, loader)
@@ -141,6 +181,8 @@ class StreamRunner:
             if final == "FAILED":
                 code = 1
                 self._status["error"] = "the Flink job failed (see the Flink log)"
+            if self._loader_failed:
+                code = 1
         except Exception as exc:
             code = 1
             self._status["error"] = f"{type(exc).__name__}: {exc}"
@@ -162,11 +204,15 @@ class StreamRunner:
         while True:
             state = running.status()
             if state in _TERMINAL:
+                if self.options.bounded and state == "FINISHED" and done_at is None:
+                    log.error("the Flink job ended before every batch was committed")
+                    return "FAILED"  # the file source never ends by itself: something stopped it
                 return state
             if self.options.bounded:
                 if done_at is None and self._all_batches_done(feeder, loader):
                     done_at = _checkpoint_number(self.paths)
                     self._status["timings"]["batches_done"] = time.time()
+                    self._status.setdefault("cpu_s", {})["batches_done"] = tree_cpu_s()
                 # Two more checkpoints: every sink has had its commit notification for the marker's one.
                 if done_at is not None and _checkpoint_number(self.paths) >= done_at + 2:
                     running.cancel()  # checkpoints are retained: the next run resumes from here
@@ -181,12 +227,37 @@ class StreamRunner:
     def _all_batches_done(feeder: Feeder, loader: Loader) -> bool:
         return all(set(names) <= loader.markers for names in feeder.batches().values())
 
+    def _feeder_totals(self, feeder: Feeder) -> None:
+        """Late and future-dated events per source, from the feeder's manifests (they survive restarts)."""
+        info = self._status["feeder"]
+        info["late"] = {s: t.get("late", 0) for s, t in feeder.totals.items()}
+        info["future"] = {s: t.get("future", 0) for s, t in feeder.totals.items()}
+
+    def _retire(self, feeder: Feeder, loader: Loader, seen: dict[str, int]) -> None:
+        """Retention: inbox batches (and their marker files) go two checkpoints after their marker was
+        committed, so any checkpoint a restart restores has read them completely."""
+        now = _checkpoint_number(self.paths)
+        for batch in loader.markers:
+            seen.setdefault(batch, now)
+        ready = {b for b, at in seen.items() if now >= at + 2}
+        if ready:
+            with self._feed_lock:
+                removed = feeder.retire(ready)
+            loader.forget_markers(ready)
+            for batch in ready:
+                seen.pop(batch, None)
+            if removed:
+                self._status["feeder"]["retired_batches"] = self._status["feeder"].get("retired_batches", 0) + removed
+
     def _start_fresh(self) -> None:
         """Forget every trace of an earlier job: its checkpoints, inbox, change files and logs."""
         clear_checkpoints(self.paths)
         for folder in (self.paths.root / "inbox", self.paths.sinks):
             shutil.rmtree(folder, ignore_errors=True)
-        (self.paths.root / "counts.json").unlink(missing_ok=True)
+        for name in ("counts.json", "markers.json"):
+            (self.paths.root / name).unlink(missing_ok=True)
+        for source in self.streams:  # the replay writes them again
+            shutil.rmtree(late_dir(self.config.offline_dir) / source, ignore_errors=True)
 
     def _open_store(self) -> OnlineStore:
         from quiver.online.embedded import ensure_redis
@@ -199,7 +270,8 @@ class StreamRunner:
         pause = max(self.options.monitor_interval_ms / 2000, 0.02)
         while not self._stop.is_set():
             try:
-                fed = feeder.feed()
+                with self._feed_lock:
+                    fed = feeder.feed()
                 with self._lock:
                     info = self._status["feeder"]
                     info["files"] += sum(fed.files.values())
@@ -207,21 +279,33 @@ class StreamRunner:
                     info["backlog"] = feeder.backlog()
                     for source, n in fed.unparseable.items():
                         info["unparseable"][source] = info["unparseable"].get(source, 0) + n
+                    self._feeder_totals(feeder)
             except OSError as exc:  # a file vanished or a disk hiccup: retry on the next pass
                 log.warning("feeder: %s", exc)
             self._stop.wait(pause)
 
-    def _load_loop(self, loader: Loader, publisher: MetricsPublisher) -> None:
+    def _load_loop(self, loader: Loader, publisher: MetricsPublisher, feeder: Feeder) -> None:
         pause = self.options.poll_interval_ms / 1000
         next_status = 0.0
+        seen: dict[str, int] = {}
         while not self._stop.is_set():
             try:
                 loader.poll()
+                if not self.options.bounded:  # a bounded run keeps its batches: it finishes by them
+                    self._retire(feeder, loader, seen)
             except OnlineStoreError as exc:  # Redis down: the files stay, the next poll retries them
                 log.warning("loader: %s", exc)
                 self._stop.wait(1.0)
+            except OSError as exc:
+                log.warning("retention: %s", exc)
+            except Exception as exc:  # a dead loader must fail the run, never leave it waiting
+                log.exception("loader failed")
+                self._status["error"] = f"loader: {type(exc).__name__}: {exc}"
+                self._loader_failed = True
+                self._stop.set()
+                return
             if time.monotonic() >= next_status:
-                publisher.publish(loader.stats.late, loader.stats.newest_event_us)
+                publisher.publish(self._late(loader), loader.stats.newest_event_us)
                 self._write(loader)
                 next_status = time.monotonic() + 1.0
             self._stop.wait(pause)
@@ -231,13 +315,25 @@ class StreamRunner:
             loader.poll()
         except OnlineStoreError as exc:
             log.error("loader: could not load the last change files (they stay for the next run): %s", exc)
-        publisher.publish(loader.stats.late, loader.stats.newest_event_us)
+        except Exception as exc:
+            if not self._loader_failed:
+                raise
+            log.error("loader: %s (the change files stay for the next run)", exc)
+        publisher.publish(self._late(loader), loader.stats.newest_event_us)
+
+    def _late(self, loader: Loader) -> dict[str, int]:
+        """Late events per source: the feeder's split (local files) plus the job's late sink (Kafka)."""
+        late = dict(loader.stats.late)
+        for source, n in (self._status.get("feeder", {}).get("late") or {}).items():
+            late[source] = late.get(source, 0) + int(n)
+        return late
 
     def _write(self, loader: Loader) -> None:
         latest = latest_checkpoint(self.paths.checkpoints)
         self._status["checkpoint"] = ({"path": str(latest), "at": (latest / "_metadata").stat().st_mtime}
                                       if latest else None)
         self._status["loader"] = loader.stats.as_dict()
+        self._status["late"] = self._late(loader)
         self._status["pid"] = _pid()
         try:
             with self._lock:
@@ -255,6 +351,34 @@ def _pid() -> int:
     return os.getpid()
 
 
+def _pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise QuiverError(f"expected KEY=VALUE, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+def kafka_jars() -> list[Path]:
+    """The Flink Kafka SQL connector jar(s): from $QUIVER_FLINK_JARS (paths separated by os.pathsep) or
+    PyFlink's own lib folder. Raises one clear QuiverError when there is none."""
+    listed = [Path(p) for p in os.environ.get("QUIVER_FLINK_JARS", "").split(os.pathsep) if p.strip()]
+    missing = [p for p in listed if not p.is_file()]
+    if missing:
+        raise QuiverError(f"QUIVER_FLINK_JARS names {', '.join(map(str, missing))}, which does not exist")
+    spec = importlib.util.find_spec("pyflink")
+    lib = Path(spec.origin).parent / "lib" if spec and spec.origin else None
+    found = [p for p in listed if KAFKA_JAR in p.name]
+    if lib is not None and lib.is_dir():
+        found += sorted(lib.glob(f"{KAFKA_JAR}*.jar"))
+    if not found:
+        raise QuiverError(f"the stream reads Kafka, but the Flink Kafka connector jar ({KAFKA_JAR}-*.jar) is "
+                          f"missing: {KAFKA_JAR_HELP}")
+    return found
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m quiver.streaming.runner", description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, default=None, help="quiver.yaml (default: ./quiver.yaml)")
@@ -267,7 +391,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fresh", action="store_true", help="ignore checkpoints and replay the stream directory")
     # Freshness ≈ feeder pass + inbox listing + roll + checkpoint + loader poll: all sub-second (the report
     # in benchmarks/streaming.py measured p50 0.9-1.3 s with these on a loaded 2-core machine).
-    p.add_argument("--checkpoint-interval-ms", type=int, default=250, help="checkpoints commit the sink files")
+    p.add_argument("--checkpoint-interval-ms", type=int, default=1000, help="checkpoints commit the sink files")
+    p.add_argument("--mini-batch-ms", type=int, default=0, help="mini-batch aggregation latency (0: off)")
+    p.add_argument("--max-future-ms", type=int, default=0,
+                   help="events dated later than arrival + this go to the batch route, not online")
+    p.add_argument("--stream-retention-s", type=float, default=None,
+                   help="delete fed and committed stream files older than this (default: keep)")
+    p.add_argument("--table-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Flink table setting (part of the job's SQL; repeatable)")
+    p.add_argument("--flink-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Flink runtime setting, e.g. taskmanager.memory.managed.size=256m (repeatable)")
     p.add_argument("--monitor-interval-ms", type=int, default=100, help="how often the job lists its inbox")
     p.add_argument("--roll-interval-ms", type=int, default=100, help="how often sink files are closed for commit")
     p.add_argument("--state-backend", choices=("rocksdb", "hashmap"), default="rocksdb")
@@ -289,8 +422,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = StreamOptions(bounded=args.bounded, parallelism=args.parallelism,
                                 checkpoint_interval_ms=args.checkpoint_interval_ms,
                                 monitor_interval_ms=args.monitor_interval_ms, roll_interval_ms=args.roll_interval_ms,
-                                state_backend=args.state_backend,
-                                fresh=args.fresh, views=views)
+                                state_backend=args.state_backend, fresh=args.fresh, views=views,
+                                mini_batch_ms=args.mini_batch_ms, max_future_ms=args.max_future_ms,
+                                stream_retention_s=args.stream_retention_s,
+                                table_settings=_pairs(args.table_set), flink_settings=_pairs(args.flink_set))
         paths = StreamPaths.at(args.state_dir or default_state_dir(config), args.checkpoint_dir)
         runner = StreamRunner(config, catalog, paths, options)
     except QuiverError as exc:

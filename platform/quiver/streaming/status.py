@@ -2,7 +2,7 @@
 
 The running job rewrites `<state>/status.json` about once a second and `<state>/metrics.prom` in the
 Prometheus text format (node_exporter's textfile collector reads it; no client library needed in the
-streaming venv). Where `monitoring.metrics` imports (the main venv), the same counts also go to its
+streaming venv). Where `quiver.monitoring.metrics` imports (the main venv), the same counts also go to its
 counters, e.g. `quiver_late_events_total{source=…}`.
 """
 
@@ -95,12 +95,12 @@ def prometheus_text(status: Mapping[str, Any]) -> str:
 
 
 class MetricsPublisher:
-    """Pushes count increases to `monitoring.metrics` when it imports (no-op otherwise)."""
+    """Pushes count increases to `quiver.monitoring.metrics` when it imports (no-op otherwise)."""
 
     def __init__(self) -> None:
         self._metrics: Any = None
         try:
-            from monitoring import metrics
+            from quiver.monitoring import metrics
 
             self._metrics = metrics
         except ImportError:  # the streaming venv has no prometheus_client
@@ -121,6 +121,34 @@ class MetricsPublisher:
             self._late[source] = total
         for view, us in newest_event_us.items():
             self._metrics.set_freshness(view, us / 1e6)
+
+
+def tree_cpu_s(pid: int | None = None) -> float | None:
+    """CPU seconds (user + system) used so far by process `pid` (default: this one) and its live
+    descendants, e.g. the Flink JVM; None where /proc is not readable. On a machine shared with other
+    work, events per CPU second is steadier than events per wall second."""
+    root = os.getpid() if pid is None else pid
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        children: dict[int, list[int]] = {}
+        stats: dict[int, float] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            stats[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+    total, todo = 0.0, [root]
+    while todo:
+        current = todo.pop()
+        total += stats.get(current, 0.0)
+        todo += children.get(current, [])
+    return total
 
 
 def _atomic(path: Path, text: str) -> None:

@@ -4,7 +4,7 @@ WITH "events" AS (
   SELECT
     CAST("user_id" AS BIGINT) AS "user_id",
     CAST("merchant_id" AS BIGINT) AS "merchant_id",
-    epoch_us(CAST("ts" AS TIMESTAMPTZ)) AS "__ts_us",
+    epoch_us(CAST("ts" AS TIMESTAMP_NS)) AS "__ts_us",
     CAST("amount" AS DOUBLE) AS "amount",
     CAST("cat" AS VARCHAR) AS "cat"
   FROM "events"

@@ -7,7 +7,7 @@ SELECT
   CAST("amount" AS DOUBLE) AS "amount",
   CAST("cat" AS VARCHAR) AS "cat",
   CASE WHEN "ts" IS NULL THEN 'null_event_ts' ELSE 'null_key' END AS "quarantine_reason",
-  CAST(make_timestamp(epoch_us(CAST("ts" AS TIMESTAMPTZ))) AS DATE) AS "__date"
+  CAST(make_timestamp(epoch_us(CAST("ts" AS TIMESTAMP_NS))) AS DATE) AS "__date"
 FROM "events"
 WHERE "ts" IS NULL
    OR ("ts" >= make_timestamptz($start_us) AND "ts" < make_timestamptz($end_us) AND ("user_id" IS NULL OR "merchant_id" IS NULL))

@@ -3,8 +3,8 @@
 WITH "events" AS (
   SELECT
     CAST("user_id" AS BIGINT) AS "user_id",
-    epoch_us(CAST("ts" AS TIMESTAMPTZ)) AS "__ts_us",
-    epoch_us(CAST("ts" AS TIMESTAMPTZ)) - epoch_us(CAST("ts" AS TIMESTAMPTZ)) % 300000000 AS "tile_start",
+    epoch_us(CAST("ts" AS TIMESTAMP_NS)) AS "__ts_us",
+    epoch_us(CAST("ts" AS TIMESTAMP_NS)) - ((epoch_us(CAST("ts" AS TIMESTAMP_NS)) % 300000000) + 300000000) % 300000000 AS "tile_start",
     CAST("amount" AS DOUBLE) AS "amount",
     CAST("qty" AS BIGINT) AS "qty",
     CAST("flag" AS BOOLEAN) AS "flag",

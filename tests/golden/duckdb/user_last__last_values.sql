@@ -3,7 +3,7 @@
 WITH "events" AS (
   SELECT
     CAST("user_id" AS BIGINT) AS "user_id",
-    epoch_us(CAST("ts" AS TIMESTAMPTZ)) AS "__ts_us",
+    epoch_us(CAST("ts" AS TIMESTAMP_NS)) AS "__ts_us",
     CAST("amount" AS DOUBLE) AS "amount",
     CAST("qty" AS BIGINT) AS "qty",
     CAST("flag" AS BOOLEAN) AS "flag",

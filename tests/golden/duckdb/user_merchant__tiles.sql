@@ -4,8 +4,8 @@ WITH "events" AS (
   SELECT
     CAST("user_id" AS BIGINT) AS "user_id",
     CAST("merchant_id" AS BIGINT) AS "merchant_id",
-    epoch_us(CAST("ts" AS TIMESTAMPTZ)) AS "__ts_us",
-    epoch_us(CAST("ts" AS TIMESTAMPTZ)) - epoch_us(CAST("ts" AS TIMESTAMPTZ)) % 600000000 AS "tile_start",
+    epoch_us(CAST("ts" AS TIMESTAMP_NS)) AS "__ts_us",
+    epoch_us(CAST("ts" AS TIMESTAMP_NS)) - ((epoch_us(CAST("ts" AS TIMESTAMP_NS)) % 600000000) + 600000000) % 600000000 AS "tile_start",
     CAST("amount" AS DOUBLE) AS "amount",
     CAST("qty" AS BIGINT) AS "qty"
   FROM "events"

@@ -4,11 +4,8 @@ SET 'table.exec.mini-batch.enabled' = 'false';
 SET 'table.exec.state.ttl' = '90300500 ms';
 
 CREATE TABLE `src__clicks` (
-  `ts_ms` STRING,
-  `user_id` STRING,
-  `qty` STRING,
-  `__ts_ms` AS TRY_CAST(`ts_ms` AS BIGINT),
-  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN TRY_CAST(`ts_ms` AS BIGINT) >= 0 AND TRY_CAST(`ts_ms` AS BIGINT) <= UNIX_TIMESTAMP() * 1000 + 60000 THEN TRY_CAST(`ts_ms` AS BIGINT) ELSE 0 END, 3),
+  `line` STRING,
+  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000 THEN (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) - MOD(MOD(COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000), 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
   WATERMARK FOR `__rowtime` AS `__rowtime` - INTERVAL '0 00:00:00.500' DAY TO SECOND(3)
 ) WITH (
   'connector' = 'kafka',
@@ -17,37 +14,35 @@ CREATE TABLE `src__clicks` (
   'properties.group.id' = 'quiver-clicks',
   'scan.startup.mode' = 'group-offsets',
   'properties.auto.offset.reset' = 'earliest',
-  'format' = 'json',
-  'json.fail-on-missing-field' = 'false',
-  'json.ignore-parse-errors' = 'true'
+  'format' = 'raw'
 );
 
 CREATE TEMPORARY VIEW `clicks__parsed` AS
 SELECT
-  `__ts_ms`,
+  COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) AS `__ts_us`,
   `__rowtime`,
-  TRY_CAST(`user_id` AS BIGINT) AS `user_id`,
-  TRY_CAST(`qty` AS BIGINT) AS `qty`,
-  `ts_ms` AS `__raw_ts_ms`,
-  `user_id` AS `__raw_user_id`,
-  `qty` AS `__raw_qty`,
+  TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) AS `user_id`,
+  TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) AS `qty`,
+  `line`,
   CASE
-      WHEN `ts_ms` IS NULL THEN 'null_event_ts'
-      WHEN `__ts_ms` IS NULL OR CAST(`__ts_ms` AS STRING) <> `ts_ms` THEN 'bad_type:ts_ms'
-      WHEN NOT (`__ts_ms` >= 0 AND `__ts_ms` <= UNIX_TIMESTAMP() * 1000 + 60000) THEN 'event_ts_out_of_range'
-      WHEN `user_id` IS NOT NULL AND (TRY_CAST(`user_id` AS BIGINT) IS NULL OR CAST(TRY_CAST(`user_id` AS BIGINT) AS STRING) <> `user_id`) THEN 'bad_type:user_id'
-      WHEN `qty` IS NOT NULL AND (TRY_CAST(`qty` AS BIGINT) IS NULL OR CAST(TRY_CAST(`qty` AS BIGINT) AS STRING) <> `qty`) THEN 'bad_type:qty'
+      WHEN NOT (`line` IS JSON OBJECT) THEN 'unparseable_json'
+      WHEN JSON_VALUE(`line`, '$.ts_us') IS NULL AND JSON_VALUE(`line`, '$.ts_ms') IS NULL THEN 'null_event_ts'
+      WHEN JSON_VALUE(`line`, '$.ts_us') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.ts_us')) THEN 'bad_type:ts_us'
+      WHEN JSON_VALUE(`line`, '$.ts_ms') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.ts_ms')) THEN 'bad_type:ts_ms'
+      WHEN NOT (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000) THEN 'event_ts_in_future'
+      WHEN JSON_VALUE(`line`, '$.user_id') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.user_id')) THEN 'bad_type:user_id'
+      WHEN JSON_VALUE(`line`, '$.qty') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.qty')) THEN 'bad_type:qty'
     END AS `__problem`
 FROM `src__clicks`;
 
-CREATE TEMPORARY VIEW `clicks__on_time` AS
+CREATE TEMPORARY VIEW `clicks__events` AS
 SELECT *
 FROM `clicks__parsed`
 WHERE `__problem` IS NULL
   AND NOT (CURRENT_WATERMARK(`__rowtime`) IS NOT NULL AND `__rowtime` <= CURRENT_WATERMARK(`__rowtime`) - INTERVAL '0 01:00:00.000' DAY TO SECOND(3));
 
 CREATE TABLE `late__clicks` (
-  `ts_ms` BIGINT,
+  `ts_us` BIGINT,
   `user_id` BIGINT,
   `qty` BIGINT
 ) WITH (
@@ -62,9 +57,7 @@ CREATE TABLE `late__clicks` (
 CREATE TABLE `quarantine__clicks` (
   `reason` STRING,
   `view` STRING,
-  `ts_ms` STRING,
-  `user_id` STRING,
-  `qty` STRING
+  `line` STRING
 ) WITH (
   'connector' = 'filesystem',
   'path' = 'file:///srv/quiver/stream/sinks/quarantine/clicks',
@@ -78,6 +71,7 @@ CREATE TABLE `tiles__user_clicks` (
   `user_id` BIGINT,
   `tile_start` BIGINT,
   `n_events` BIGINT,
+  `__newest_us` BIGINT,
   `qty__cnt` BIGINT,
   `qty__sum` DOUBLE
 ) WITH (
@@ -92,7 +86,7 @@ CREATE TABLE `tiles__user_clicks` (
 EXECUTE STATEMENT SET BEGIN
   INSERT INTO `late__clicks`
   SELECT
-    `__ts_ms` AS `ts_ms`,
+    `__ts_us` AS `ts_us`,
     `user_id`,
     `qty`
   FROM `clicks__parsed`
@@ -102,18 +96,14 @@ EXECUTE STATEMENT SET BEGIN
   SELECT
     `__problem` AS `reason`,
     '' AS `view`,
-    `__raw_ts_ms` AS `ts_ms`,
-    `__raw_user_id` AS `user_id`,
-    `__raw_qty` AS `qty`
+    `line`
   FROM `clicks__parsed`
   WHERE `__problem` IS NOT NULL
   UNION ALL
   SELECT
     'null_key' AS `reason`,
     'user_clicks' AS `view`,
-    `__raw_ts_ms` AS `ts_ms`,
-    `__raw_user_id` AS `user_id`,
-    `__raw_qty` AS `qty`
+    `line`
   FROM `clicks__parsed`
   WHERE `__problem` IS NULL
     AND (`user_id` IS NULL);
@@ -122,6 +112,7 @@ EXECUTE STATEMENT SET BEGIN
     `user_id`,
     `tile_start`,
     `n_events`,
+    `__newest_us`,
     `qty__cnt`,
     `qty__sum`
   FROM (
@@ -129,16 +120,16 @@ EXECUTE STATEMENT SET BEGIN
       `user_id`,
       `tile_start`,
       COUNT(*) AS `n_events`,
+      MAX(`__ts_us`) AS `__newest_us`,
       count(`qty`) AS `qty__cnt`,
       sum(CAST(`qty` AS DOUBLE)) AS `qty__sum`
     FROM (
       SELECT
         `user_id`,
-        (`__ts_ms` - MOD(`__ts_ms`, 300000)) * 1000 AS `tile_start`,
-        `__ts_ms` * 1000 AS `__ts_us`,
+        `__ts_us` - MOD(MOD(`__ts_us`, 300000000) + 300000000, 300000000) AS `tile_start`,
+        `__ts_us`,
         `qty`
-      FROM `clicks__on_time`
-      WHERE `user_id` IS NOT NULL
+      FROM `clicks__events`
     )
     GROUP BY `user_id`, `tile_start`
   );

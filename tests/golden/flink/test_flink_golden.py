@@ -57,9 +57,11 @@ def test_generated_flink_sql_matches_golden_file(path: Path) -> None:
 
 def test_golden_jobs_cover_every_fn_and_both_view_kinds() -> None:
     local = CASES[HERE / "events_local.sql"]
-    for fn_sql in ("count(`amount`)", "sum(`amount`)", "sum(`amount` * `amount`)", "min(`amount`)",
-                   "max(`amount`)", "`amount__last__key`", "`cat__last__key`", "ROW_NUMBER() OVER"):
+    for fn_sql in ("count(`amount`)", "sum(`amount`)", "sum(`amount` * `amount`)",
+                   "MIN(CASE WHEN ABS(`amount`) >= 0 THEN `amount` END)", "min(CAST(`flag` AS BIGINT))",
+                   "MAX(CASE WHEN ABS(`amount`) >= 0 THEN `amount` END)", "max(`qty`)",
+                   "`amount__last__key`", "`cat__last__key`", "ROW_NUMBER() OVER"):
         assert fn_sql in local
     assert "offline_only" not in local  # not online: not streamed
     kafka = CASES[HERE / "clicks_kafka.sql"]
-    assert "'connector' = 'kafka'" in kafka and "'topic' = 'clicks'" in kafka
+    assert "'connector' = 'kafka'" in kafka and "'topic' = 'clicks'" in kafka and "'format' = 'raw'" in kafka

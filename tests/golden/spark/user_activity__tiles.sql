@@ -4,7 +4,7 @@ WITH `events` AS (
   SELECT
     CAST(`user_id` AS BIGINT) AS `user_id`,
     unix_micros(CAST(`ts` AS TIMESTAMP)) AS `__ts_us`,
-    unix_micros(CAST(`ts` AS TIMESTAMP)) - unix_micros(CAST(`ts` AS TIMESTAMP)) % 300000000 AS `tile_start`,
+    unix_micros(CAST(`ts` AS TIMESTAMP)) - ((unix_micros(CAST(`ts` AS TIMESTAMP)) % 300000000) + 300000000) % 300000000 AS `tile_start`,
     CAST(`amount` AS DOUBLE) AS `amount`,
     CAST(`qty` AS BIGINT) AS `qty`,
     CAST(`flag` AS BOOLEAN) AS `flag`,

@@ -5,7 +5,7 @@ WITH `events` AS (
     CAST(`user_id` AS BIGINT) AS `user_id`,
     CAST(`merchant_id` AS BIGINT) AS `merchant_id`,
     unix_micros(CAST(`ts` AS TIMESTAMP)) AS `__ts_us`,
-    unix_micros(CAST(`ts` AS TIMESTAMP)) - unix_micros(CAST(`ts` AS TIMESTAMP)) % 600000000 AS `tile_start`,
+    unix_micros(CAST(`ts` AS TIMESTAMP)) - ((unix_micros(CAST(`ts` AS TIMESTAMP)) % 600000000) + 600000000) % 600000000 AS `tile_start`,
     CAST(`amount` AS DOUBLE) AS `amount`,
     CAST(`qty` AS BIGINT) AS `qty`
   FROM `events`

@@ -1,0 +1,396 @@
+"""Prediction serving: req/s and p50/p99 latency of `quiver serve-model` vs the service a Feast user writes.
+
+Both sides serve the same torch model (one real artifact: a TabularNet over 50 float features, loaded by
+`quiver.models.artifact.load_model`) on the same data (N users × 50 float64 features, one view) in one
+redis-server this script starts. Quiver: `quiver serve-model` (FastAPI, online features in one store call,
+serving logs written, registry polled) in champion-only, champion + shadow, and canary-at-50 % setups. The
+peer: a FastAPI endpoint calling Feast 0.67's `get_online_features` and then the same model — what a Feast
+user writes, champion only. Each server is its own process with one uvicorn worker and one torch thread;
+the same client (a few threads, one keep-alive connection each, a minimal HTTP/1.1 client so that it
+measures the servers rather than itself) drives each setup for the same duration, at 1 and 100 rows per
+request; setups alternate round by round. Both sides must return the same scores for sampled rows (and
+every reply one prediction per row), else the script fails.
+
+    python benchmarks/predict.py [--quick]
+Last line: RESULT predict ratio=<Quiver req/s (champion + shadow) / peer req/s, 1 row> quiver=<req/s>req/s
+           peer=<req/s>req/s
+Targets: ≥ 3× the peer's req/s at 1 row, ≥ 10× at 100 rows; the shadow adds ≤ 10 % to the champion's p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "platform")]
+RESULTS = HERE / "results"
+KEY = "bench-key"
+MODEL = "bench_model"
+
+from http_server import DEFS, free_port, stop, wait_http  # noqa: E402
+from online_read import F, feast_setup, quiver_setup, user_frame  # noqa: E402
+
+PEER_APP = """
+import os, sys
+sys.path[:0] = {paths!r}
+import torch
+torch.set_num_threads(1)
+from fastapi import FastAPI
+from pydantic import BaseModel
+from feast import FeatureStore
+from quiver.models.artifact import load_model
+
+store = FeatureStore(repo_path={repo!r})
+model = load_model({artifact!r})
+FEATURES = [f"v:f{{i}}" for i in range({F})]
+app = FastAPI()
+
+
+class Row(BaseModel):
+    request_id: str
+    entities: dict[str, int]
+
+
+class Body(BaseModel):
+    rows: list[Row]
+
+
+@app.post("/predict")
+def predict(body: Body) -> dict:
+    values = store.get_online_features(features=FEATURES,
+                                       entity_rows=[r.entities for r in body.rows]).to_dict()
+    scores = model.predict({{name: values[name] for name in model.features}})
+    return {{"predictions": [{{"request_id": r.request_id, "score": float(s)}}
+                             for r, s in zip(body.rows, scores)]}}
+
+
+@app.get("/health")
+def health() -> dict:
+    return {{"status": "ok"}}
+"""
+
+
+def save_models(root: Path) -> list[tuple[Path, str]]:
+    """Three real artifacts (champion, shadow, canary) over f0..f49."""
+    import torch
+
+    from quiver.models.artifact import save_artifact
+    from quiver.models.network import NetworkConfig, TabularNet
+    from quiver.models.scoring import Preprocessor
+
+    names = tuple(f"f{i}" for i in range(F))
+    prep = Preprocessor(names, (), (0.5,) * F, (0.29,) * F, ())
+    out = []
+    for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        net = TabularNet(NetworkConfig(n_numeric=F, cardinalities=(), hidden=(64, 32), dropout=0.0))
+        reference = pd.DataFrame({n: np.random.default_rng(seed).random(100) for n in names}).assign(score=0.5)
+        out.append(save_artifact(root, MODEL, net, prep, feature_refs=[f"v:{n}" for n in names],
+                                 catalog_version=None, catalog_hash="bench", label_column="label",
+                                 reference=reference))
+    return out
+
+
+def quiver_project(root: Path, url: str, frame: pd.DataFrame) -> Any:
+    """Project files, registry with the three versions; returns the ModelRegistry."""
+    from quiver.registry import Registry
+    from quiver.registry.models import ModelRegistry
+
+    (root / "feature_defs").mkdir(parents=True)
+    (root / "feature_defs" / "defs.py").write_text(DEFS)
+    (root / "data").mkdir()
+    pq.write_table(pa.Table.from_pandas(frame.head(10), preserve_index=False), root / "data" / "events.parquet")
+    (root / "quiver.yaml").write_text(f"project: bench\nregistry_url: sqlite:///reg.db\nredis_url: {url}\n")
+    models = ModelRegistry(Registry(f"sqlite:///{root}/reg.db", project="bench"))
+    now = datetime.now(UTC)
+    for folder, sha in save_models(root / "models"):
+        models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics={}, window_start=now - timedelta(days=7),
+                        cutoff=now, features=[f"f{i}" for i in range(F)], catalog_version=None, label_column="label",
+                        lineage={}, reference_path=str(folder / "reference.parquet"))
+    models.set_alias(MODEL, "champion", 1, expected=None, reason="benchmark")
+    return models
+
+
+def start_quiver(root: Path, micro_batch: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {**os.environ, "QUIVER_API_KEY": KEY}
+    proc = subprocess.Popen([sys.executable, "-c", "from quiver.cli import main; main()", "serve-model", MODEL,
+                             "--port", str(port), "--config", str(root / "quiver.yaml"), "--poll-interval", "0.2",
+                             "--micro-batch" if micro_batch else "--no-micro-batch"],
+                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def start_peer(folder: Path, repo: Path, artifact: Path) -> tuple[subprocess.Popen[bytes], str]:
+    (folder / "peer_app.py").write_text(PEER_APP.format(paths=[str(ROOT), str(ROOT / "platform")], repo=str(repo),
+                                                        artifact=str(artifact), F=F))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "peer_app:app", "--port", str(port), "--workers", "1",
+                             "--no-access-log", "--log-level", "warning"], cwd=folder,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def body(users: list[int], tag: str) -> dict[str, Any]:
+    return {"rows": [{"request_id": f"{tag}-{i}", "entities": {"user_id": u}} for i, u in enumerate(users)]}
+
+
+class KeepAliveClient:
+    """A minimal HTTP/1.1 keep-alive client: POST prebuilt JSON, read the reply by Content-Length.
+
+    httpx costs ~0.5 ms of Python per request, and the client shares the two cores (and one GIL across its
+    threads) with the servers, so at ~500 req/s it measured mostly itself. Both sides get this same client.
+    """
+
+    def __init__(self, base: str, headers: dict[str, str]):
+        import socket
+
+        host, _, port = base.removeprefix("http://").partition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.head = f"POST /predict HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{extra}"
+        self.pending = b""
+
+    def post(self, payload: bytes) -> tuple[int, bytes]:
+        self.sock.sendall(f"{self.head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        while b"\r\n\r\n" not in self.pending:
+            self.pending += self._recv()
+        head, _, rest = self.pending.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        fields = dict(line.split(b":", 1) for line in lines[1:])
+        length = int(next(v for k, v in fields.items() if k.strip().lower() == b"content-length"))
+        while len(rest) < length:
+            rest += self._recv()
+        self.pending = rest[length:]
+        return int(lines[0].split(b" ", 2)[1]), rest[:length]
+
+    def _recv(self) -> bytes:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        return chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def load(base: str, headers: dict[str, str], n_entities: int, rows: int, seconds: float,
+         concurrency: int) -> tuple[int, float, list[float]]:
+    """Drive `base` for `seconds` with `concurrency` threads; (requests, wall seconds, latencies).
+
+    Every reply must be a 200 holding one prediction per row, else the run fails."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        mine: list[float] = []
+        client = KeepAliveClient(base, headers)
+        try:
+            k = 0
+            while time.perf_counter() < deadline:
+                payload = json.dumps(body(rng.integers(0, n_entities, rows).tolist(), f"w{seed}-{k}")).encode()
+                t = time.perf_counter()
+                status, answer = client.post(payload)
+                mine.append(time.perf_counter() - t)
+                if status != 200 or answer.count(b'"request_id"') != rows:
+                    raise RuntimeError(f"{base}: {status} {answer[:200]!r}")
+                k += 1
+        except Exception as exc:
+            with lock:
+                errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            client.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(concurrency)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"load on {base} failed: {errors[0]}")
+    return len(latencies), time.perf_counter() - began, latencies
+
+
+def configure(models: Any, base: str, setup: str) -> None:
+    """Move aliases / the rollout for `setup` and wait until the server serves it."""
+    import httpx
+
+    from quiver.registry import rollouts
+
+    registry = models.registry
+    aliases = models.aliases(MODEL)
+    running = rollouts.active_rollout(registry, MODEL)
+    if running is not None:
+        rollouts.finish_rollout(registry, running.id, rollouts.ROLLED_BACK, fraction=0.0)
+    for alias in ("shadow", "canary"):
+        if aliases.get(alias) is not None:
+            models.set_alias(MODEL, alias, None, expected=aliases[alias], reason="benchmark setup")
+    want: dict[str, Any] = {"shadow": None, "canary": None}
+    if setup == "shadow":
+        models.set_alias(MODEL, "shadow", 2, expected=None, reason="benchmark setup")
+        want["shadow"] = f"{MODEL}:2"
+    elif setup == "canary":
+        models.set_alias(MODEL, "canary", 3, expected=None, reason="benchmark setup")
+        rollouts.start_rollout(registry, MODEL, champion_version=1, canary_version=3, fraction=0.5, settings={},
+                               salt="bench")
+        want["canary"] = f"{MODEL}:3"
+    for _ in range(300):
+        health = httpx.get(base + "/health").json()
+        if all(health.get(k) == v for k, v in want.items()):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not switch to {setup}: {health}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    parser.add_argument("--concurrency", type=int, default=4)
+    args = parser.parse_args()
+    n_entities = 1_000 if args.quick else 10_000  # Feast materializes ~1k entities/s: keep its setup short
+    seconds = 1.0 if args.quick else 6.0
+    rounds = 1 if args.quick else 3
+
+    import httpx
+
+    from quiver.models.artifact import load_model
+    from quiver.online.embedded import LocalRedis
+
+    rng = np.random.default_rng(11)
+    frame = user_frame(n_entities, rng)
+    report: dict[str, Any] = {"entities": n_entities, "features": F, "concurrency": args.concurrency,
+                              "seconds_per_run": seconds, "rounds": rounds, "quick": args.quick,
+                              "micro_batching": "off (the default) in every Quiver setup but champion_micro_batch: "
+                                                "the same champion-only server started with --micro-batch "
+                                                "(not run with --quick)"}
+    began = time.perf_counter()
+    setups = ("champion", "shadow", "canary")
+    results: dict[str, dict[int, list[Any]]] = {s: {1: [0, 0.0, []], 100: [0, 0.0, []]}
+                                                for s in (*setups, "champion_micro_batch", "peer")}
+    with LocalRedis() as url, tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        sdk, _, _ = quiver_setup(url, frame)
+        sdk.close()
+        models = quiver_project(tmp_path / "quiver", url, frame)
+        champion = models.get(MODEL, 1)
+        # The Quiver server starts (imports torch, FastAPI, …) while Feast materializes: a shorter setup.
+        quiver_proc, quiver_base = start_quiver(tmp_path / "quiver")
+        # --quick leaves out the --micro-batch variant (off by default; not part of the comparison): one
+        # process fewer importing torch on two cores is most of what keeps --quick under a minute.
+        batched = None if args.quick else start_quiver(tmp_path / "quiver", micro_batch=True)
+        feast_setup(url, frame, tmp_path / "feast")
+        peer_proc, peer_base = start_peer(tmp_path, tmp_path / "feast", Path(champion.artifact_path))
+        headers = {"X-API-Key": KEY}
+        try:
+            wait_http(quiver_base + "/health", quiver_proc)
+            if batched is not None:
+                wait_http(batched[1] + "/health", batched[0])
+            wait_http(peer_base + "/health", peer_proc)
+            report["setup_s"] = time.perf_counter() - began
+            scorer = load_model(champion.artifact_path)
+            users = rng.integers(0, n_entities, 100).tolist()
+            ours = httpx.post(quiver_base + "/predict", json=body(users, "check"), headers=headers).json()
+            theirs = httpx.post(peer_base + "/predict", json=body(users, "check")).json()
+            direct = scorer.predict({f"f{i}": frame[f"f{i}"].to_numpy()[users] for i in range(F)})
+            q = np.array([p["score"] for p in ours["predictions"]])
+            p = np.array([p["score"] for p in theirs["predictions"]])
+            if not (np.allclose(q, direct, rtol=0, atol=1e-9) and np.allclose(p, direct, rtol=0, atol=1e-9)):
+                print(f"MISMATCH: max |quiver − model| {np.abs(q - direct).max():.3g}, "
+                      f"max |peer − model| {np.abs(p - direct).max():.3g}")
+                return 1
+            report["same_answers"] = True
+            for rows in (1, 100):  # warm up both
+                load(quiver_base, headers, n_entities, rows, seconds / 3, args.concurrency)
+                load(peer_base, {}, n_entities, rows, seconds / 3, args.concurrency)
+            for _ in range(rounds):
+                for setup in setups:
+                    configure(models, quiver_base, setup)
+                    for rows in (1, 100):
+                        n, wall, lat = load(quiver_base, headers, n_entities, rows, seconds, args.concurrency)
+                        acc = results[setup][rows]
+                        acc[0], acc[1] = acc[0] + n, acc[1] + wall
+                        acc[2].extend(lat)
+                    if setup == "champion" and batched is not None:  # the same, started with --micro-batch
+                        configure(models, batched[1], setup)
+                        for rows in (1, 100):
+                            n, wall, lat = load(batched[1], headers, n_entities, rows, seconds, args.concurrency)
+                            acc = results["champion_micro_batch"][rows]
+                            acc[0], acc[1] = acc[0] + n, acc[1] + wall
+                            acc[2].extend(lat)
+                for rows in (1, 100):
+                    n, wall, lat = load(peer_base, {}, n_entities, rows, seconds, args.concurrency)
+                    acc = results["peer"][rows]
+                    acc[0], acc[1] = acc[0] + n, acc[1] + wall
+                    acc[2].extend(lat)
+            report["quiver_server_metrics"] = [line for line in httpx.get(quiver_base + "/metrics").text.splitlines()
+                                               if line.startswith("quiver_prediction_rows")]
+        finally:
+            stop(quiver_proc)
+            if batched is not None:
+                stop(batched[0])
+            stop(peer_proc)
+    if batched is None:
+        del results["champion_micro_batch"]
+    for name, by_rows in results.items():
+        report[name] = {}
+        for rows, (n, wall, lat) in by_rows.items():
+            arr = np.array(lat) * 1e3
+            report[name][f"{rows}_rows"] = {"requests": n, "rps": n / wall, "p50_ms": float(np.percentile(arr, 50)),
+                                            "p99_ms": float(np.percentile(arr, 99))}
+            r = report[name][f"{rows}_rows"]
+            print(f"{name:>20} {rows:>3} rows: {r['rps']:7.0f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+                  f"p99 {r['p99_ms']:7.2f} ms  ({n} requests)")
+    ratios = {f"{rows}_rows": report["shadow"][f"{rows}_rows"]["rps"] / report["peer"][f"{rows}_rows"]["rps"]
+              for rows in (1, 100)}
+    shadow_p99 = {f"{rows}_rows": report["shadow"][f"{rows}_rows"]["p99_ms"] / report["champion"][f"{rows}_rows"]["p99_ms"]
+                  for rows in (1, 100)}
+    report["ratio_rps_shadow_vs_peer"] = ratios
+    report["shadow_p99_over_champion_p99"] = shadow_p99
+    report["targets"] = {"rps_1_row_min": 3.0, "rps_100_rows_min": 10.0, "shadow_p99_max": 1.10,
+                         "met": {"1_row": ratios["1_rows"] >= 3.0, "100_rows": ratios["100_rows"] >= 10.0,
+                                 "shadow_p99": max(shadow_p99.values()) <= 1.10}}
+    report["load_average"] = os.getloadavg()
+    report["note"] = "measured on a busy shared 2-core machine; client and servers share the cores"
+    if "champion_micro_batch" in report:
+        gain = {f"{rows}_rows": report["champion_micro_batch"][f"{rows}_rows"]["rps"]
+                / report["champion"][f"{rows}_rows"]["rps"] for rows in (1, 100)}
+        report["micro_batch_gain_rps"] = gain
+        print(f"micro-batching (champion req/s on / off): {gain['1_rows']:.2f} at 1 row, "
+              f"{gain['100_rows']:.2f} at 100 rows")
+    report["total_s"] = time.perf_counter() - began
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "predict.json").write_text(json.dumps(report, indent=2))
+    print(textwrap.dedent(f"""\
+        ratio vs peer (champion + shadow): {ratios['1_rows']:.1f}x at 1 row, {ratios['100_rows']:.1f}x at 100 rows
+        shadow p99 / champion p99: {shadow_p99['1_rows']:.2f} at 1 row, {shadow_p99['100_rows']:.2f} at 100 rows"""))
+    print(f"RESULT predict ratio={ratios['1_rows']:.1f} quiver={report['shadow']['1_rows']['rps']:.0f}req/s "
+          f"peer={report['peer']['1_rows']['rps']:.0f}req/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

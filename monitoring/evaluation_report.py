@@ -1,0 +1,170 @@
+"""The evaluation page of a challenger: champion vs challenger on the same labelled requests, and its canary.
+
+`write_evaluation_report` writes one self-contained HTML page (PNG charts embedded, and the same PNGs beside
+it): ROC and precision-recall curves of both models on the shadow pairs, their calibration (reliability
+diagram), and the canary's steps over time (traffic share and the judged guardrail estimates per step, with
+the outcome of each step). The numbers come from serving logs joined with delayed labels
+(`quiver.monitoring.evaluation.shadow_pairs`) and from the rollout's recorded decisions.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from quiver.monitoring.plots import _png, _pyplot
+
+FloatArray = npt.NDArray[np.float64]
+_CHAMPION, _CHALLENGER = "#4c72b0", "#dd8452"
+_OUTCOME_COLORS = {"advance": "#2e7d32", "promote": "#1b5e20", "hold": "#f9a825", "rollback": "#c62828",
+                   "halt": "#6a1b9a"}
+
+
+def roc_points(labels: FloatArray, scores: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """False- and true-positive rates at every distinct threshold (from (0, 0) to (1, 1))."""
+    order = np.argsort(-scores, kind="stable")
+    y = labels[order]
+    distinct = np.r_[np.flatnonzero(np.diff(scores[order])), len(y) - 1]
+    tps = np.cumsum(y)[distinct]
+    fps = (distinct + 1) - tps
+    pos, neg = max(float(y.sum()), 1.0), max(float(len(y) - y.sum()), 1.0)
+    return np.r_[0.0, fps / neg], np.r_[0.0, tps / pos]
+
+
+def pr_points(labels: FloatArray, scores: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Recall and precision at every distinct threshold, highest threshold first."""
+    order = np.argsort(-scores, kind="stable")
+    y = labels[order]
+    distinct = np.r_[np.flatnonzero(np.diff(scores[order])), len(y) - 1]
+    tps = np.cumsum(y)[distinct]
+    predicted = distinct + 1
+    return tps / max(float(y.sum()), 1.0), tps / predicted
+
+
+def reliability(labels: FloatArray, scores: FloatArray, bins: int = 10) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per equal-width score bin: mean score, observed positive rate, and rows (empty bins left out)."""
+    index = np.clip((scores * bins).astype(int), 0, bins - 1)
+    counts = np.bincount(index, minlength=bins).astype(np.float64)
+    mean_score = np.bincount(index, weights=scores, minlength=bins)
+    positives = np.bincount(index, weights=labels, minlength=bins)
+    keep = counts > 0
+    return mean_score[keep] / counts[keep], positives[keep] / counts[keep], counts[keep]
+
+
+def _area(x: FloatArray, y: FloatArray) -> float:
+    return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2))
+
+
+def curves_png(labels: FloatArray, arms: Mapping[str, FloatArray], kind: str) -> bytes:
+    """ROC (`kind="roc"`) or precision-recall (`kind="pr"`) curves of every arm on the same labels."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    for (name, scores), color in zip(arms.items(), (_CHAMPION, _CHALLENGER, "#55a868"), strict=False):
+        if kind == "roc":
+            x, y = roc_points(labels, scores)
+            ax.plot(x, y, color=color, label=f"{name} (AUC {_area(x, y):.3f})")
+        else:
+            x, y = pr_points(labels, scores)
+            ap = float(np.sum(np.diff(np.r_[0.0, x]) * y))
+            ax.plot(x, y, color=color, label=f"{name} (AP {ap:.3f})")
+    if kind == "roc":
+        ax.plot([0, 1], [0, 1], color="#999", linestyle=":", linewidth=1)
+        ax.set(xlabel="false-positive rate", ylabel="true-positive rate", title="ROC")
+    else:
+        ax.axhline(float(labels.mean()) if len(labels) else 0.0, color="#999", linestyle=":", linewidth=1)
+        ax.set(xlabel="recall", ylabel="precision", title="Precision–recall")
+    ax.legend(loc="lower right" if kind == "roc" else "upper right", fontsize=8)
+    blob = _png(fig)
+    plt.close(fig)
+    return blob
+
+
+def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10) -> bytes:
+    """Reliability diagram: observed positive rate against mean score per bin, marker size ~ rows."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    top = 0.0
+    for (name, scores), color in zip(arms.items(), (_CHAMPION, _CHALLENGER, "#55a868"), strict=False):
+        mean, rate, counts = reliability(labels, scores, bins)
+        ax.plot(mean, rate, color=color, label=name, linewidth=1)
+        ax.scatter(mean, rate, color=color, s=8 + 60 * counts / counts.max(), zorder=3)
+        top = max(top, float(mean.max(initial=0)), float(rate.max(initial=0)))
+    top = min(1.0, top * 1.1 + 1e-3)
+    ax.plot([0, top], [0, top], color="#999", linestyle=":", linewidth=1)
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel="mean predicted probability", ylabel="observed fraud rate",
+           title="Calibration")
+    ax.legend(fontsize=8)
+    blob = _png(fig)
+    plt.close(fig)
+    return blob
+
+
+def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
+    """The canary over time: its traffic share per judged step, coloured by outcome, and the log-loss
+    difference (canary − champion) each step measured."""
+    plt = _pyplot()
+    fig, (share, diff) = plt.subplots(2, 1, figsize=(7, 4.8), sharex=True)
+    x = np.arange(len(steps))
+    fractions = [float(s.get("fraction") or 0.0) for s in steps]
+    colors = [_OUTCOME_COLORS.get(str(s.get("outcome")), "#757575") for s in steps]
+    share.step(x, fractions, where="post", color="#555", linewidth=1)
+    share.scatter(x, fractions, c=colors, s=50, zorder=3)
+    for i, s in enumerate(steps):
+        share.annotate(str(s.get("outcome")), (i, fractions[i]), textcoords="offset points", xytext=(0, 6),
+                       ha="center", fontsize=7)
+    share.set(ylabel="canary share", ylim=(0, 1.1), title="Canary steps")
+    estimates = [s.get("log_loss_diff") for s in steps]
+    known = [(i, float(v)) for i, v in enumerate(estimates) if v is not None and np.isfinite(float(v))]
+    if known:
+        diff.bar([i for i, _ in known], [v for _, v in known], color=[colors[i] for i, _ in known])
+    diff.axhline(0, color="#999", linewidth=1)
+    diff.set(ylabel="log loss Δ (canary − champion)", xlabel="judged step")
+    diff.set_xticks(x, [str(s.get("label") or i) for i, s in enumerate(steps)], fontsize=7, rotation=20)
+    blob = _png(fig)
+    plt.close(fig)
+    return blob
+
+
+def write_evaluation_report(path: str | Path, *, labels: Sequence[float], champion_scores: Sequence[float],
+                            challenger_scores: Sequence[float], champion: str, challenger: str,
+                            canary_steps: Sequence[Mapping[str, Any]] = (), title: str = "",
+                            facts: Sequence[tuple[str, str]] = ()) -> Path:
+    """Write the page and its PNGs (`<stem>.roc.png`, `.pr.png`, `.calibration.png`, `.canary.png`)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    y = np.asarray(labels, np.float64)
+    arms = {f"champion {champion}": np.asarray(champion_scores, np.float64),
+            f"challenger {challenger}": np.asarray(challenger_scores, np.float64)}
+    if not len(y) or any(len(s) != len(y) for s in arms.values()):
+        raise ValueError(f"need as many scores as labels (>0), got {len(y)} labels and "
+                         f"{[len(s) for s in arms.values()]} scores")
+    charts = {"roc": curves_png(y, arms, "roc"), "pr": curves_png(y, arms, "pr"),
+              "calibration": calibration_png(y, arms)}
+    if canary_steps:
+        charts["canary"] = canary_png(canary_steps)
+    for name, blob in charts.items():
+        target.with_name(f"{target.stem}.{name}.png").write_bytes(blob)
+    images = "".join(f"<img alt='{name}' src='data:image/png;base64,{base64.b64encode(blob).decode()}'>"
+                     for name, blob in charts.items())
+    fact_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts)
+    step_rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(s.get(k, '')))}</td>"
+                         for k in ("label", "fraction", "outcome", "rows", "log_loss_diff", "reason")) + "</tr>"
+        for s in canary_steps)
+    steps_table = ("<h2>Canary steps</h2><table><tr><th>step</th><th>share</th><th>outcome</th><th>rows</th>"
+                   f"<th>log loss Δ</th><th>why</th></tr>{step_rows}</table>") if canary_steps else ""
+    heading = html.escape(title or f"{challenger} vs {champion}")
+    target.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>" + heading + "</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}img{margin:6px;max-width:48%}"
+        "</style></head><body><h1>" + heading + "</h1>"
+        f"<p>{len(y):,} labelled requests scored by both models ({int(y.sum()):,} positive).</p>"
+        f"<table>{fact_rows}</table>{images}{steps_table}</body></html>")
+    return target

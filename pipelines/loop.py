@@ -1,0 +1,151 @@
+"""The closed loop's entry points, one per DAG task: each takes plain values and returns a JSON-ready summary.
+
+    quiver_materialize  quality gate → backfill → materialize              (quiver.pipelines.scheduled)
+    quiver_drift        champion reference vs serving logs → Asset quiver://drift/<model>   (loop_drift)
+    quiver_retrain      sliding-window training set → train (gpu queue) → challenger gate  (loop_retrain)
+    quiver_shadow_eval  challenger → shadow → wait for labels → verdict → Asset canary      (loop_rollout)
+    quiver_canary       one judge step per run → promote / continue / roll back, alert      (loop_rollout)
+
+DAG files import only `settings()` at parse time (it reads quiver.yaml, nothing heavy); the rest is imported
+inside the tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from quiver.pipelines.loop_common import Project, run_window
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the DAG files need at parse time, from the project config (quiver.yaml + QUIVER_* overrides)."""
+
+    config_path: str | None
+    model: str
+    service: str
+    window_days: float
+    gpu_queue: str
+    gpu_pool: str
+    min_labelled: int
+    poke_interval_s: float
+    wait_timeout_s: float
+    owner: str = "quiver"
+
+    def default_args(self, retries: int = 2, retry_delay_s: float = 60.0) -> dict[str, Any]:
+        return {"owner": self.owner, "retries": retries, "retry_delay": timedelta(seconds=retry_delay_s)}
+
+
+def settings() -> LoopSettings:
+    """Loop settings of the project that QUIVER_CONFIG (or ./quiver.yaml) names."""
+    from quiver.config import load_config
+
+    path = os.environ.get("QUIVER_CONFIG") or None
+    config = load_config(path)
+    return LoopSettings(config_path=str(config.root / "quiver.yaml") if path is None else path,
+                        model=config.loop_model, service=config.loop_service,
+                        window_days=config.loop_window_days, gpu_queue=config.gpu_queue, gpu_pool=config.gpu_pool,
+                        min_labelled=int(config.loop_min_labelled),
+                        poke_interval_s=config.loop_poke_interval_s, wait_timeout_s=config.loop_wait_timeout_s)
+
+
+def event_extras(triggering_asset_events: Mapping[Any, Iterable[Any]] | None) -> list[dict[str, Any]]:
+    """The `extra` of every Asset event that triggered a run (Airflow's `triggering_asset_events`)."""
+    out: list[dict[str, Any]] = []
+    for events in (triggering_asset_events or {}).values():
+        for event in events:
+            extra = getattr(event, "extra", None) if not isinstance(event, Mapping) else event.get("extra")
+            if extra:
+                out.append(dict(extra))
+    return out
+
+
+def drift_step(config_path: str | None, model: str, start: datetime | None, end: datetime | None,
+               events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Drift of `model`'s serving traffic over the run's window (one day ending at the interval's end)."""
+    from quiver.pipelines.loop_drift import check_serving_drift
+
+    begin, stop = run_window(start, end, days=1.0, events=events or [])
+    return check_serving_drift(Project.load(config_path), model, begin, stop)
+
+
+def drift_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What the drift Asset event carries: the run id and the window it judged (retraining ends there)."""
+    return {"drift_run_id": result["run_id"], "model": result["model"], "champion": result.get("champion"),
+            "window_start": result["window_start"], "window_end": result["window_end"],
+            "drift_share": result.get("drift_share"), "drifted": list(result.get("drifted") or [])}
+
+
+def retrain_plan(model: str, window_days: float, interval_end: datetime | None,
+                 events: list[dict[str, Any]], conf: Mapping[str, Any] | None) -> dict[str, Any]:
+    from quiver.pipelines.loop_retrain import plan_retrain
+
+    # A run started by hand (or by `make demo` standing in for the scheduler) may hand the events in its conf.
+    handed = [dict(e) for e in (conf or {}).get("asset_events", [])]
+    return plan_retrain(model, window_days, interval_end, [*events, *handed], conf)
+
+
+def retrain_busy(config_path: str | None, model: str) -> str | None:
+    from quiver.pipelines.loop_retrain import busy_with
+
+    return busy_with(Project.load(config_path), model)
+
+
+def retrain_train(config_path: str | None, plan: Mapping[str, Any], service: str) -> dict[str, Any]:
+    from quiver.pipelines.loop_retrain import train_step
+
+    return train_step(Project.load(config_path), plan, service, device="auto")
+
+
+def retrain_gate(config_path: str | None, plan: Mapping[str, Any], trained: Mapping[str, Any]) -> dict[str, Any]:
+    from quiver.pipelines.loop_retrain import gate_step
+
+    return gate_step(Project.load(config_path), plan["model"], int(trained["version"]))
+
+
+def as_of(start: datetime | None, end: datetime | None) -> datetime:
+    """The moment a run judges at: its data interval's end, or now for runs without one (asset, manual)."""
+    from datetime import UTC
+
+    from quiver.pipelines.loop_common import utc
+
+    if start is not None and end is not None and utc(start) < utc(end):
+        return utc(end)
+    return datetime.now(UTC)
+
+
+def shadow_start(config_path: str | None, model: str) -> dict[str, Any]:
+    from quiver.pipelines.loop_rollout import start_shadow
+
+    return start_shadow(Project.load(config_path), model)
+
+
+def shadow_labels_ready(config_path: str | None, model: str, moment: datetime, min_labelled: int) -> bool:
+    from quiver.pipelines.loop_rollout import labelled_pairs
+
+    return labelled_pairs(Project.load(config_path), model, None, moment, moment) >= min_labelled
+
+
+def shadow_verdict(config_path: str | None, model: str, moment: datetime, min_labelled: int) -> dict[str, Any]:
+    from quiver.pipelines.loop_rollout import shadow_verdict as verdict
+
+    return verdict(Project.load(config_path), model, moment, min_pairs=min_labelled)
+
+
+def canary_start(config_path: str | None, model: str, conf: Mapping[str, Any] | None,
+                 moment: datetime) -> dict[str, Any]:
+    from quiver.pipelines.loop_rollout import start_canary
+
+    version = (conf or {}).get("canary_version")
+    return start_canary(Project.load(config_path), model, version=int(version) if version is not None else None,
+                        at=moment)
+
+
+def canary_judge_step(config_path: str | None, model: str, moment: datetime) -> dict[str, Any]:
+    from quiver.pipelines.loop_rollout import canary_step
+
+    return canary_step(Project.load(config_path), model, moment)

@@ -1,0 +1,89 @@
+"""Drift on what the model actually received: the champion's training reference vs recent serving logs.
+
+The reference is stored with the champion's model version (`reference_path`: the validation split's feature
+columns plus `score`); the current side is the champion arm's serving-log rows of the run's window (features
+plus `prediction`, compared as `score`). The run is recorded in the registry (one per model × window ×
+champion: a retry returns the recorded run), per-feature and dataset alerts go to the project's sinks, and
+the caller (the drift DAG) emits the `quiver://drift/<model>` Asset when `dataset_drift` is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from quiver.pipelines.loop_common import CHAMPION, Project, iso
+
+SCORE = "score"
+
+
+def window_label(start: datetime, end: datetime) -> str:
+    """How a drift run names its current side: the serving-log window it read."""
+    return f"serving_logs[{iso(start)},{iso(end)})"
+
+
+def align_current(logged: pa.Table, features: Sequence[str]) -> pa.Table:
+    """Serving-log rows as a table with the reference's column names (features, then `score`).
+
+    Logged feature names may carry their view (`user_spend:amount_mean_24h`) where the training set has the
+    bare name; a reference feature with no logged column is left out (the drift report lists it as missing).
+    """
+    from quiver.monitoring.serving_log import feature_frame
+
+    frame = feature_frame(logged)
+    by_bare = {name.rsplit(":", 1)[-1]: name for name in frame.column_names}
+    columns: dict[str, pa.ChunkedArray] = {}
+    for feature in features:
+        source = feature if feature in frame.column_names else by_bare.get(feature)
+        if source is not None:
+            columns[feature] = frame[source]
+    if "prediction" in logged.column_names:
+        columns[SCORE] = logged["prediction"]
+    return pa.table(columns) if columns else pa.table({SCORE: pa.array([], pa.float64())})
+
+
+def check_serving_drift(project: Project, model: str, start: datetime, end: datetime, *,
+                        report_html: bool = True) -> dict[str, Any]:
+    """Compare the champion's reference with the champion arm's serving logs of [start, end)."""
+    from quiver.monitoring import repository
+    from quiver.monitoring.checks import run_drift_check
+    from quiver.monitoring.serving_log import read_serving_logs
+
+    champion = project.models.alias(model, CHAMPION)
+    base: dict[str, Any] = {"model": model, "window_start": iso(start), "window_end": iso(end)}
+    if champion is None:
+        return {**base, "status": "no_champion", "dataset_drift": False, "run_id": None}
+    reference_label, current_label = f"{champion.label} reference", window_label(start, end)
+    base.update(champion=champion.label)
+    for run in repository.list_drift_runs(project.registry, name=model, limit=200):
+        if run["reference"] == reference_label and run["current"] == current_label:
+            drifted = [r["feature"] for r in repository.drift_results_of(project.registry, run["id"])
+                       if r["drifted"]]
+            return {**base, "status": "recorded", "run_id": run["id"], "dataset_drift": bool(run["dataset_drift"]),
+                    "drift_share": run["drift_share"], "drifted": drifted, "repeated": True}
+    reference = pq.read_table(project.path(champion.reference_path))
+    features = [f for f in [*champion.features, SCORE] if f in reference.column_names]
+    logged = read_serving_logs(project.serving_log_root, start, end, arm=CHAMPION)
+    current = align_current(logged, features)
+    if logged.num_rows == 0:
+        return {**base, "status": "no_traffic", "dataset_drift": False, "run_id": None, "rows": 0}
+    check = run_drift_check(reference.select(features), current, name=model, features=features,
+                            registry=project.registry, alerts=project.alerts, reference_label=reference_label,
+                            current_label=current_label)
+    report = check.report
+    html: Path | None = None
+    if report_html and report.dataset_drift:  # the page the alert points at; calm days need none
+        from quiver.monitoring.plots import summary_page
+
+        html = summary_page(report, reference.select(features).to_pandas(), current.to_pandas(),
+                            project.reports_dir / f"drift-{model}-{end:%Y-%m-%d}.html",
+                            title=f"Drift of {model} ({champion.label}) on serving traffic {current_label}")
+    return {**base, "status": "computed", "run_id": check.run_id, "dataset_drift": report.dataset_drift,
+            "drift_share": round(report.drift_share, 4), "drifted": [f.feature for f in report.drifted],
+            "rows": logged.num_rows, "alerts": [a.alert.id for a in check.alerts],
+            "report": str(html) if html else None}

@@ -1,0 +1,161 @@
+"""Retraining on drift: a sliding-window training set ending where the drift was seen, and the challenger gate.
+
+`plan_retrain` turns what triggered the run (drift Asset events, or the weekly calendar) into a window
+[cutoff − N days, cutoff); `train_step` trains and registers through `quiver.pipelines.training.run_training` (a
+retry finds the version it already registered for the same window instead of training twice); `gate_step`
+sets alias `challenger` only when the new version beat its logistic baseline *and* is not worse than the
+champion on the same validation rows — both models scored on the new version's validation split.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from quiver.pipelines.loop_common import CHALLENGER, CHAMPION, Project, iso, utc
+
+log = logging.getLogger("quiver.loop")
+# "Not worse" on the validation window: AUC may trail by this much, log loss may exceed by this much.
+AUC_TOLERANCE = 0.005
+LOG_LOSS_TOLERANCE = 0.002
+_REPORTED = ("roc_auc", "pr_auc", "log_loss", "brier", "ece")
+
+
+def plan_retrain(model: str, window_days: float, interval_end: datetime | str | None,
+                 events: Sequence[Mapping[str, Any]] = (), conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The training window of this run: it ends at the drift window's end (else the run's interval end)."""
+    conf = dict(conf or {})
+    drift = [e for e in events if e.get("drift_run_id") is not None]
+    latest = max(drift, key=lambda e: utc(e["window_end"])) if drift else None
+    if conf.get("cutoff"):
+        cutoff, trigger = utc(conf["cutoff"]), "manual"
+    elif latest is not None:
+        cutoff, trigger = utc(latest["window_end"]), "drift"
+    elif interval_end is not None:
+        cutoff, trigger = utc(interval_end), "schedule"
+    else:
+        raise ValueError("retraining needs a drift event, a conf cutoff or a data interval to end its window")
+    days = float(conf.get("window_days") or window_days)
+    return {"model": model, "trigger": trigger, "cutoff": iso(cutoff),
+            "window_start": iso(cutoff - timedelta(days=days)), "window": f"{days:g}d",
+            "drift_run_id": conf.get("drift_run_id", latest["drift_run_id"] if latest else None)}
+
+
+def train_step(project: Project, plan: Mapping[str, Any], service: str, *, device: str = "auto",
+               seed: int = 0) -> dict[str, Any]:
+    """Train and register a version on the plan's window; an earlier attempt's version is returned as is."""
+    model, cutoff, start = plan["model"], utc(plan["cutoff"]), utc(plan["window_start"])
+    for version in reversed(project.models.versions(model)):
+        if utc(version.cutoff) == cutoff and utc(version.window_start) == start \
+                and version.lineage.get("service") == service:
+            return _version_summary(version, reused=True)
+    from quiver.pipelines.training import run_training
+
+    result = run_training(project.config, service, plan["window"], cutoff, device=device, seed=seed,
+                          model_name=model, log=log.info)
+    return {**_version_summary(result.version, reused=False), "device": result.device,
+            "samples_per_s": round(result.samples_per_s, 1)}
+
+
+def _version_summary(version: Any, reused: bool) -> dict[str, Any]:
+    metrics = version.metrics
+    return {"version": version.version, "label": version.label, "status": version.status, "reused": reused,
+            "metrics": {k: round(float(metrics[k]), 5) for k in _REPORTED if k in metrics},
+            "baseline_roc_auc": round(float(metrics.get("baseline", {}).get("roc_auc", float("nan"))), 5),
+            "window": [iso(version.window_start), iso(version.cutoff)]}
+
+
+def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
+    """The new version's validation split as (feature frame, labels), rebuilt point-in-time from its lineage."""
+    import pyarrow.parquet as pq
+
+    reference = pq.read_table(project.path(version.reference_path))
+    if version.label_column in reference.column_names:
+        frame = reference.to_pandas()
+        return frame, frame[version.label_column].to_numpy(np.float64)
+    from quiver.offline.pit import get_historical_features
+    from quiver.pipelines.training import window_labels
+
+    lineage = version.lineage
+    boundary = utc(lineage["split"]["boundary"])
+    labels = window_labels(lineage["labels_source"], boundary, utc(version.cutoff),
+                           lineage["pit"]["timestamp_column"])
+    labels = labels.filter(labels[version.label_column].is_valid())
+    from quiver.catalog.loader import load_catalog
+
+    catalog = load_catalog(project.config.catalog_dir, root=project.config.root)
+    frame = get_historical_features(labels, lineage["service"], catalog=catalog, config=project.config,
+                                    engine=lineage["pit"]["engine"],
+                                    timestamp_column=lineage["pit"]["timestamp_column"])
+    return frame, frame[version.label_column].to_numpy(np.float64)
+
+
+def compare_on_validation(project: Project, model: str, new: Any, champion: Any) -> dict[str, Any]:
+    """Metrics of the new version and of the champion on the new version's validation rows."""
+    from quiver.models.metrics import classification_metrics
+
+    frame, labels = validation_rows(project, new)
+    out: dict[str, Any] = {"rows": len(labels), "positives": int(labels.sum())}
+    for role, version in (("challenger", new), ("champion", champion)):
+        scores = project.models.load(model, version.version).predict(frame)
+        metrics = classification_metrics(labels, scores)
+        out[role] = {k: round(float(metrics[k]), 5) for k in _REPORTED}
+    return out
+
+
+def gate_step(project: Project, model: str, version: int) -> dict[str, Any]:
+    """Make `version` the challenger when it beat its baseline and is not worse than the champion."""
+    models = project.models
+    new = models.get(model, version)
+    champion = models.alias(model, CHAMPION)
+    result: dict[str, Any] = {"model": model, "version": version, "champion": champion.label if champion else None}
+    if new.status != "registered":
+        return {**result, "decision": "rejected", "reason": f"{new.label} did not beat its logistic baseline"}
+    if champion is not None and champion.version == version:
+        return {**result, "decision": "is_champion", "reason": f"{new.label} is already the champion"}
+    comparison = compare_on_validation(project, model, new, champion) if champion is not None else None
+    result["comparison"] = comparison
+    if comparison is not None:
+        ch, cu = comparison["challenger"], comparison["champion"]
+        worse = []
+        if ch["roc_auc"] < cu["roc_auc"] - AUC_TOLERANCE:
+            worse.append(f"ROC-AUC {ch['roc_auc']:.4f} < champion {cu['roc_auc']:.4f} − {AUC_TOLERANCE}")
+        if ch["log_loss"] > cu["log_loss"] + LOG_LOSS_TOLERANCE:
+            worse.append(f"log loss {ch['log_loss']:.4f} > champion {cu['log_loss']:.4f} + {LOG_LOSS_TOLERANCE}")
+        if worse:
+            return {**result, "decision": "not_better", "reason": "; ".join(worse)}
+        reason = (f"beat its baseline; on its validation window ROC-AUC {ch['roc_auc']:.4f} vs champion "
+                  f"{cu['roc_auc']:.4f}, log loss {ch['log_loss']:.4f} vs {cu['log_loss']:.4f}")
+    else:
+        reason = "beat its baseline; no champion to compare with"
+    current = models.aliases(model).get(CHALLENGER)
+    if current != version:  # a retry finds the alias already moved and notifies nobody twice
+        models.set_alias(model, CHALLENGER, version, expected=current, reason=reason, by="quiver_retrain")
+        project.alerts.resolve("retrain", model)
+        project.alerts.raise_alert("retrain", model, "info", f"New challenger {new.label}", reason,
+                                   {"version": version, "comparison": comparison})
+    return {**result, "decision": "challenger", "reason": reason, "replaced_challenger": current}
+
+
+def challenger_event_extra(gate: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What the challenger Asset event carries (shadow evaluation starts from it)."""
+    return {"model": gate["model"], "version": gate["version"], "champion": gate.get("champion"),
+            "window_end": plan["cutoff"], "drift_run_id": plan.get("drift_run_id")}
+
+
+def busy_with(project: Project, model: str) -> str | None:
+    """Why a new candidate would have to wait (one candidate at a time), or None when the loop is free."""
+    from quiver.registry import rollouts
+
+    aliases = project.models.aliases(model)
+    for alias in (CHALLENGER, "shadow", "canary"):
+        if alias in aliases:
+            return f"{model}:{aliases[alias]} is still the {alias}"
+    running = rollouts.active_rollout(project.registry, model)
+    if running is not None:
+        return f"rollout #{running.id} of {model}:{running.canary_version} is still running"
+    return None

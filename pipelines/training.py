@@ -1,0 +1,264 @@
+"""The sliding-window training job: labels of [cutoff − window, cutoff) → point-in-time training set →
+time split → tensors → train (CPU or CUDA) → metrics beside a logistic-regression baseline → artifact →
+model registry (``rejected`` when it does not beat the baseline).
+
+A plain command (``quiver train …`` or ``python -m quiver.pipelines.training …``), so an Airflow task on a ``gpu``
+queue or a Kubernetes pod requesting ``nvidia.com/gpu`` runs it unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import Catalog
+from quiver.catalog.types import duration_label, parse_duration
+from quiver.config import Config
+from quiver.registry.models import AliasMove, ModelRegistry, ModelVersion
+
+DEFAULT_LABELS = "data/labels/labels.parquet"
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """What a training run produced and where it went."""
+
+    version: ModelVersion
+    metrics: dict[str, float]
+    baseline: dict[str, float]
+    status: str  # registered | rejected
+    device: str
+    samples_per_s: float
+    rows: dict[str, int]
+    alias_move: AliasMove | None = None
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def beat_baseline(self) -> bool:
+        return self.metrics["roc_auc"] > self.baseline["roc_auc"]
+
+
+def parse_cutoff(value: date | datetime | str) -> datetime:
+    """A cutoff as an aware UTC datetime: a date means its midnight (UTC)."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
+    try:
+        return parse_cutoff(datetime.fromisoformat(value))
+    except ValueError:
+        raise QuiverError(f"cutoff {value!r} is not a date (YYYY-MM-DD) or an ISO timestamp") from None
+
+
+def window_labels(labels: str | Path | pd.DataFrame | pa.Table, window_start: datetime, cutoff: datetime,
+                  timestamp_column: str = "event_ts") -> pa.Table:
+    """The label rows with `timestamp_column` in [window_start, cutoff), sorted by time."""
+    import pyarrow.parquet as pq
+
+    if isinstance(labels, str | Path):
+        path = Path(labels)
+        if not path.exists():
+            raise QuiverError(f"labels file {path} does not exist")
+        table = pq.read_table(path)
+    else:
+        table = labels if isinstance(labels, pa.Table) else pa.Table.from_pandas(labels, preserve_index=False)
+    if timestamp_column not in table.column_names:
+        raise QuiverError(f"labels lack the timestamp column {timestamp_column!r}; columns: "
+                          f"{', '.join(table.column_names)}")
+    ts = table[timestamp_column]
+    utc = pa.timestamp("us", "UTC")
+    keep = pc.and_(pc.greater_equal(ts, pa.scalar(window_start, utc)), pc.less(ts, pa.scalar(cutoff, utc)))
+    window = table.filter(keep)
+    return window.take(pc.sort_indices(window, sort_keys=[(timestamp_column, "ascending")]))
+
+
+def run_training(config: Config, service: str = "fraud_model", window: str | timedelta = "14d",
+                 cutoff: date | datetime | str | None = None, *, device: str = "auto", seed: int = 0,
+                 model_name: str | None = None, labels: str | Path | pd.DataFrame | None = None,
+                 label_column: str = "is_fraud", timestamp_column: str = "event_ts",
+                 validation_fraction: float = 0.2, train_config: Any = None, alias: str | None = None,
+                 catalog: Catalog | None = None, engine: str | None = None,
+                 log: Callable[[str], None] = print) -> TrainingResult:
+    """Train `model_name` (default: the service name) on the labels of [cutoff − window, cutoff) and register
+    it. With `alias`, a version that beat the baseline also gets that alias (compare-and-set against the
+    alias's current version)."""
+    from quiver.catalog.references import resolve_features
+    from quiver.models import artifact, data, metrics, train
+    from quiver.models.network import NetworkConfig
+    from quiver.offline.pit import get_historical_features
+    from quiver.registry import Registry
+    from quiver.registry.repository import load_applied_catalog
+
+    lines: list[str] = []
+
+    def say(message: str) -> None:
+        lines.append(message)
+        log(message)
+
+    train.pick_device(device)  # a missing GPU is a user error now, not after the training set is built
+    try:
+        span = parse_duration(window)
+    except ValueError as exc:
+        raise QuiverError(f"window: {exc}") from None
+    if span <= timedelta(0):
+        raise QuiverError(f"window must be positive, got {window!r}")
+    end = parse_cutoff(cutoff if cutoff is not None else datetime.now(UTC).date())
+    start = end - span
+    name = model_name or service
+    registry = Registry(config.registry, project=config.project)
+    if catalog is None:
+        # The applied catalog version is what serving reads, so it is what a model is trained on.
+        applied = load_applied_catalog(config)
+        catalog, catalog_version = applied.catalog, applied.version
+        if applied.disk_differs:
+            say(f"note: definitions on disk differ from applied catalog version {applied.version}; training on "
+                f"the applied version")
+    else:
+        latest = registry.latest()
+        catalog_version = latest[0] if latest and latest[1] == catalog.content_hash else None
+    if catalog_version is None:
+        say("warning: the catalog is not an applied registry version; the model records no catalog version "
+            "(run `quiver apply` first)")
+    cfg = replace(train_config or train.TrainConfig(), seed=seed)
+    refs = resolve_features(catalog, service, full_feature_names=False)
+    features = [r.column for r in refs]
+
+    # ----- the training set: labels of the window × features as of each label's time -----
+    labels_source = labels if labels is not None else config.root / DEFAULT_LABELS
+    table = window_labels(labels_source, start, end, timestamp_column)
+    if table.num_rows == 0:
+        raise QuiverError(f"no labels with {timestamp_column} in [{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M}) "
+                          f"UTC in {labels_source if not isinstance(labels_source, pd.DataFrame) else 'the frame'}")
+    if label_column not in table.column_names:
+        raise QuiverError(f"labels lack the label column {label_column!r}; columns: {', '.join(table.column_names)}")
+    unlabelled = table[label_column].null_count
+    if unlabelled:
+        say(f"quarantined {unlabelled:,} label row(s) with a null {label_column!r} (not trained on)")
+        table = table.filter(pc.is_valid(table[label_column]))
+    started = time.perf_counter()
+    frame = get_historical_features(table, service, catalog=catalog, config=config,
+                                    engine=engine or config.engine, timestamp_column=timestamp_column)
+    say(f"training set: {len(frame):,} labels in [{start:%Y-%m-%d}, {end:%Y-%m-%d}) × {len(features)} features "
+        f"({time.perf_counter() - started:.1f} s)")
+
+    # ----- split by time, fit preprocessing on the training split only, tensors -----
+    split = data.time_split(frame, timestamp_column, validation_fraction)
+    numeric, categorical = data.infer_kinds(frame, features)
+    prep = data.fit_preprocessor(split.train, numeric, categorical)
+    train_t = data.to_tensors(split.train, prep, label_column)
+    valid_t = data.to_tensors(split.valid, prep, label_column)
+    say(f"split at {split.boundary:%Y-%m-%d %H:%M}: {len(train_t):,} train / {len(valid_t):,} validation rows; "
+        f"{len(numeric)} numeric, {len(categorical)} categorical ({', '.join(categorical) or '-'})")
+    network = NetworkConfig(n_numeric=len(numeric), cardinalities=prep.cardinalities, hidden=cfg.hidden,
+                            dropout=cfg.dropout)
+
+    # ----- train (resumes from the checkpoint of an identical killed run) -----
+    checkpoints = config.root / ".quiver" / "checkpoints" / name / f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
+    outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say)
+
+    # ----- metrics of the model and of the baseline, on the same validation split -----
+    scorer_columns = split.valid[features]
+    valid_y = valid_t.label.numpy()
+    scores = _score(outcome.model, valid_t)
+    model_metrics = metrics.classification_metrics(valid_y, scores)
+    baseline = metrics.fit_baseline(train_t.numeric.numpy(), train_t.categorical.numpy(), prep.cardinalities,
+                                    train_t.label.numpy(), seed=seed)
+    baseline_metrics = metrics.classification_metrics(
+        valid_y, metrics.baseline_scores(baseline, valid_t.numeric.numpy(), valid_t.categorical.numpy()))
+    status = "registered" if model_metrics["roc_auc"] > baseline_metrics["roc_auc"] else "rejected"
+
+    # ----- artifact (with the reference distribution) and registry -----
+    reference = split.valid[features].reset_index(drop=True).copy()
+    reference["score"] = scores
+    folder, sha = artifact.save_artifact(
+        config.root / ".quiver" / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs], features=features,
+        catalog_version=catalog_version, catalog_hash=catalog.content_hash, label_column=label_column,
+        reference=reference, extra={"service": service, "window": duration_label(span), "cutoff": end.isoformat(),
+                                    "train_config": cfg.to_dict()})
+    scorer = artifact.load_model(folder, catalog, expected_sha256=sha)
+    if not np.allclose(scorer.predict(scorer_columns), scores, rtol=0, atol=1e-6):
+        raise RuntimeError(f"artifact {folder} does not reproduce the trained model's scores")
+    model_metrics.update(metrics.score_latency_ms(scorer.predict, scorer_columns, len(scorer_columns)))
+    model_metrics.update({"samples_per_s": outcome.samples_per_s, "epochs": float(outcome.epochs_run),
+                          "best_epoch": float(outcome.best_epoch), "val_loss": outcome.best_val_loss})
+    rows = {"labels": int(table.num_rows), "train": len(train_t), "validation": len(valid_t),
+            "quarantined_null_label": int(unlabelled)}
+    lineage = {
+        "labels_source": str(labels_source) if not isinstance(labels_source, pd.DataFrame) else "<DataFrame>",
+        "rows": rows, "service": service, "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
+        "pit": {"engine": engine or config.engine, "timestamp_column": timestamp_column,
+                "as_of_rule": "features use only events with event_ts < label time",
+                "offline_root": str(config.offline_dir)},
+        "split": {"kind": "time", "validation_fraction": validation_fraction,
+                  "boundary": split.boundary.isoformat()},
+        "catalog_hash": catalog.content_hash, "train_config": cfg.to_dict(), "network": network.to_dict(),
+        "device": outcome.device, "precision": outcome.precision, "resumed_from_epoch": outcome.resumed_from_epoch,
+        "history": outcome.history,
+    }
+    models = ModelRegistry(registry)
+    version = models.register(name, artifact_path=str(folder), sha256=sha,
+                              metrics={**model_metrics, "baseline": baseline_metrics}, window_start=start,
+                              cutoff=end, features=features, catalog_version=catalog_version,
+                              label_column=label_column, lineage=lineage,
+                              reference_path=str(folder / artifact.REFERENCE_FILE), status=status)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the run is recorded; checkpoints only serve a crash
+    say(f"{version.label} {status}: ROC-AUC {model_metrics['roc_auc']:.4f} vs baseline "
+        f"{baseline_metrics['roc_auc']:.4f}; artifact {folder}")
+    move = None
+    if alias and status == "registered":
+        current = models.aliases(name).get(alias)
+        move = models.set_alias(name, alias, version.version, expected=current,
+                                reason=f"trained on [{start:%Y-%m-%d}, {end:%Y-%m-%d}), beat the baseline")
+        say(f"alias {alias}: {current or '-'} → {version.version}")
+    registry.close()
+    return TrainingResult(version, model_metrics, baseline_metrics, status, outcome.device, outcome.samples_per_s,
+                          rows, move, lines)
+
+
+def _score(model: Any, tensors: Any) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return torch.sigmoid(model(tensors.numeric, tensors.categorical).double()).numpy()
+
+
+def metrics_table(result: TrainingResult) -> list[tuple[str, str, str]]:
+    """(metric, model, baseline) rows for printing."""
+    names = ("roc_auc", "pr_auc", "log_loss", "brier", "ece")
+    return [(n, f"{result.metrics[n]:.4f}", f"{result.baseline[n]:.4f}") for n in names]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m quiver.pipelines.training --service fraud_model --window 14d --cutoff 2026-11-10``."""
+    from quiver.config import load_config
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--service", default="fraud_model")
+    parser.add_argument("--window", default="14d")
+    parser.add_argument("--cutoff", required=True)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--alias", default=None)
+    parser.add_argument("--config", default=None)
+    args = parser.parse_args(argv)
+    result = run_training(load_config(args.config), args.service, args.window, args.cutoff, device=args.device,
+                          seed=args.seed, model_name=args.name, alias=args.alias)
+    for metric, model, base in metrics_table(result):
+        print(f"{metric:<10}{model:>10}{base:>10}")
+
+
+if __name__ == "__main__":
+    main()

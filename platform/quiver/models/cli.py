@@ -1,0 +1,168 @@
+"""`quiver train` and `quiver models list | describe | history | alias set | alias rollback`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from quiver.catalog.errors import QuiverError
+from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.config import load_config
+
+
+def register(app: typer.Typer) -> None:
+    """Add `train` and the `models` command group to the `quiver` CLI."""
+    models_app = typer.Typer(help="Model versions, aliases and their history.", no_args_is_help=True)
+    alias_app = typer.Typer(help="Move aliases (compare-and-set) and roll back.", no_args_is_help=True)
+    models_app.add_typer(alias_app, name="alias")
+    app.add_typer(models_app, name="models")
+
+    @app.command("train")
+    @user_errors
+    def train_command(
+        service: Annotated[str, typer.Option(help="feature service the model reads")] = "fraud_model",
+        window: Annotated[str, typer.Option(help="training window before the cutoff, e.g. 14d")] = "14d",
+        cutoff: Annotated[str, typer.Option(help="end of the window (exclusive), YYYY-MM-DD or ISO time")] = "",
+        device: Annotated[str, typer.Option(help="auto (CUDA when present), cpu or cuda")] = "auto",
+        seed: Annotated[int, typer.Option(help="random seed (same data + seed → same weights on CPU)")] = 0,
+        name: Annotated[str | None, typer.Option(help="model name (default: the service)")] = None,
+        labels: Annotated[str | None, typer.Option(help="labels Parquet (default: data/labels/labels.parquet)")] = None,
+        label_column: Annotated[str, typer.Option(help="0/1 label column")] = "is_fraud",
+        epochs: Annotated[int | None, typer.Option(help="maximum epochs (default: 30, early stopping)")] = None,
+        alias: Annotated[str | None, typer.Option(help="give this alias to the new version if it beats the "
+                                                       "baseline")] = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """Train on the labels of [cutoff − window, cutoff), compare with the baseline, register the version."""
+        from dataclasses import replace
+
+        from quiver.models.train import TrainConfig
+        from quiver.pipelines.training import metrics_table, run_training
+
+        if not cutoff:
+            raise QuiverError("give --cutoff YYYY-MM-DD (the end of the training window, exclusive)")
+        if epochs is not None and epochs < 1:
+            raise QuiverError(f"--epochs must be at least 1, got {epochs}")
+        cfg = load_config(config)
+        train_config = replace(TrainConfig(), epochs=epochs) if epochs else None
+        result = run_training(cfg, service, window, cutoff, device=device, seed=seed, model_name=name,
+                              labels=labels, label_column=label_column, train_config=train_config, alias=alias,
+                              log=lambda line: console.print(escape(line), highlight=False))
+        table = Table("metric", result.version.label, "baseline (logistic regression)")
+        for row in metrics_table(result):
+            table.add_row(*row)
+        console.print(table)
+        color = "green" if result.status == "registered" else "red"
+        console.print(f"[{color}]{result.version.label} {result.status}[/{color}] "
+                      f"({result.device}, {result.samples_per_s:,.0f} samples/s)")
+
+    @models_app.command("list")
+    @user_errors
+    def list_command(name: Annotated[str | None, typer.Argument(help="one model (default: all)")] = None,
+                     config: ConfigOption = None) -> None:
+        """Versions with status, validation AUC beside the baseline's, window and aliases."""
+        registry = _models(config)
+        table = Table("model", "version", "status", "roc_auc", "baseline", "window", "aliases", "created")
+        for v in registry.versions(name):
+            held = sorted(a for a, n in registry.aliases(v.name).items() if n == v.version)
+            table.add_row(v.name, str(v.version), v.status, _fmt(v.metrics.get("roc_auc")),
+                          _fmt(v.metrics.get("baseline", {}).get("roc_auc")),
+                          f"{v.window_start:%Y-%m-%d} … {v.cutoff:%Y-%m-%d}", ", ".join(held) or "-",
+                          f"{v.created_at:%Y-%m-%d %H:%M}")
+        console.print(table)
+
+    @models_app.command("describe")
+    @user_errors
+    def describe_command(name: Annotated[str, typer.Argument(help="model name")],
+                         ref: Annotated[str, typer.Argument(help="version number or alias")] = "champion",
+                         as_json: Annotated[bool, typer.Option("--json", help="print everything as JSON")] = False,
+                         config: ConfigOption = None) -> None:
+        """One version: status, artifact, window, features, metrics, lineage."""
+        v = _models(config).resolve(name, ref)
+        record = {"name": v.name, "version": v.version, "status": v.status, "artifact_path": v.artifact_path,
+                  "sha256": v.sha256, "window_start": v.window_start.isoformat(), "cutoff": v.cutoff.isoformat(),
+                  "features": v.features, "catalog_version": v.catalog_version, "label_column": v.label_column,
+                  "reference_path": v.reference_path, "created_at": v.created_at.isoformat(),
+                  "created_by": v.created_by, "metrics": v.metrics,
+                  "lineage": {k: x for k, x in v.lineage.items() if k != "history"}}
+        if as_json:
+            console.print_json(json.dumps(record, default=str))
+            return
+        console.print(f"[bold]{v.label}[/bold]  {v.status}  created {v.created_at:%Y-%m-%d %H:%M} by {v.created_by}")
+        for key in ("artifact_path", "sha256", "window_start", "cutoff", "catalog_version", "label_column",
+                    "reference_path"):
+            console.print(f"{key}: {record[key]}", highlight=False, soft_wrap=True)
+        console.print(f"features ({len(v.features)}): {', '.join(v.features)}", soft_wrap=True)
+        table = Table("metric", "model", "baseline")
+        baseline = v.metrics.get("baseline", {})
+        for key, value in v.metrics.items():
+            if key != "baseline":
+                table.add_row(key, _fmt(value), _fmt(baseline.get(key)))
+        console.print(table)
+        console.print(f"lineage: {json.dumps(record['lineage'], default=str)}", highlight=False, soft_wrap=True)
+
+    @models_app.command("history")
+    @user_errors
+    def history_command(name: Annotated[str, typer.Argument(help="model name")],
+                        alias: Annotated[str | None, typer.Option(help="only this alias")] = None,
+                        config: ConfigOption = None) -> None:
+        """Every alias move, oldest first: from → to, reason, by, when."""
+        table = Table("#", "alias", "from", "to", "reason", "by", "decision", "when")
+        for m in _models(config).history(name, alias):
+            table.add_row(str(m.id), m.alias, _version(m.from_version), _version(m.to_version), m.reason, m.by,
+                          str(m.decision_id or "-"), f"{m.moved_at:%Y-%m-%d %H:%M:%S}")
+        console.print(table)
+
+    @alias_app.command("set")
+    @user_errors
+    def alias_set(name: Annotated[str, typer.Argument(help="model name")],
+                  alias: Annotated[str, typer.Argument(help="alias, e.g. champion, shadow, canary")],
+                  version: Annotated[str, typer.Argument(help="version number, or 'none' to remove the alias")],
+                  expected: Annotated[str, typer.Option(help="version the alias points at now ('none' if unset); "
+                                                             "the move fails if it moved meanwhile")],
+                  reason: Annotated[str, typer.Option(help="why (kept in the history)")],
+                  by: Annotated[str, typer.Option(help="who (default: the login name)")] = "",
+                  config: ConfigOption = None) -> None:
+        """Point ALIAS at VERSION if it still points at --expected (compare-and-set)."""
+        move = _models(config).set_alias(name, alias, _optional_int(version, "VERSION"),
+                                         expected=_optional_int(expected, "--expected"), reason=reason, by=by)
+        console.print(f"{name} {alias}: {_version(move.from_version)} → {_version(move.to_version)}")
+
+    @alias_app.command("rollback")
+    @user_errors
+    def alias_rollback(name: Annotated[str, typer.Argument(help="model name")],
+                       reason: Annotated[str, typer.Option(help="why (kept in the history)")],
+                       by: Annotated[str, typer.Option(help="who (default: the login name)")] = "",
+                       config: ConfigOption = None) -> None:
+        """Move champion back to previous (and previous to the old champion)."""
+        move = _models(config).rollback(name, reason=reason, by=by)
+        console.print(f"{name} champion: {_version(move.from_version)} → {_version(move.to_version)} (rolled back)")
+
+
+def _models(config: Any) -> Any:
+    from quiver.registry.models import ModelRegistry
+
+    return ModelRegistry(open_registry(load_config(config)))
+
+
+def _optional_int(text: str, what: str) -> int | None:
+    if text.strip().lower() in ("none", "-", ""):
+        return None
+    digits = text[1:] if text[:1] in ("v", "V") else text
+    if not digits.isdigit():
+        raise QuiverError(f"{what} must be a version number or 'none', got {text!r}")
+    return int(digits)
+
+
+def _version(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)

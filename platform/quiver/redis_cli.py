@@ -1,0 +1,65 @@
+"""`quiver redis status|stop`: the project's embedded Redis (started on demand when `redis_url` is empty).
+
+The embedded server is a daemon that outlives the command that started it, so every later command sees the
+same online store; `quiver redis stop` shuts it down (it saves a snapshot first), and `make reset` calls it
+before deleting `.quiver/`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from quiver.cli import ConfigOption, console, user_errors
+from quiver.config import load_config
+
+redis_app = typer.Typer(help="The project's embedded Redis: status and stop.", no_args_is_help=True)
+
+
+@redis_app.command("status")
+@user_errors
+def redis_status(config: ConfigOption = None) -> None:
+    """Say whether the embedded Redis is running (or which external Redis is configured)."""
+    from quiver.online.embedded import embedded_dir
+
+    cfg = load_config(config)
+    if cfg.redis_url:
+        console.print("redis_url is set: Quiver uses that server and runs no embedded Redis", highlight=False)
+        return
+    pid = _running_pid(embedded_dir(cfg) / "redis.pid")
+    if pid is None:
+        console.print(f"no embedded Redis running for project {cfg.project!r}", highlight=False)
+    else:
+        console.print(f"embedded Redis running (pid {pid}), data in {embedded_dir(cfg)}", highlight=False)
+
+
+@redis_app.command("stop")
+@user_errors
+def redis_stop(config: ConfigOption = None) -> None:
+    """Stop the project's embedded Redis (a snapshot is saved; the next command that needs it restarts it)."""
+    from quiver.online.embedded import stop_embedded
+
+    cfg = load_config(config)
+    if cfg.redis_url:
+        console.print("redis_url is set: there is no embedded Redis to stop", highlight=False)
+        return
+    if stop_embedded(cfg):
+        console.print("stopped the embedded Redis", highlight=False)
+    else:
+        console.print("no embedded Redis was running", highlight=False)
+
+
+def _running_pid(pidfile: object) -> int | None:
+    from pathlib import Path
+
+    try:
+        pid = int(Path(str(pidfile)).read_text().strip())
+        if b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def register(app: typer.Typer) -> None:
+    """Add `quiver redis …` to the `quiver` app."""
+    app.add_typer(redis_app, name="redis")

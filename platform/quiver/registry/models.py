@@ -1,0 +1,323 @@
+"""Model versions and aliases in the registry.
+
+A model version is immutable once registered (only its status may move to ``archived``). Aliases
+(``champion``, ``challenger``, ``shadow``, ``canary``, any identifier) point at versions; moving one is a
+compare-and-set against the version the caller expects it to point at now, done under the registry's write
+lock (SQLite ``BEGIN IMMEDIATE``, a Postgres advisory lock) and appended to an alias history that is never
+rewritten. Promotion convention: when ``champion`` moves, the old champion becomes alias ``previous`` in the
+same transaction, so a rollback is one move back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, RowMapping, delete, func, insert, select, update
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.types import is_identifier
+from quiver.registry.model_tables import model_alias_history, model_aliases, model_versions
+from quiver.registry.repository import Registry, _author
+
+if TYPE_CHECKING:
+    from quiver.catalog.ir import Catalog
+    from quiver.models.artifact import Scorer
+
+STATUSES = ("registered", "rejected", "archived")
+CHAMPION, PREVIOUS = "champion", "previous"
+
+
+class AliasConflict(QuiverError):
+    """An alias move whose expected current version is not the actual one (someone else moved it first)."""
+
+    def __init__(self, name: str, alias: str, expected: int | None, actual: int | None):
+        self.name, self.alias, self.expected, self.actual = name, alias, expected, actual
+        super().__init__(f"alias {alias!r} of model {name!r} points at {_label(actual)}, not the expected "
+                         f"{_label(expected)}; re-read it and retry")
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One registered model version (see the module docstring of quiver.registry.model_tables)."""
+
+    name: str
+    version: int
+    status: str
+    artifact_path: str
+    sha256: str
+    metrics: dict[str, Any]
+    window_start: datetime
+    cutoff: datetime
+    features: list[str]
+    catalog_version: int | None
+    label_column: str
+    lineage: dict[str, Any]
+    reference_path: str
+    created_at: datetime
+    created_by: str = ""
+
+    @property
+    def label(self) -> str:
+        """``name:version``, the label scorers and serving logs carry."""
+        return f"{self.name}:{self.version}"
+
+
+@dataclass(frozen=True)
+class AliasMove:
+    """One entry of the alias history: `alias` moved from `from_version` to `to_version` (None = absent)."""
+
+    id: int
+    name: str
+    alias: str
+    from_version: int | None
+    to_version: int | None
+    reason: str
+    by: str
+    decision_id: int | None
+    moved_at: datetime
+
+
+class ModelRegistry:
+    """Model versions, aliases and alias history of one registry project."""
+
+    def __init__(self, registry: Registry):
+        self.registry = registry
+        self.project = registry.project
+
+    # ----- versions -----
+
+    def register(self, name: str, *, artifact_path: str, sha256: str, metrics: Mapping[str, Any],
+                 window_start: datetime, cutoff: datetime, features: Sequence[str], catalog_version: int | None,
+                 label_column: str, lineage: Mapping[str, Any], reference_path: str,
+                 status: str = "registered", created_by: str | None = None) -> ModelVersion:
+        """Store a new version of model `name` (numbered 1, 2, … per name) and return it."""
+        _check_name("model name", name)
+        if status not in ("registered", "rejected"):
+            raise QuiverError(f"a new model version is 'registered' or 'rejected', not {status!r}")
+        if len(sha256) != 64:
+            raise QuiverError(f"sha256 must be 64 hex digits, got {sha256!r}")
+        if not features:
+            raise QuiverError(f"model {name!r}: a version needs at least one feature")
+        if _utc(cutoff) <= _utc(window_start):
+            raise QuiverError(f"model {name!r}: cutoff {cutoff} must be after window start {window_start}")
+        now = datetime.now(UTC)
+        with self.registry._write() as connection:
+            latest = connection.execute(select(func.max(model_versions.c.version)).where(
+                model_versions.c.project == self.project, model_versions.c.name == name)).scalar()
+            version = int(latest or 0) + 1
+            connection.execute(insert(model_versions).values(
+                project=self.project, name=name, version=version, status=status, artifact_path=artifact_path,
+                sha256=sha256, window_start=_utc(window_start), cutoff=_utc(cutoff),
+                features_json=json.dumps(list(features)), catalog_version=catalog_version,
+                label_column=label_column, metrics_json=json.dumps(dict(metrics), sort_keys=True, default=float),
+                lineage_json=json.dumps(dict(lineage), sort_keys=True, default=str),
+                reference_path=reference_path, created_at=now, created_by=(created_by or _author())[:255]))
+        return self.get(name, version)
+
+    def get(self, name: str, version: int) -> ModelVersion:
+        """Version `version` of model `name`; a clear error when there is none."""
+        with self.registry.engine.connect() as connection:
+            row = connection.execute(select(model_versions).where(
+                model_versions.c.project == self.project, model_versions.c.name == name,
+                model_versions.c.version == version)).mappings().first()
+        if row is None:
+            known = [v.version for v in self.versions(name)]
+            hint = f"its versions: {', '.join(map(str, known))}" if known else "it has no versions"
+            raise QuiverError(f"model {name!r} has no version {version} ({hint})")
+        return _version(row)
+
+    def versions(self, name: str | None = None) -> list[ModelVersion]:
+        """Versions of model `name` (every model when None), oldest first."""
+        query = select(model_versions).where(model_versions.c.project == self.project)
+        if name is not None:
+            query = query.where(model_versions.c.name == name)
+        with self.registry.engine.connect() as connection:
+            rows = connection.execute(query.order_by(model_versions.c.name, model_versions.c.version)).mappings()
+            return [_version(r) for r in rows]
+
+    def names(self) -> list[str]:
+        """Model names with at least one version, sorted."""
+        with self.registry.engine.connect() as connection:
+            return sorted(connection.execute(select(model_versions.c.name).distinct().where(
+                model_versions.c.project == self.project)).scalars())
+
+    def resolve(self, name: str, ref: str | int) -> ModelVersion:
+        """A version by number (``3``, ``"3"``, ``"v3"``) or by alias (``"champion"``)."""
+        text = str(ref)
+        digits = text[1:] if text[:1] in ("v", "V") else text
+        if digits.isdigit():
+            return self.get(name, int(digits))
+        found = self.alias(name, text)
+        if found is None:
+            known = ", ".join(sorted(self.aliases(name))) or "none"
+            raise QuiverError(f"model {name!r} has no alias {text!r} (aliases: {known})")
+        return found
+
+    def load(self, name: str, ref: str | int = CHAMPION, catalog: Catalog | None = None) -> Scorer:
+        """The scorer of a version or alias, verified against the sha256 recorded here (torch loads lazily)."""
+        from quiver.models.artifact import load_model
+
+        found = self.resolve(name, ref)
+        return load_model(found.artifact_path, catalog, expected_sha256=found.sha256, version_label=found.label)
+
+    def archive(self, name: str, version: int) -> ModelVersion:
+        """Mark a version archived; refused while an alias points at it."""
+        with self.registry._write() as connection:
+            self._get_locked(connection, name, version)
+            held = [a for a, v in self._aliases(connection, name).items() if v == version]
+            if held:
+                raise QuiverError(f"model {name}:{version} still holds alias(es) {', '.join(sorted(held))}; "
+                                  f"move them first")
+            connection.execute(update(model_versions).where(
+                model_versions.c.project == self.project, model_versions.c.name == name,
+                model_versions.c.version == version).values(status="archived"))
+        return self.get(name, version)
+
+    # ----- aliases -----
+
+    def aliases(self, name: str) -> dict[str, int]:
+        """alias → version for model `name`."""
+        with self.registry.engine.connect() as connection:
+            return self._aliases(connection, name)
+
+    def alias(self, name: str, alias: str) -> ModelVersion | None:
+        """The version `alias` points at, or None."""
+        version = self.aliases(name).get(alias)
+        return None if version is None else self.get(name, version)
+
+    def set_alias(self, name: str, alias: str, version: int | None, *, expected: int | None, reason: str,
+                  by: str = "", decision_id: int | None = None) -> AliasMove:
+        """Point `alias` at `version` (None removes it) if it points at `expected` now; else AliasConflict.
+
+        Repeating a move that already happened (expected == version == current) returns the history entry
+        that made it, so a retried task is idempotent. Moving ``champion`` also records the old champion as
+        ``previous`` (in the same transaction, with its own history entry).
+        """
+        _check_name("alias", alias)
+        if not reason.strip():
+            raise QuiverError("an alias move needs a reason (it is kept in the history)")
+        with self.registry._write() as connection:
+            current = self._aliases(connection, name)
+            actual = current.get(alias)
+            if actual != expected:
+                raise AliasConflict(name, alias, expected, actual)
+            if version == actual:
+                last = self._history(connection, name, alias, limit=1)
+                if last and last[0].to_version == version:
+                    return last[0]
+                raise QuiverError(f"alias {alias!r} of model {name!r} already points at {_label(version)}")
+            if version is not None:
+                self._check_aliasable(connection, name, version, alias)
+            move = self._move(connection, name, alias, actual, version, reason, by, decision_id)
+            if alias == CHAMPION and actual is not None and version is not None:
+                self._move(connection, name, PREVIOUS, current.get(PREVIOUS), actual,
+                           f"replaced as champion by {name}:{version}: {reason}", by, decision_id)
+        return move
+
+    def rollback(self, name: str, *, reason: str, by: str = "", decision_id: int | None = None,
+                 expected: int | None = None) -> AliasMove:
+        """champion ← previous and previous ← the old champion, atomically; returns the champion's move.
+
+        With `expected`, the rollback also refuses (AliasConflict) unless champion points at it now.
+        """
+        if not reason.strip():
+            raise QuiverError("a rollback needs a reason (it is kept in the history)")
+        with self.registry._write() as connection:
+            current = self._aliases(connection, name)
+            champion, previous = current.get(CHAMPION), current.get(PREVIOUS)
+            if expected is not None and champion != expected:
+                raise AliasConflict(name, CHAMPION, expected, champion)
+            if previous is None:
+                raise QuiverError(f"model {name!r} has no 'previous' version to roll back to "
+                                  f"(champion: {_label(champion)})")
+            self._check_aliasable(connection, name, previous, CHAMPION)
+            move = self._move(connection, name, CHAMPION, champion, previous, f"rollback: {reason}", by,
+                              decision_id)
+            self._move(connection, name, PREVIOUS, previous, champion, f"rollback: {reason}", by, decision_id)
+        return move
+
+    def history(self, name: str, alias: str | None = None) -> list[AliasMove]:
+        """Every alias move of model `name` (of one alias when given), oldest first."""
+        with self.registry.engine.connect() as connection:
+            return list(reversed(self._history(connection, name, alias)))
+
+    # ----- internals (run inside one transaction) -----
+
+    def _aliases(self, connection: Connection, name: str) -> dict[str, int]:
+        rows = connection.execute(select(model_aliases.c.alias, model_aliases.c.version).where(
+            model_aliases.c.project == self.project, model_aliases.c.name == name))
+        return {r.alias: int(r.version) for r in rows}
+
+    def _get_locked(self, connection: Connection, name: str, version: int) -> RowMapping:
+        row = connection.execute(select(model_versions).where(
+            model_versions.c.project == self.project, model_versions.c.name == name,
+            model_versions.c.version == version)).mappings().first()
+        if row is None:
+            raise QuiverError(f"model {name!r} has no version {version}")
+        return row
+
+    def _check_aliasable(self, connection: Connection, name: str, version: int, alias: str) -> None:
+        row = self._get_locked(connection, name, version)
+        if row["status"] != "registered":
+            why = ("it did not beat its baseline" if row["status"] == "rejected" else "it is archived")
+            raise QuiverError(f"model {name}:{version} is {row['status']} ({why}) and can never get an alias "
+                              f"(asked for {alias!r})")
+
+    def _move(self, connection: Connection, name: str, alias: str, old: int | None, new: int | None,
+              reason: str, by: str, decision_id: int | None) -> AliasMove:
+        now = datetime.now(UTC)
+        where = (model_aliases.c.project == self.project, model_aliases.c.name == name,
+                 model_aliases.c.alias == alias)
+        if new is None:
+            connection.execute(delete(model_aliases).where(*where))
+        elif old is None:
+            connection.execute(insert(model_aliases).values(project=self.project, name=name, alias=alias,
+                                                            version=new, updated_at=now))
+        else:
+            connection.execute(update(model_aliases).where(*where).values(version=new, updated_at=now))
+        by = (by or _author())[:255]
+        result = connection.execute(insert(model_alias_history).values(
+            project=self.project, name=name, alias=alias, from_version=old, to_version=new, reason=reason,
+            moved_by=by, decision_id=decision_id, moved_at=now))
+        key = result.inserted_primary_key
+        return AliasMove(int(key[0]) if key else 0, name, alias, old, new, reason, by, decision_id, now)
+
+    def _history(self, connection: Connection, name: str, alias: str | None,
+                 limit: int | None = None) -> list[AliasMove]:
+        query = select(model_alias_history).where(model_alias_history.c.project == self.project,
+                                                  model_alias_history.c.name == name)
+        if alias is not None:
+            query = query.where(model_alias_history.c.alias == alias)
+        query = query.order_by(model_alias_history.c.id.desc())
+        if limit:
+            query = query.limit(limit)
+        return [AliasMove(r.id, r.name, r.alias, r.from_version, r.to_version, r.reason, r.moved_by,
+                          r.decision_id, _utc(r.moved_at)) for r in connection.execute(query)]
+
+
+def _version(row: RowMapping) -> ModelVersion:
+    return ModelVersion(
+        name=row["name"], version=int(row["version"]), status=row["status"], artifact_path=row["artifact_path"],
+        sha256=row["sha256"], metrics=json.loads(row["metrics_json"]), window_start=_utc(row["window_start"]),
+        cutoff=_utc(row["cutoff"]), features=json.loads(row["features_json"]),
+        catalog_version=row["catalog_version"], label_column=row["label_column"],
+        lineage=json.loads(row["lineage_json"]), reference_path=row["reference_path"],
+        created_at=_utc(row["created_at"]), created_by=row["created_by"])
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite hands timezone-aware columns back naive (they were stored as UTC).
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _label(version: int | None) -> str:
+    return "nothing" if version is None else f"version {version}"
+
+
+def _check_name(what: str, name: str) -> None:
+    if not is_identifier(name):
+        raise QuiverError(f"{what} {name!r} must be a plain identifier (letters, digits, _; at most 63)")

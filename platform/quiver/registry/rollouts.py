@@ -1,0 +1,219 @@
+"""Rollouts and decisions in the registry (tables in `quiver.registry.rollout_tables`).
+
+Every write runs under the registry's write lock. State changes are compare-and-set on what the caller saw
+(the rollout's step and status), so two judges racing on one step move it once; decisions are keyed by an
+idempotency key, so recording the same judgement twice stores one row. Alias moves themselves go through
+`quiver.registry.models.ModelRegistry` with the decision's id.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from quiver.catalog.errors import QuiverError
+from quiver.registry.repository import Registry, _author
+from quiver.registry.rollout_tables import decisions, rollouts
+
+RUNNING, PROMOTED, ROLLED_BACK, HALTED = "running", "promoted", "rolled_back", "halted"
+STATUSES = (RUNNING, PROMOTED, ROLLED_BACK, HALTED)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One canary rollout of a model."""
+
+    id: int
+    model: str
+    champion_version: int
+    canary_version: int
+    salt: str
+    fraction: float
+    step: int
+    status: str
+    settings: dict[str, Any]
+    step_started_at: datetime
+    started_at: datetime
+    finished_at: datetime | None
+    started_by: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One recorded decision with the statistics behind it."""
+
+    id: int
+    model: str
+    rollout_id: int | None
+    kind: str
+    outcome: str
+    step: int | None
+    fraction: float | None
+    champion_version: str
+    candidate_version: str
+    statistics: dict[str, Any]
+    idempotency_key: str
+    decided_at: datetime
+    decided_by: str
+    created: bool = field(default=True, compare=False)  # False: an identical decision was already stored
+
+
+def start_rollout(registry: Registry, model: str, *, champion_version: int, canary_version: int,
+                  fraction: float, settings: dict[str, Any], by: str = "", salt: str | None = None,
+                  now: datetime | None = None) -> Rollout:
+    """Record a running rollout; refused while another rollout of `model` is running."""
+    if champion_version == canary_version:
+        raise QuiverError(f"model {model!r}: the canary must differ from the champion (both {champion_version})")
+    now = now or datetime.now(UTC)
+    with registry._write() as connection:
+        running = connection.execute(select(rollouts.c.id).where(
+            rollouts.c.project == registry.project, rollouts.c.model == model,
+            rollouts.c.status == RUNNING)).scalar()
+        if running is not None:
+            raise QuiverError(f"model {model!r} already has a running rollout (#{running}); step, promote or roll "
+                              f"it back first")
+        key = connection.execute(insert(rollouts).values(
+            project=registry.project, model=model, champion_version=champion_version,
+            canary_version=canary_version, salt=salt or secrets.token_hex(8), fraction=float(fraction), step=0,
+            status=RUNNING, settings_json=json.dumps(settings, sort_keys=True), step_started_at=now,
+            started_at=now, finished_at=None, started_by=(by or _author())[:255])).inserted_primary_key
+    assert key is not None
+    return get_rollout(registry, int(key[0]))
+
+
+def get_rollout(registry: Registry, rollout_id: int) -> Rollout:
+    with registry.engine.connect() as connection:
+        row = connection.execute(select(rollouts).where(rollouts.c.project == registry.project,
+                                                        rollouts.c.id == rollout_id)).mappings().first()
+    if row is None:
+        raise QuiverError(f"no rollout #{rollout_id} in project {registry.project!r}")
+    return _rollout(row)
+
+
+def active_rollout(registry: Registry, model: str) -> Rollout | None:
+    """The running rollout of `model`, or None."""
+    with registry.engine.connect() as connection:
+        row = connection.execute(select(rollouts).where(
+            rollouts.c.project == registry.project, rollouts.c.model == model,
+            rollouts.c.status == RUNNING)).mappings().first()
+    return _rollout(row) if row else None
+
+
+def list_rollouts(registry: Registry, model: str | None = None) -> list[Rollout]:
+    """Rollouts, newest first."""
+    query = select(rollouts).where(rollouts.c.project == registry.project)
+    if model is not None:
+        query = query.where(rollouts.c.model == model)
+    with registry.engine.connect() as connection:
+        return [_rollout(r) for r in connection.execute(query.order_by(rollouts.c.id.desc())).mappings()]
+
+
+def advance_rollout(registry: Registry, rollout_id: int, *, from_step: int, fraction: float,
+                    at: datetime) -> bool:
+    """Move a running rollout from `from_step` to the next step at `fraction`; False when it had moved already."""
+    with registry._write() as connection:
+        result = connection.execute(update(rollouts).where(
+            rollouts.c.id == rollout_id, rollouts.c.status == RUNNING, rollouts.c.step == from_step).values(
+            step=from_step + 1, fraction=float(fraction), step_started_at=at))
+        return bool(result.rowcount)
+
+
+def finish_rollout(registry: Registry, rollout_id: int, status: str, *, fraction: float,
+                   at: datetime | None = None) -> bool:
+    """End a running rollout (promoted | rolled_back | halted); False when it was no longer running."""
+    if status not in STATUSES or status == RUNNING:
+        raise ValueError(f"a rollout ends promoted, rolled_back or halted, not {status!r}")
+    with registry._write() as connection:
+        result = connection.execute(update(rollouts).where(
+            rollouts.c.id == rollout_id, rollouts.c.status == RUNNING).values(
+            status=status, fraction=float(fraction), finished_at=at or datetime.now(UTC)))
+        return bool(result.rowcount)
+
+
+def record_decision(registry: Registry, model: str, *, kind: str, outcome: str, statistics: dict[str, Any],
+                    idempotency_key: str, rollout_id: int | None = None, step: int | None = None,
+                    fraction: float | None = None, champion_version: str = "", candidate_version: str = "",
+                    by: str = "", at: datetime | None = None) -> Decision:
+    """Store a decision unless one with the same idempotency key exists; either way return the stored one
+    (`created` says which)."""
+    if not 16 <= len(idempotency_key) <= 64:
+        raise ValueError("idempotency_key must be 16–64 characters (a digest of the decision's inputs)")
+    blob = json.dumps(statistics, sort_keys=True, default=str, allow_nan=False)
+    try:
+        with registry._write() as connection:
+            existing = _decision_by_key(connection, registry.project, idempotency_key)
+            if existing is not None:
+                return _decision(existing, created=False)
+            key = connection.execute(insert(decisions).values(
+                project=registry.project, model=model, rollout_id=rollout_id, kind=kind, outcome=outcome,
+                step=step, fraction=fraction, champion_version=champion_version,
+                candidate_version=candidate_version, statistics_json=blob, idempotency_key=idempotency_key,
+                decided_at=at or datetime.now(UTC), decided_by=(by or _author())[:255])).inserted_primary_key
+    except IntegrityError:  # a concurrent writer stored the same key between our check and insert
+        with registry.engine.connect() as connection:
+            row = _decision_by_key(connection, registry.project, idempotency_key)
+        if row is None:
+            raise
+        return _decision(row, created=False)
+    assert key is not None
+    return get_decision(registry, int(key[0]))
+
+
+def get_decision(registry: Registry, decision_id: int) -> Decision:
+    with registry.engine.connect() as connection:
+        row = connection.execute(select(decisions).where(decisions.c.project == registry.project,
+                                                         decisions.c.id == decision_id)).mappings().first()
+    if row is None:
+        raise QuiverError(f"no decision #{decision_id} in project {registry.project!r}")
+    return _decision(row)
+
+
+def list_decisions(registry: Registry, model: str | None = None, *, rollout_id: int | None = None,
+                   kind: str | None = None, limit: int = 100) -> list[Decision]:
+    """Decisions, newest first."""
+    query = select(decisions).where(decisions.c.project == registry.project)
+    if model is not None:
+        query = query.where(decisions.c.model == model)
+    if rollout_id is not None:
+        query = query.where(decisions.c.rollout_id == rollout_id)
+    if kind is not None:
+        query = query.where(decisions.c.kind == kind)
+    with registry.engine.connect() as connection:
+        rows = connection.execute(query.order_by(decisions.c.id.desc()).limit(limit)).mappings()
+        return [_decision(r) for r in rows]
+
+
+def _decision_by_key(connection: Any, project: str, key: str) -> RowMapping | None:
+    row: RowMapping | None = connection.execute(select(decisions).where(
+        decisions.c.project == project, decisions.c.idempotency_key == key)).mappings().first()
+    return row
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _rollout(row: RowMapping) -> Rollout:
+    step_started, started = _utc(row["step_started_at"]), _utc(row["started_at"])
+    assert step_started is not None and started is not None
+    return Rollout(int(row["id"]), row["model"], int(row["champion_version"]), int(row["canary_version"]),
+                   row["salt"], float(row["fraction"]), int(row["step"]), row["status"],
+                   json.loads(row["settings_json"]), step_started, started, _utc(row["finished_at"]),
+                   row["started_by"])
+
+
+def _decision(row: RowMapping, created: bool = True) -> Decision:
+    decided = _utc(row["decided_at"])
+    assert decided is not None
+    return Decision(int(row["id"]), row["model"], row["rollout_id"], row["kind"], row["outcome"], row["step"],
+                    row["fraction"], row["champion_version"], row["candidate_version"],
+                    json.loads(row["statistics_json"]), row["idempotency_key"], decided, row["decided_by"],
+                    created)

@@ -1,0 +1,150 @@
+"""The pieces of the prediction service: loaded arms, the arm set swapped as a whole, per-row answers,
+counters, canary routing, and the column helpers of a request (see quiver.serving.prediction)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from quiver.catalog.errors import QuiverError
+from quiver.serving.micro_batch import MicroBatcher
+
+_HASH_SCALE = float(1 << 64)
+
+
+class Model(Protocol):
+    """What the service needs of a scorer (quiver.models.artifact.Scorer has it)."""
+
+    @property
+    def features(self) -> list[str]: ...
+
+    @property
+    def feature_refs(self) -> list[str]: ...
+
+    version_label: str
+
+    def predict(self, columns: Mapping[str, Any]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One loaded model version (`model` None: it failed to load, `error` says why)."""
+
+    version: int
+    label: str
+    model: Model | None
+    error: str = ""
+    batcher: MicroBatcher | None = None
+
+    def predict(self, columns: Mapping[str, Any], n: int) -> np.ndarray:
+        """Scores of `n` rows, through the micro-batcher when there is one."""
+        assert self.model is not None
+        if self.batcher is not None:
+            return self.batcher.predict(columns, n)
+        return np.asarray(self.model.predict(columns), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class ArmSet:
+    """Everything one request needs, swapped as a whole."""
+
+    champion: Arm
+    canary: Arm | None = None
+    shadow: Arm | None = None
+    salt: str = ""
+    fraction: float = 0.0
+    rollout_id: int | None = None
+    feature_refs: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.champion.version, self.canary.version if self.canary else None,
+                self.shadow.version if self.shadow else None, self.salt, self.fraction, self.rollout_id)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    request_id: str
+    score: float
+    model_version: str
+    arm: str  # champion | canary
+    fallback: bool = False  # routed to the canary, served by the champion
+
+
+@dataclass
+class ServiceStats:
+    """Counters since start (also exported on /metrics)."""
+
+    requests: int = 0
+    rows: int = 0
+    champion_rows: int = 0
+    canary_rows: int = 0
+    canary_fallbacks: int = 0
+    shadow_rows: int = 0
+    shadow_errors: int = 0
+    shadow_dropped: int = 0
+    swaps: int = 0
+    swap_failures: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return {k: v for k, v in vars(self).items() if k != "lock"}
+
+
+def routing_key_for(catalog: Any, feature_refs: Sequence[str]) -> str:
+    """The entity key canary routing hashes by default: the first join key the model's features need, in
+    the online read's key order. The service routes by it and the canary judge counts its distinct values
+    as the units of the sample-ratio check, so both take it from here."""
+    from quiver.serving.store import resolve
+
+    return resolve(catalog, list(feature_refs)).keys[0][0]
+
+
+def route_share(salt: str, keys: Sequence[Any]) -> np.ndarray:
+    """Stable pseudo-random share in [0, 1) per routing key (blake2b of salt and key)."""
+    prefix = salt.encode() + b"\x00"
+    return np.array([int.from_bytes(hashlib.blake2b(prefix + str(k).encode(), digest_size=8).digest(), "big")
+                     / _HASH_SCALE for k in keys], dtype=np.float64)
+
+
+def _columns(dicts: list[Mapping[str, Any]], what: str) -> dict[str, list[Any]]:
+    names: dict[str, None] = {}
+    for d in dicts:
+        if not isinstance(d, Mapping):
+            raise QuiverError(f"`{what}` of a row must be an object of name → value")
+        names.update(dict.fromkeys(d))
+    return {name: [d.get(name) for d in dicts] for name in names}
+
+
+def _take(columns: Mapping[str, Any], mask: np.ndarray, n: int) -> dict[str, Any]:
+    if mask.all():
+        return dict(columns)
+    return {k: (np.asarray(v, dtype=object) if isinstance(v, list) else v)[mask] for k, v in columns.items()
+            if len(v) == n}
+
+
+def _features_of(arms: ArmSet, columns: Mapping[str, Any]) -> dict[str, Any]:
+    names: dict[str, None] = {}
+    for arm in (arms.champion, arms.canary):
+        if arm is not None and arm.model is not None:
+            names.update(dict.fromkeys(arm.model.features))
+    return {name: columns[name] for name in names if name in columns}
+
+
+def _concat(parts: list[Any]) -> Any:
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts)
+    return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]

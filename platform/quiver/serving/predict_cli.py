@@ -1,0 +1,232 @@
+"""`quiver serve-model`, `quiver shadow start|evaluate`, `quiver canary start|status|step|rollback`,
+`quiver evaluate` — registered on the main CLI by `register(app)`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from quiver.catalog.errors import QuiverError
+from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.config import load_config
+
+ModelArg = Annotated[str, typer.Argument(help="model name")]
+AsOf = Annotated[str | None, typer.Option("--as-of", help="judge with the logs and labels known at this ISO "
+                                                          "time (default: now); replaying gives the same result")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="print the full result as JSON")]
+
+
+def _time(value: str | None, what: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise QuiverError(f"{what} must be an ISO date or time (e.g. 2026-11-03T12:00), got {value!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _steps(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(s) / 100 for s in text.split(",") if s.strip())
+    except ValueError:
+        raise QuiverError(f"--steps must be percentages separated by commas (e.g. 5,25,50,100), got {text!r}") \
+            from None
+    return values
+
+
+def register(app: typer.Typer) -> None:
+    """Add the prediction-service commands to the `quiver` CLI."""
+    shadow_app = typer.Typer(help="Score every request with a shadow model, compare it on delayed labels.",
+                             no_args_is_help=True)
+    canary_app = typer.Typer(help="Route a share of traffic to a canary; a judge promotes or rolls it back.",
+                             no_args_is_help=True)
+    app.add_typer(shadow_app, name="shadow")
+    app.add_typer(canary_app, name="canary")
+
+    @app.command("serve-model")
+    @user_errors
+    def serve_model(model: ModelArg,
+                    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+                    port: Annotated[int, typer.Option(help="TCP port")] = 8001, config: ConfigOption = None,
+                    poll_interval: Annotated[float, typer.Option(help="seconds between registry polls")] = 2.0,
+                    shadow_queue: Annotated[int, typer.Option(help="shadow batches waiting at most")] = 256,
+                    torch_threads: Annotated[int, typer.Option(help="torch intra-op threads (0: torch's "
+                                                                    "default)")] = 1,
+                    micro_batch: Annotated[bool, typer.Option(help="score concurrent requests together (measured: no clear "
+                                                                       "gain here, off by default)")] = False,
+                    log_level: Annotated[str, typer.Option(help="uvicorn log level (debug, info, warning, "
+                                                                "error)")] = "warning") -> None:
+        """Serve POST /predict for MODEL: champion scores, canary routing, shadow after the response."""
+        from quiver.serving.predict_server import serve_model as run
+
+        if poll_interval <= 0 or shadow_queue < 1:
+            raise QuiverError("--poll-interval must be positive and --shadow-queue at least 1")
+        run(model, str(config) if config else None, host, port, poll_interval_s=poll_interval,
+            shadow_queue_size=shadow_queue, torch_threads=torch_threads, micro_batch=micro_batch,
+            log_level=log_level)
+
+    @shadow_app.command("start")
+    @user_errors
+    def shadow_start(model: ModelArg, version: Annotated[int, typer.Option(help="version to shadow")],
+                     config: ConfigOption = None) -> None:
+        """Point alias `shadow` at VERSION (a running `serve-model` picks it up at its next poll)."""
+        from quiver.registry.models import ModelRegistry
+
+        models = ModelRegistry(open_registry(load_config(config)))
+        current = models.aliases(model).get("shadow")
+        if current != version:
+            models.set_alias(model, "shadow", version, expected=current, reason=f"shadow {model}:{version}")
+        console.print(f"shadow of {model!r} → {model}:{version}")
+
+    @shadow_app.command("evaluate")
+    @user_errors
+    def shadow_evaluate(model: ModelArg, as_of: AsOf = None,
+                        start: Annotated[str | None, typer.Option(help="only requests from this time")] = None,
+                        metric: Annotated[str, typer.Option(help="log_loss or brier")] = "log_loss",
+                        margin: Annotated[float, typer.Option(help="non-inferiority margin")] = 0.01,
+                        min_pairs: Annotated[int, typer.Option(help="labelled pairs needed for a verdict")] = 200,
+                        as_json: JsonFlag = False, config: ConfigOption = None) -> None:
+        """Champion vs shadow on the same requests (paired), recorded in the registry as a decision."""
+        from quiver.monitoring.evaluation import ShadowSettings, evaluate_shadow
+
+        try:
+            settings = ShadowSettings(metric=metric, margin=margin, min_pairs=min_pairs)
+        except ValueError as exc:
+            raise QuiverError(str(exc)) from None
+        result = evaluate_shadow(load_config(config), model, start=_time(start, "--start"),
+                                 as_of=_time(as_of, "--as-of"), settings=settings)
+        if as_json:
+            console.print_json(json.dumps({**result.to_dict(), "decision_id": result.decision_id}))
+            return
+        table = Table("", result.champion_version + " (champion)", result.shadow_version + " (shadow)",
+                      "shadow − champion [95 % CI]")
+        for name, diff in (("log loss", result.log_loss), ("Brier", result.brier)):
+            table.add_row(name, f"{diff.champion:.5f}", f"{diff.shadow:.5f}",
+                          f"{diff.difference:+.5f} [{diff.lower:+.5f}, {diff.upper:+.5f}]")
+        a = result.auc
+        table.add_row("AUC", f"{a['champion']:.4f}", f"{a['shadow']:.4f}",
+                      f"{a['difference']:+.4f} [{a['lower']:+.4f}, {a['upper']:+.4f}]")
+        console.print(table)
+        console.print(f"{result.labeled_pairs:,} labelled pairs of {result.pairs:,}; verdict "
+                      f"[bold]{result.verdict}[/bold] ({escape(result.reason)}); decision #{result.decision_id}")
+
+    @canary_app.command("start")
+    @user_errors
+    def canary_start(model: ModelArg, version: Annotated[int, typer.Option(help="canary version")],
+                     steps: Annotated[str, typer.Option(help="traffic steps in %")] = "5,25,50,100",
+                     min_rows: Annotated[int, typer.Option(help="rows per arm and step before a pass")] = 500,
+                     min_labels: Annotated[int, typer.Option(help="labelled rows per arm and step")] = 200,
+                     config: ConfigOption = None) -> None:
+        """Point alias `canary` at VERSION and start a rollout at the first step."""
+        from quiver.monitoring.canary_judge import JudgeSettings, start_canary
+
+        try:
+            settings = JudgeSettings(steps=_steps(steps), min_rows=min_rows, min_labels=min_labels)
+        except ValueError as exc:
+            raise QuiverError(str(exc)) from None
+        rollout = start_canary(load_config(config), model, version, settings=settings)
+        console.print(f"rollout #{rollout.id}: {model}:{rollout.canary_version} gets {rollout.fraction:.0%} of "
+                      f"traffic against champion {model}:{rollout.champion_version}")
+
+    @canary_app.command("status")
+    @user_errors
+    def canary_status(model: ModelArg, as_json: JsonFlag = False, config: ConfigOption = None) -> None:
+        """The model's rollouts and the latest decisions of the newest one."""
+        from quiver.registry import rollouts
+
+        registry = open_registry(load_config(config))
+        found = rollouts.list_rollouts(registry, model)
+        if not found:
+            raise QuiverError(f"model {model!r} has no rollouts; start one with `quiver canary start`")
+        latest = rollouts.list_decisions(registry, model, rollout_id=found[0].id, limit=10)
+        if as_json:
+            console.print_json(json.dumps({"rollouts": [_rollout_dict(r) for r in found],
+                                           "decisions": [_decision_dict(d) for d in latest]}, default=str))
+            return
+        table = Table("rollout", "champion", "canary", "status", "step", "fraction", "started")
+        for r in found:
+            table.add_row(f"#{r.id}", str(r.champion_version), str(r.canary_version), r.status, str(r.step),
+                          f"{r.fraction:.0%}", f"{r.started_at:%Y-%m-%d %H:%M}")
+        console.print(table)
+        for d in latest:
+            console.print(f"decision #{d.id} {d.decided_at:%Y-%m-%d %H:%M:%S} step {d.step} "
+                          f"[bold]{d.outcome}[/bold]: {escape(str(d.statistics.get('reason', '')))}",
+                          highlight=False)
+
+    @canary_app.command("step")
+    @user_errors
+    def canary_step(model: ModelArg, as_of: AsOf = None, as_json: JsonFlag = False,
+                    config: ConfigOption = None) -> None:
+        """Judge the current step once: advance, hold, promote, roll back or halt (recorded, idempotent)."""
+        from quiver.monitoring.canary_judge import judge_step
+
+        outcome = judge_step(load_config(config), model, as_of=_time(as_of, "--as-of"), by="quiver canary step")
+        if as_json:
+            console.print_json(json.dumps({"decision": _decision_dict(outcome.decision),
+                                           "actions": list(outcome.actions),
+                                           "rollout": _rollout_dict(outcome.rollout)}, default=str))
+            return
+        v = outcome.verdict
+        table = Table("guardrail", "status", "why")
+        for g in v.guardrails:
+            color = {"pass": "green", "fail": "red"}.get(g.status, "yellow")
+            table.add_row(g.name, f"[{color}]{g.status}[/{color}]", escape(g.reason))
+        console.print(table)
+        repeat = "" if outcome.decision.created else " (same data as before: nothing new recorded)"
+        console.print(f"step {outcome.decision.step} at {v.fraction:.0%}: [bold]{v.outcome}[/bold] — "
+                      f"{escape(v.reason)}; decision #{outcome.decision.id}{repeat}", highlight=False)
+        for action in outcome.actions:
+            console.print(f"  {escape(action)}", highlight=False)
+
+    @canary_app.command("rollback")
+    @user_errors
+    def canary_rollback(model: ModelArg, reason: Annotated[str, typer.Option(help="kept in the history")],
+                        config: ConfigOption = None) -> None:
+        """End the running rollout (all traffic to the champion) or, with none, champion ← previous."""
+        from quiver.monitoring.canary_judge import rollback
+
+        decision, actions = rollback(load_config(config), model, reason=reason, by="quiver canary rollback")
+        console.print(f"decision #{decision.id}: " + ("; ".join(actions) or "nothing left to roll back"))
+
+    @app.command("evaluate")
+    @user_errors
+    def evaluate(model: Annotated[str | None, typer.Argument(help="model name (default: every model)")] = None,
+                 start: Annotated[str | None, typer.Option(help="from this ISO time")] = None,
+                 end: Annotated[str | None, typer.Option(help="until this ISO time")] = None,
+                 as_of: AsOf = None, as_json: JsonFlag = False, config: ConfigOption = None) -> None:
+        """Serving logs ⋈ delayed labels, per arm and model version."""
+        from quiver.monitoring.evaluation import evaluate as run
+
+        metrics = run(load_config(config), model, start=_time(start, "--start"), end=_time(end, "--end"),
+                      as_of=_time(as_of, "--as-of"))
+        if as_json:
+            console.print_json(json.dumps([m.to_dict() for m in metrics], default=str).replace("NaN", "null"))
+            return
+        if not metrics:
+            console.print("no serving-log rows in that window")
+            return
+        table = Table("arm", "version", "rows", "labelled", "errors", "log loss", "Brier", "AUC", "ECE",
+                      "p50 ms", "p99 ms")
+        for m in metrics:
+            table.add_row(m.arm, m.model_version, f"{m.rows:,}", f"{m.labeled:,}", f"{m.error_rate:.2%}",
+                          f"{m.log_loss:.4f}", f"{m.brier:.4f}", f"{m.auc:.4f}", f"{m.ece:.4f}",
+                          f"{m.latency_p50_ms:.2f}", f"{m.latency_p99_ms:.2f}")
+        console.print(table)
+
+
+def _rollout_dict(rollout: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(rollout)
+
+
+def _decision_dict(decision: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(decision)

@@ -1,0 +1,444 @@
+"""The prediction service: online features → champion scores, with a shadow and a canary arm.
+
+    service = PredictionService(store, "fraud_model")       # loads the model's aliases from the registry
+    result = service.predict([{"request_id": "r1", "entities": {"user_id": 7, "merchant_id": 3}}])
+
+One request, many rows:
+1. Features of every row come from the online store in **one** call: the union of the features all loaded
+   arms need, as of each row's `at` (default: now).
+2. Routing: with a running rollout, a row goes to the canary when hash(salt, routing key) < fraction — the
+   routing key is one entity key (default: the first join key), so an entity sees one arm within a step and
+   the split is independent of everything the models see. Every other row goes to the champion.
+3. A canary that failed to load or raises scores nothing: its rows get the champion's score, are counted
+   (`canary_fallbacks`), logged on the canary arm with the error, and an alert is raised (at most one per
+   `alert_interval_s`, from a background thread).
+4. The response is built from champion/canary scores only. The shadow (alias `shadow`) scores the very same
+   feature vectors afterwards, on a worker thread fed by a bounded queue; when the queue is full the batch is
+   dropped and counted (`shadow_dropped`). A shadow that raises or is slow never changes or delays a response.
+5. Hot swap: a poller re-reads aliases and the running rollout every `poll_interval_s`; new versions are
+   loaded off the request path, then the whole arm set is replaced by one reference assignment. A request
+   reads the arm set once, so an in-flight request finishes on the models it started with.
+6. Every row is logged (serving logs: features, score, arm, model version, latency, error) with its
+   request_id; shadow rows carry the request_id of the row they mirror and no feature columns of their own
+   (they scored exactly that row's vector, logged once, on the row's own arm).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from quiver.catalog.errors import QuiverError
+from quiver.online.base import timestamp_us
+from quiver.serving.arms import (
+    Arm,
+    ArmSet,
+    Model,
+    Prediction,
+    ServiceStats,
+    _columns,
+    _concat,
+    _features_of,
+    _take,
+    route_share,
+)
+from quiver.serving.micro_batch import MicroBatcher
+
+if TYPE_CHECKING:
+    from quiver.config import Config
+    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.registry.models import ModelRegistry, ModelVersion
+    from quiver.serving.store import FeatureStore
+
+log = logging.getLogger(__name__)
+_SHADOW_BATCH_ROWS = 4096  # rows the shadow worker scores in one call at most
+
+__all__ = ["Arm", "ArmSet", "Model", "Prediction", "PredictionService", "ServiceStats", "route_share"]
+
+
+class PredictionService:
+    """Champion / canary / shadow scoring over the online store (see the module docstring)."""
+
+    def __init__(self, store: FeatureStore, model_name: str, *, models: ModelRegistry | None = None,
+                 logger: ServingLogger | None = None, alerts: Any = None, routing_key: str | None = None,
+                 poll_interval_s: float = 2.0, shadow_queue_size: int = 256, alert_interval_s: float = 60.0,
+                 loader: Callable[[ModelVersion], Model] | None = None, micro_batch: bool = False,
+                 shadow_linger_s: float = 0.05):
+        from quiver.registry import Registry
+        from quiver.registry.models import ModelRegistry
+
+        self.store = store
+        self.model_name = model_name
+        self.models = models or ModelRegistry(Registry(store.config.registry, project=store.config.project))
+        self.logger = logger
+        self.alerts = alerts
+        self.routing_key = routing_key
+        self.micro_batch = micro_batch
+        self.shadow_linger_s = shadow_linger_s
+        self.poll_interval_s = poll_interval_s
+        self.alert_interval_s = alert_interval_s
+        self.stats = ServiceStats()
+        self._loader = loader or self._load
+        self._cache: dict[int, Arm] = {}
+        self._refresh_lock = threading.Lock()
+        self._shadow_queue: queue.Queue[Any] = queue.Queue(maxsize=shadow_queue_size)
+        self._alert_queue: queue.Queue[tuple[str, str, str] | None] = queue.Queue(maxsize=64)
+        self._last_alert: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._owns_logger = False
+        self._arms = self._build(strict=True)
+
+    # ----- lifecycle -----
+
+    def start(self) -> PredictionService:
+        """Start the shadow worker, the alert sender and the registry poller (idempotent)."""
+        if not self._threads:
+            for target, name in ((self._shadow_worker, "shadow"), (self._alert_worker, "alerts"),
+                                 (self._poller, "poller")):
+                thread = threading.Thread(target=target, name=f"quiver-predict-{name}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        return self
+
+    @classmethod
+    def from_config(cls, config: Config, model_name: str, *, log: bool = True, store: FeatureStore | None = None,
+                    **kwargs: Any) -> PredictionService:
+        """A service over `config`'s online store and registry, logging under its offline root (closed, and so
+        flushed, by `close()`), alerting to the project's alert sinks. Not started: call `start()` for the
+        poller and the shadow worker, or `refresh()` to pick up alias moves by hand."""
+        from quiver.monitoring.alerts import AlertManager, sinks_from_config
+        from quiver.monitoring.serving_log import ServingLogger
+        from quiver.monitoring.settings import load_settings
+        from quiver.registry import Registry
+        from quiver.registry.models import ModelRegistry
+        from quiver.serving.store import FeatureStore
+
+        registry = Registry(config.registry, project=config.project)
+        kwargs.setdefault("alerts", AlertManager(registry, sinks_from_config(load_settings(config).alert_sinks)))
+        logger = ServingLogger(config.offline_dir) if log else None
+        service = cls(store or FeatureStore(config=config), model_name, models=ModelRegistry(registry),
+                      logger=logger, **kwargs)
+        service._owns_logger = log
+        return service
+
+    def close(self) -> None:
+        """Stop the background threads after the queued shadow work is done (and flush an owned logger)."""
+        self._stop.set()
+        for pending in (self._shadow_queue, self._alert_queue):
+            with contextlib.suppress(queue.Full):  # a running worker makes room; a stopped one never will
+                pending.put(None, timeout=10 if self._threads else 0)
+        for thread in self._threads:
+            thread.join(10)
+        self._threads = []
+        while True:  # never started (or stopped early): score what is still queued, here
+            try:
+                item = self._shadow_queue.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                if item is not None:
+                    self._score_shadow(item[0], [item[1:]])
+            except Exception:
+                log.exception("shadow scoring failed")
+            finally:
+                self._shadow_queue.task_done()
+        if self._owns_logger and self.logger is not None:
+            self.logger.close()
+
+    def __enter__(self) -> PredictionService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def arms(self) -> ArmSet:
+        """The arm set requests use now."""
+        return self._arms
+
+    # ----- models -----
+
+    def _load(self, version: ModelVersion) -> Model:
+        from quiver.models.artifact import load_model
+
+        return load_model(version.artifact_path, self.store.catalog, expected_sha256=version.sha256,
+                          version_label=version.label)
+
+    def _arm(self, version: int, strict: bool) -> Arm:
+        cached = self._cache.get(version)
+        if cached is not None and cached.model is not None:
+            return cached
+        label = f"{self.model_name}:{version}"
+        try:
+            model = self._loader(self.models.get(self.model_name, version))
+        except Exception as exc:
+            if strict:
+                raise
+            log.warning("cannot load %s: %s", label, exc)
+            return Arm(version, label, None, f"{type(exc).__name__}: {exc}")
+        arm = Arm(version, label, model, batcher=MicroBatcher(model) if self.micro_batch else None)
+        self._cache[version] = arm
+        return arm
+
+    def _build(self, strict: bool = False) -> ArmSet:
+        from quiver.registry import rollouts
+
+        aliases = self.models.aliases(self.model_name)
+        champion_version = aliases.get("champion")
+        if champion_version is None:
+            raise QuiverError(f"model {self.model_name!r} has no champion alias to serve "
+                              f"(aliases: {', '.join(sorted(aliases)) or 'none'})")
+        champion = self._arm(champion_version, strict=True)
+        rollout = rollouts.active_rollout(self.models.registry, self.model_name)
+        canary = None
+        salt, fraction, rollout_id = "", 0.0, None
+        if rollout is not None and aliases.get("canary") == rollout.canary_version:
+            canary = self._arm(rollout.canary_version, strict=False)
+            salt, fraction, rollout_id = rollout.salt, rollout.fraction, rollout.id
+            if canary.model is None:
+                self._alert("canary_load_failed", canary.label, canary.error)
+        shadow = None
+        if aliases.get("shadow") is not None and aliases["shadow"] != champion_version:
+            shadow = self._arm(aliases["shadow"], strict=False)
+        refs: dict[str, None] = {}
+        for arm in (champion, canary, shadow):
+            if arm is not None and arm.model is not None:
+                refs.update(dict.fromkeys(arm.model.feature_refs))
+        # Drop cached versions no arm uses any more (their weights can be large).
+        used = {a.version for a in (champion, canary, shadow) if a is not None}
+        self._cache = {v: a for v, a in self._cache.items() if v in used}
+        return ArmSet(champion, canary, shadow, salt, fraction, rollout_id, tuple(refs))
+
+    def refresh(self) -> bool:
+        """Re-read aliases and the rollout; swap in a new arm set when anything changed. True on a swap."""
+        with self._refresh_lock:
+            try:
+                fresh = self._build()
+            except Exception as exc:  # keep serving the current models; say why
+                self.stats.add(swap_failures=1)
+                log.warning("model refresh failed, keeping %s: %s", self._arms.champion.label, exc)
+                return False
+            if fresh.key == self._arms.key and fresh.feature_refs == self._arms.feature_refs:
+                return False
+            self._arms = fresh  # one reference assignment: requests see the old set or the new, never a mix
+            self.stats.add(swaps=1)
+            log.info("serving %s (canary %s at %g, shadow %s)", fresh.champion.label,
+                     fresh.canary.label if fresh.canary else "-", fresh.fraction,
+                     fresh.shadow.label if fresh.shadow else "-")
+            return True
+
+    def _poller(self) -> None:
+        while not self._stop.wait(self.poll_interval_s):
+            self.refresh()
+
+    # ----- scoring -----
+
+    def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[Prediction]:
+        """Score request rows: {"request_id", "entities": {key: value}, "at" (optional), "fields" (optional)}."""
+        began = time.perf_counter()
+        arms = self._arms  # read once: this request finishes on these models whatever the poller does
+        request_ids = [str(r["request_id"]) for r in rows]
+        if len(set(request_ids)) != len(request_ids):
+            raise QuiverError("request_id values must be unique within a request")
+        n = len(rows)
+        entities = _columns([r.get("entities") or {} for r in rows], "entities")
+        fields = _columns([r.get("fields") or {} for r in rows], "fields")
+        at = [r.get("at") for r in rows]
+        times = None if all(t is None for t in at) else at
+        if times is not None and any(t is None for t in times):
+            raise QuiverError("give `at` for every row of a request or for none")
+        # Rows log at their own `at` (replays of simulated days), else at the request's wall-clock time (µs UTC).
+        logged_at: np.ndarray | int = np.array([timestamp_us(t) for t in times], dtype=np.int64) \
+            if times is not None else time.time_ns() // 1000
+        result = self.store.get_online_features(list(arms.feature_refs), entities, at=times)
+        columns: dict[str, Any] = {**fields, **result.to_dict()}
+        fetched = time.perf_counter()
+        on_canary = np.zeros(n, dtype=bool)
+        if arms.canary is not None and arms.fraction > 0:
+            # The read's first key is `routing_key_for(catalog, feature_refs)`: what the judge counts.
+            key = self.routing_key or next(iter(result.entities))
+            if key not in entities:
+                raise QuiverError(f"rows lack the routing key {key!r}")
+            on_canary = route_share(arms.salt, entities[key]) < arms.fraction
+        scores = np.empty(n, dtype=np.float64)
+        champion_rows = ~on_canary
+        assert arms.champion.model is not None
+        champion_ms = canary_ms = 0.0
+        if champion_rows.any():
+            t = time.perf_counter()
+            scores[champion_rows] = arms.champion.predict(_take(columns, champion_rows, n), n - int(on_canary.sum()))
+            champion_ms = (time.perf_counter() - t) * 1e3
+        canary_error = ""
+        if on_canary.any():
+            assert arms.canary is not None
+            t = time.perf_counter()
+            try:
+                if arms.canary.model is None:
+                    raise RuntimeError(f"canary not loaded: {arms.canary.error}")
+                canary_scores = arms.canary.predict(_take(columns, on_canary, n), int(on_canary.sum()))
+                if canary_scores.shape != (int(on_canary.sum()),) or not np.isfinite(canary_scores).all():
+                    raise ValueError("canary returned missing or non-finite scores")
+                scores[on_canary] = canary_scores
+            except Exception as exc:  # the canary must never fail a request: the champion answers
+                canary_error = f"{type(exc).__name__}: {exc}"[:500]
+                scores[on_canary] = arms.champion.predict(_take(columns, on_canary, n), int(on_canary.sum()))
+                self.stats.add(canary_fallbacks=int(on_canary.sum()))
+                self._alert("canary_failed", arms.canary.label, canary_error)
+            canary_ms = (time.perf_counter() - t) * 1e3
+        feature_ms = (fetched - began) * 1e3
+        champion_label = arms.champion.label
+        canary_label = arms.canary.label if arms.canary is not None else ""
+        out = []
+        fallback = bool(canary_error)
+        score_list, canary_list = scores.tolist(), on_canary.tolist()
+        for request_id, score, routed in zip(request_ids, score_list, canary_list, strict=True):
+            if routed and not fallback:
+                out.append(Prediction(request_id, score, canary_label, "canary"))
+            else:
+                out.append(Prediction(request_id, score, champion_label, "champion", fallback=routed))
+        canary_count = int(on_canary.sum())
+        self.stats.add(requests=1, rows=n, champion_rows=n - canary_count, canary_rows=canary_count)
+        if self.logger is not None:
+            self._log(request_ids, entities, columns, arms, scores, on_canary, canary_error,
+                      feature_ms + champion_ms, feature_ms + canary_ms, logged_at)
+        if arms.shadow is not None and arms.shadow.model is not None:
+            try:
+                self._shadow_queue.put_nowait((arms.shadow, request_ids, entities, columns, feature_ms, logged_at))
+            except queue.Full:
+                self.stats.add(shadow_dropped=n)
+        return out
+
+    def _log(self, request_ids: list[str], entities: Mapping[str, Any], columns: Mapping[str, Any], arms: ArmSet,
+             scores: np.ndarray, on_canary: np.ndarray, canary_error: str, champion_ms: float,
+             canary_ms: float, logged_at: np.ndarray | int) -> None:
+        assert self.logger is not None
+        version: str | np.ndarray = arms.champion.label
+        arm: str | np.ndarray = "champion"
+        latency: float | np.ndarray = champion_ms
+        error: str | np.ndarray = ""
+        if arms.canary is not None and on_canary.any():  # per-row columns only when the rows differ
+            version = np.where(on_canary, arms.canary.label, arms.champion.label)
+            arm = np.where(on_canary, "canary", "champion")
+            latency = np.where(on_canary, canary_ms, champion_ms)
+            if canary_error:  # its rows log the error and no score
+                error = np.where(on_canary, canary_error, "")
+        self.logger.log_batch(request_ids, entities, _features_of(arms, columns), version, arm, latency, scores,
+                              ts_us=logged_at, error=error)
+
+    def _shadow_worker(self) -> None:
+        while True:
+            first = self._shadow_queue.get()
+            if first is None:
+                return
+            # Nobody waits for the shadow: linger a moment so the requests of the next few milliseconds join
+            # this batch. One scoring call over all their rows costs little more than one over a single row,
+            # so under load the shadow costs a fraction of the champion instead of as much again.
+            if self.shadow_linger_s > 0 and len(first[1]) < _SHADOW_BATCH_ROWS:
+                self._stop.wait(self.shadow_linger_s)
+            batch, rows, stop = [first], len(first[1]), False
+            while rows < _SHADOW_BATCH_ROWS:
+                try:
+                    item = self._shadow_queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    self._shadow_queue.task_done()
+                    break
+                batch.append(item)
+                rows += len(item[1])
+            try:
+                for arm in {id(b[0]): b[0] for b in batch}.values():
+                    self._score_shadow(arm, [b[1:] for b in batch if b[0] is arm])
+            except Exception:  # never let one bad batch stop the worker
+                log.exception("shadow scoring failed")
+            finally:
+                for _ in batch:
+                    self._shadow_queue.task_done()
+            if stop:
+                return
+
+    def _score_shadow(self, arm: Arm,
+                      items: list[tuple[list[str], Mapping[str, Any], Mapping[str, Any], float, np.ndarray | int]]
+                      ) -> None:
+        assert arm.model is not None
+        names = [f for f in arm.model.features if f in items[0][2]]
+        columns = {f: _concat([item[2][f] for item in items]) for f in names}
+        n = sum(len(item[0]) for item in items)
+        t = time.perf_counter()
+        error = ""
+        try:
+            scores = np.asarray(arm.model.predict(columns), dtype=np.float64)
+            if scores.shape != (n,):
+                raise ValueError(f"shadow returned {scores.shape} scores for {n} rows")
+        except Exception as exc:  # a broken shadow is logged and counted, never seen by a client
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            scores = np.full(n, np.nan)
+            self.stats.add(shadow_errors=n)
+        scoring_ms = (time.perf_counter() - t) * 1e3
+        self.stats.add(shadow_rows=n)
+        if self.logger is None:
+            return
+        offset = 0
+        for request_ids, entities, _, feature_ms, logged_at in items:
+            k = len(request_ids)
+            # No features: the same vector is logged on the primary row of this request_id.
+            self.logger.log_batch(request_ids, entities, {}, arm.label, "shadow", feature_ms + scoring_ms,
+                                  scores[offset:offset + k], ts_us=logged_at, error=error)
+            offset += k
+
+    def drain(self, timeout_s: float = 10.0) -> bool:
+        """Wait until queued shadow work is done (tests, shutdown); True when the queue emptied in time."""
+        deadline = time.monotonic() + timeout_s
+        while self._shadow_queue.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    # ----- alerts -----
+
+    def _alert(self, kind: str, subject: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_alert.get(kind + subject, -1e18) < self.alert_interval_s:
+            return
+        self._last_alert[kind + subject] = now
+        with contextlib.suppress(queue.Full):
+            self._alert_queue.put_nowait((kind, subject, message))
+        if not self._threads:  # not started (tests, one-off use): deliver inline
+            self._send_alerts()
+
+    def _send_alerts(self) -> None:
+        while True:
+            try:
+                item = self._alert_queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is None:
+                return
+            self._deliver(*item)
+
+    def _alert_worker(self) -> None:
+        while True:
+            item = self._alert_queue.get()
+            if item is None:
+                return
+            self._deliver(*item)
+
+    def _deliver(self, kind: str, subject: str, message: str) -> None:
+        log.error("%s %s: %s", kind, subject, message)
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.raise_alert(kind, subject, "critical", f"{kind.replace('_', ' ')}: {subject}", message,
+                                    {"model": self.model_name})
+        except Exception:
+            log.exception("could not record alert %s for %s", kind, subject)

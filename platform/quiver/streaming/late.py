@@ -1,0 +1,41 @@
+"""Late and future-dated stream events, kept for the batch route.
+
+The feeder writes every event it does not hand to the Flink job on time (behind the watermark by more
+than the allowed lateness, or dated after its arrival) as Parquet under
+
+    <offline root>/_late_events/<source>/date=<UTC day>/upto-<batch>.parquet
+
+with the source's columns and its event-time column. `late_event_files` lists them; the batch backfill
+reads them together with the source's own files, so the next backfill of their days puts them in the
+offline store (and the next materialization in Redis): no event that reached the stream is lost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+LATE_DIR = "_late_events"
+
+
+def late_dir(offline_root: str | Path) -> Path:
+    """Root of the late-events Parquet of every source."""
+    return Path(offline_root) / LATE_DIR
+
+
+def late_event_files(offline_root: str | Path, source: str) -> list[Path]:
+    """Parquet files of `source`'s late and future-dated stream events, in name order."""
+    folder = late_dir(offline_root) / source
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("date=*/*.parquet") if not p.name.startswith((".", "_")))
+
+
+def late_events(offline_root: str | Path, source: str) -> pa.Table | None:
+    """Every late or future-dated event of `source` as one table (None when there are none)."""
+    files = late_event_files(offline_root, source)
+    if not files:
+        return None
+    return pa.concat_tables([pq.read_table(p, partitioning=None) for p in files], promote_options="default")

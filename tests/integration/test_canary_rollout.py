@@ -1,0 +1,183 @@
+"""Canary rollouts end to end: the real prediction service (Redis, artifacts) writes serving logs, delayed
+labels arrive, the judge reads both from disk and the registry, records its decision (idempotently) and
+promotes, rolls back or halts — moving aliases through the model registry with the decision's id."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from quiver.catalog.errors import QuiverError
+from quiver.monitoring.canary_judge import JudgeSettings, judge_step, rollback, start_canary
+from quiver.monitoring.labels import write_labels
+from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
+from quiver.registry import rollouts
+from tests.integration.test_prediction_service import MODEL, USERS, Project, project, register, rows
+
+pytestmark = pytest.mark.integration
+__all__ = ["project"]  # the fixture, shared with the service tests
+
+# Small, fast rollouts: one judged step at 50 %, then promotion; floors wide enough for a few thousand rows
+# in 14 requests (latency is one observation per request, so its floor is wide too).
+SETTINGS = JudgeSettings(steps=(0.5, 1.0), min_rows=300, min_labels=300, log_loss_floor=0.08, brier_floor=0.03,
+                         latency_exceedance_floor=0.5, max_canary_rows=50_000)
+
+
+def serve(project: Project, batches: int, seed: int, truth: int) -> tuple[int, datetime]:
+    """Send `batches` requests of every user through the service; labels drawn from version `truth`'s
+    scores arrive afterwards. Returns (rows served, a moment after everything was logged)."""
+    rng = np.random.default_rng(seed)
+    truth_scores = dict(zip(range(USERS), project.scores(truth, list(range(USERS))), strict=True))
+    ids: list[str] = []
+    with ServingLogger(project.config.offline_dir) as logger:
+        service = project.service(logger=logger)
+        for b in range(batches):
+            for p in service.predict(rows(list(range(USERS)), prefix=f"s{seed}-{b}-")):
+                ids.append(p.request_id)
+    labels = [float(rng.random() < truth_scores[int(i.split("-")[-1])]) for i in ids]
+    write_labels(project.config.offline_dir, ids, labels)
+    return len(ids), datetime.now(UTC) + timedelta(seconds=1)
+
+
+def test_a_canary_as_good_as_the_champion_is_promoted_and_repeats_record_nothing(project: Project) -> None:
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=1)  # the same weights: a canary exactly as good
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    rollout = start_canary(project.config, MODEL, v2, settings=SETTINGS)
+    assert project.models.aliases(MODEL)["canary"] == v2 and rollout.fraction == 0.5
+
+    early = judge_step(project.config, MODEL)  # nothing served yet: hold, never pass
+    assert early.verdict.outcome == "hold" and early.decision.created and not early.actions
+    again = judge_step(project.config, MODEL)
+    assert again.decision.id == early.decision.id and not again.decision.created  # same data: nothing new
+
+    served, moment = serve(project, batches=14, seed=1, truth=v1)
+    logged = read_serving_logs(project.config.offline_dir).to_pandas()
+    assert len(logged) == served and set(logged["arm"]) == {"champion", "canary"}
+    outcome = judge_step(project.config, MODEL, as_of=moment)
+    assert outcome.verdict.outcome == "promote", outcome.verdict.reason
+    assert outcome.rollout.status == rollouts.PROMOTED
+    aliases = project.models.aliases(MODEL)
+    assert aliases["champion"] == v2 and aliases["previous"] == v1 and "canary" not in aliases
+    move = project.models.history(MODEL, "champion")[-1]
+    assert move.decision_id == outcome.decision.id and move.to_version == v2
+    stored = rollouts.get_decision(project.registry, outcome.decision.id)
+    assert stored.kind == "canary_step" and stored.statistics["srm"]["significant"] is False
+    assert {g["name"] for g in stored.statistics["guardrails"]} == {"error_rate", "latency_p99", "score_psi",
+                                                                   "log_loss", "brier"}
+    decisions = rollouts.list_decisions(project.registry, MODEL)
+    # Applying the same decision again moves nothing (compare-and-set on what it saw).
+    from quiver.monitoring.canary_judge import apply_decision
+
+    assert apply_decision(project.config, rollout, stored) == ()
+    assert rollouts.list_decisions(project.registry, MODEL) == decisions
+    with pytest.raises(QuiverError, match="no running rollout"):
+        judge_step(project.config, MODEL)
+
+
+def test_a_worse_canary_is_rolled_back_with_an_alert(project: Project) -> None:
+    from quiver.monitoring.alerts import AlertManager
+
+    v1 = register(project.models, project.root, seed=1)
+    v3 = register(project.models, project.root, seed=5)  # different weights; labels follow the champion
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    start_canary(project.config, MODEL, v3, settings=SETTINGS)
+    _, moment = serve(project, batches=14, seed=2, truth=v1)
+    outcome = judge_step(project.config, MODEL, as_of=moment)
+    assert outcome.verdict.outcome == "rollback", outcome.verdict.reason
+    assert outcome.rollout.status == rollouts.ROLLED_BACK and outcome.rollout.fraction == 0.0
+    assert {g.name for g in outcome.verdict.guardrails if g.status == "fail"} & {"log_loss", "brier", "score_psi"}
+    assert project.models.aliases(MODEL) == {"champion": v1}
+    assert [m.decision_id for m in project.models.history(MODEL, "canary")][-1] == outcome.decision.id
+    alerts = AlertManager(project.registry).open_alerts("canary_rollback")
+    assert [a.subject for a in alerts] == [f"{MODEL}:{v3}"]
+    # After a rollback the service routes nothing to the canary any more.
+    assert project.service().arms.canary is None
+
+
+def test_a_sample_ratio_mismatch_halts(project: Project) -> None:
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=1)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    start_canary(project.config, MODEL, v2, settings=SETTINGS)
+    # A broken router: 10 % of the users logged on the canary instead of 50 %.
+    with ServingLogger(project.config.offline_dir) as logger:
+        for u in range(USERS):
+            arm, version = ("canary", v2) if u % 10 == 0 else ("champion", v1)
+            for k in range(3):
+                logger.log(f"h{u}-{k}", {"user_id": u}, {"f0": 0.1}, f"{MODEL}:{version}", arm, 1.0, 0.2)
+    outcome = judge_step(project.config, MODEL, as_of=datetime.now(UTC) + timedelta(seconds=1))
+    assert outcome.verdict.outcome == "halt"
+    assert outcome.verdict.srm["observed_fraction"] == pytest.approx(0.1)
+    assert outcome.rollout.status == rollouts.HALTED
+    assert "canary" not in project.models.aliases(MODEL)
+
+
+def test_the_split_is_judged_on_the_routing_key_not_on_every_key_pair(project: Project) -> None:
+    from tests.integration.test_prediction_service import catalog
+
+    project.registry.apply(catalog())  # the judge takes the routing key from the applied catalog
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=1)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    start_canary(project.config, MODEL, v2, settings=SETTINGS)
+    # Routing hashes the user; rows also carry a merchant. Canary users here buy from 20 merchants each,
+    # champion users from one: user x merchant pairs split 20:1 although the users split exactly 50:50.
+    with ServingLogger(project.config.offline_dir) as logger:
+        for u in range(USERS):
+            arm, version, merchants = ("canary", v2, 20) if u % 2 == 0 else ("champion", v1, 1)
+            for m in range(merchants):
+                logger.log(f"p{u}-{m}", {"user_id": u, "merchant_id": m}, {"f0": 0.1}, f"{MODEL}:{version}", arm,
+                           1.0, 0.2)
+    outcome = judge_step(project.config, MODEL, as_of=datetime.now(UTC) + timedelta(seconds=1))
+    assert outcome.verdict.srm["observed_fraction"] == pytest.approx(0.5, abs=0.5 / USERS + 1e-9)
+    assert outcome.verdict.outcome != "halt", outcome.verdict.reason
+
+
+def test_manual_rollback_ends_the_rollout_or_restores_the_previous_champion(project: Project) -> None:
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=2)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    start_canary(project.config, MODEL, v2, settings=SETTINGS)
+    decision, actions = rollback(project.config, MODEL, reason="looks wrong")
+    assert decision.kind == "manual_rollback" and "rollout rolled_back" in actions
+    assert project.models.aliases(MODEL) == {"champion": v1}
+    project.models.set_alias(MODEL, "champion", v2, expected=v1, reason="promoted by hand")
+    decision, actions = rollback(project.config, MODEL, reason="bad release")
+    assert project.models.aliases(MODEL)["champion"] == v1
+    assert project.models.history(MODEL, "champion")[-1].decision_id == decision.id
+
+
+
+def test_shadow_evaluation_from_served_traffic_is_recorded_once(project: Project) -> None:
+    from sklearn.metrics import log_loss
+
+    from quiver.monitoring.evaluation import evaluate_shadow
+
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=5)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    project.models.set_alias(MODEL, "shadow", v2, expected=None, reason="shadow it")
+    rng = np.random.default_rng(3)
+    truth = dict(zip(range(USERS), project.scores(v2, list(range(USERS))), strict=True))  # the shadow is right
+    ids: list[str] = []
+    with ServingLogger(project.config.offline_dir) as logger, project.service(logger=logger) as service:
+        for b in range(3):
+            ids += [p.request_id for p in service.predict(rows(list(range(USERS)), prefix=f"e{b}-"))]
+        assert service.drain(30)
+    labels = [float(rng.random() < truth[int(i.split("-")[-1])]) for i in ids]
+    write_labels(project.config.offline_dir, ids, labels)
+    moment = datetime.now(UTC) + timedelta(seconds=1)
+    result = evaluate_shadow(project.config, MODEL, as_of=moment)
+    assert result.verdict == "better" and result.labeled_pairs == len(ids)
+    users = [int(i.split("-")[-1]) for i in ids]
+    assert result.log_loss.champion == pytest.approx(log_loss(labels, project.scores(v1, users)), rel=1e-9)
+    assert result.log_loss.shadow == pytest.approx(log_loss(labels, project.scores(v2, users)), rel=1e-9)
+    again = evaluate_shadow(project.config, MODEL, as_of=moment)
+    assert again.decision_id == result.decision_id  # same inputs: the same decision, not a new one
+    stored = rollouts.get_decision(project.registry, result.decision_id)
+    assert stored.kind == "shadow_evaluation" and stored.outcome == "better"
+    assert stored.statistics["log_loss"]["difference"] == pytest.approx(result.log_loss.difference)
+    assert len(rollouts.list_decisions(project.registry, MODEL, kind="shadow_evaluation")) == 1

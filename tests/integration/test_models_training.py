@@ -1,0 +1,145 @@
+"""Training end to end on the synthetic demo data (pre-drift window, CPU): `quiver train` as a real process,
+the registered version beats the logistic-regression baseline, its artifact and reference distribution load
+back, the `quiver models` commands, a rejected version, and a feature removed from the catalog."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.loader import load_catalog
+from quiver.config import load_config
+from quiver.pipelines.demo_data import generate
+from quiver.registry import Registry
+from quiver.registry.models import ModelRegistry
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+QUIVER = Path(sys.executable).parent / "quiver"
+
+
+def quiver(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")} | {"COLUMNS": "250"}
+    return subprocess.run([str(QUIVER), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def done(result: subprocess.CompletedProcess[str], code: int = 0) -> str:
+    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's data (same seed and defects) up to its drift day, applied and backfilled, then trained."""
+    root = tmp_path_factory.mktemp("models")
+    shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "quiver.yaml", root / "quiver.yaml")
+    generate(root / "data", days=11, start=date(2026, 11, 1), seed=7, drift_from_day=10, late_fraction=0.01,
+             malformed_fraction=0.001)
+    done(quiver("apply", cwd=root))
+    done(quiver("backfill", "--start", "2026-11-01", "--end", "2026-11-11", cwd=root))
+    out = done(quiver("train", "--service", "fraud_model", "--window", "10d", "--cutoff", "2026-11-11",
+                      "--device", "cpu", "--alias", "champion", cwd=root))
+    (root / "train.out").write_text(out)
+    return root
+
+
+def test_training_beats_the_baseline_and_registers_a_champion(project: Path) -> None:
+    out = (project / "train.out").read_text()
+    assert "training on cpu (fp32)" in out and "samples/s" in out
+    assert "fraud_model:1 registered" in out and "alias champion: - → 1" in out
+    models = ModelRegistry(Registry(load_config(project).registry, project="fraud"))
+    version = models.get("fraud_model", 1)
+    assert version.status == "registered" and models.aliases("fraud_model") == {"champion": 1}
+    assert version.metrics["roc_auc"] > version.metrics["baseline"]["roc_auc"] > 0.6
+    for key in ("pr_auc", "log_loss", "brier", "ece", "latency_ms_batch_1", "latency_ms_batch_1000"):
+        assert np.isfinite(version.metrics[key]) and np.isfinite(version.metrics["baseline"].get(key, 0.0))
+    assert version.catalog_version == 1 and version.label_column == "is_fraud"
+    assert "risk_score" in version.features and len(version.features) == 19
+    rows = version.lineage["rows"]
+    assert rows["labels"] == 10 * 20_000 and rows["train"] + rows["validation"] == rows["labels"]
+    assert version.lineage["split"]["boundary"] >= "2026-11-09" and version.lineage["pit"]["engine"] == "duckdb"
+    assert not (project / ".quiver" / "checkpoints" / "fraud_model").exists() or not any(
+        (project / ".quiver" / "checkpoints" / "fraud_model").iterdir())
+
+
+def test_the_artifact_and_reference_distribution_load_back(project: Path) -> None:
+    config = load_config(project)
+    models = ModelRegistry(Registry(config.registry, project="fraud"))
+    version = models.get("fraud_model", 1)
+    reference = pd.read_parquet(version.reference_path)
+    assert list(reference.columns) == [*version.features, "score"]
+    assert len(reference) == version.lineage["rows"]["validation"]
+    scorer = models.load("fraud_model", "champion", catalog=load_catalog(config.catalog_dir, root=project))
+    assert scorer.version_label == "fraud_model:1" and scorer.features == version.features
+    np.testing.assert_allclose(scorer.predict(reference), reference["score"].to_numpy(), rtol=0, atol=1e-6)
+
+
+def test_a_feature_removed_from_the_catalog_makes_loading_fail_clearly(project: Path, tmp_path: Path) -> None:
+    changed = tmp_path / "feature_defs"
+    shutil.copytree(project / "feature_defs", changed, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (changed / "user_features.py").read_text()
+    (changed / "user_features.py").write_text(source.replace('Field("credit_limit", Float64), ', ""))
+    catalog = load_catalog(changed, root=project)
+    models = ModelRegistry(Registry(load_config(project).registry, project="fraud"))
+    with pytest.raises(QuiverError, match="no longer defines: user_profile:credit_limit"):
+        models.load("fraud_model", 1, catalog=catalog)
+
+
+def test_models_commands(project: Path) -> None:
+    listed = done(quiver("models", "list", cwd=project))
+    assert "fraud_model" in listed and "registered" in listed and "champion" in listed
+    described = done(quiver("models", "describe", "fraud_model", "champion", cwd=project))
+    assert "roc_auc" in described and "risk_score" in described and "sha256" in described
+    assert '"status": "registered"' in done(quiver("models", "describe", "fraud_model", "1", "--json", cwd=project))
+    done(quiver("models", "alias", "set", "fraud_model", "shadow", "1", "--expected", "none", "--reason",
+                "shadow the champion", cwd=project))
+    stale = quiver("models", "alias", "set", "fraud_model", "shadow", "none", "--expected", "2", "--reason", "x",
+                   cwd=project)
+    assert stale.returncode == 2 and stale.stderr.startswith("error: ") and "not the expected version 2" in stale.stderr
+    no_previous = quiver("models", "alias", "rollback", "fraud_model", "--reason", "x", cwd=project)
+    assert no_previous.returncode == 2 and "no 'previous' version" in no_previous.stderr
+    history = done(quiver("models", "history", "fraud_model", cwd=project))
+    assert "shadow the champion" in history and "champion" in history
+    missing = quiver("models", "describe", "fraud_model", "canary", cwd=project)
+    assert missing.returncode == 2 and "no alias 'canary'" in missing.stderr
+    bad_cutoff = quiver("train", "--cutoff", "soon", cwd=project)
+    assert bad_cutoff.returncode == 2 and "is not a date" in bad_cutoff.stderr
+    bad_window = quiver("train", "--cutoff", "2026-11-11", "--window", "fortnight", cwd=project)
+    assert bad_window.returncode == 2 and "window: not a duration" in bad_window.stderr
+    empty = quiver("train", "--cutoff", "2027-01-01", "--window", "1d", cwd=project)
+    assert empty.returncode == 2 and "no labels with event_ts in [2026-12-31" in empty.stderr
+    import torch
+
+    if not torch.cuda.is_available():
+        no_gpu = quiver("train", "--cutoff", "2026-11-11", "--device", "cuda", cwd=project)
+        assert no_gpu.returncode == 2 and "no CUDA device" in no_gpu.stderr
+
+
+def test_a_model_that_does_not_beat_the_baseline_is_rejected_and_gets_no_alias(project: Path) -> None:
+    from quiver.models.train import TrainConfig
+    from quiver.pipelines.training import run_training
+
+    config = load_config(project)
+    # A learning rate of ~0 leaves the network at its random initialisation: no better than chance.
+    untrained = replace(TrainConfig(), epochs=1, learning_rate=1e-12)
+    result = run_training(config, "fraud_model", "10d", "2026-11-11", device="cpu", model_name="weak",
+                          train_config=untrained, alias="champion", log=lambda _: None)
+    assert result.status == "rejected" and result.alias_move is None
+    assert result.metrics["roc_auc"] < result.baseline["roc_auc"]
+    models = ModelRegistry(Registry(config.registry, project="fraud"))
+    assert models.aliases("weak") == {}
+    with pytest.raises(QuiverError, match=r"rejected .* can never get an alias"):
+        models.set_alias("weak", "champion", result.version.version, expected=None, reason="force it")

@@ -1,0 +1,180 @@
+"""The README's tour runs as written: every `$ …` line of its console blocks, and its Python example.
+
+The commands run in order, as a new user would after `make demo`, in a copy of the demo project (the
+example catalog, quiver.yaml, monitoring.yaml, and the venvs linked in) holding small demo data over the
+demo's dates (17 days, 2026-11-01 … 2026-11-17, drift injected from 2026-11-09). A command that the README says "exits 1" must
+exit 1; every other must exit 0. The excerpt of `feature_defs/user_features.py` must match the real file,
+and the error line the README shows must be the one the CLI prints for that typo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from quiver.pipelines.demo_data import generate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+
+
+@dataclass(frozen=True)
+class Block:
+    lang: str
+    text: str
+
+
+def blocks() -> list[Block]:
+    return [Block(m.group(1), m.group(2)) for m in FENCE.finditer(README.read_text())]
+
+
+def commands(block: Block) -> list[str]:
+    """The `$ ` lines of a console block, with backslash continuations joined."""
+    out: list[str] = []
+    continuing = False
+    for line in block.text.splitlines():
+        if continuing:
+            out[-1] += "\n" + line
+        elif line.startswith("$ "):
+            out.append(line[2:])
+        else:
+            continue
+        continuing = line.rstrip().endswith("\\")
+    return out
+
+
+def script(cmds: list[str]) -> str:
+    """One bash script per block (a background `&` and a later `kill $!` share it); each command's exit code
+    is checked against what the README says."""
+    lines = ["set -u"]
+    for cmd in cmds:
+        if cmd.rstrip().split("#")[0].rstrip().endswith("&"):
+            lines.append(cmd)
+            continue
+        expected = 1 if "exits 1" in cmd else 0
+        quoted = cmd.replace("'", "'\\''")
+        lines += ["{", cmd, "}", f"rc=$?; if [ $rc -ne {expected} ]; then echo 'README command exited '$rc' "
+                  f"(expected {expected}): {quoted}' >&2; exit 97; fi"]
+    return "\n".join(lines) + "\n"
+
+
+def test_readme_starts_with_make_demo_and_make_test() -> None:
+    first = blocks()[0]
+    assert first.lang == "bash" and first.text == "make demo\nmake test\n"
+    assert README.read_text().startswith("# Quiver\n\n```bash\nmake demo\nmake test\n```\n")
+
+
+def test_the_parser_sees_every_command() -> None:
+    console = [c for b in blocks() if b.lang == "console" for c in commands(b)]
+    assert len(console) >= 15 and all(c.startswith((".venv/bin/", "QUIVER_API_KEY=", "curl ", "kill ")) for c in console)
+    curl = next(c for c in console if c.startswith("curl "))
+    assert curl.count("\n") == 2 and "features/online" in curl  # continuation lines joined
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("readme")
+    shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("quiver.yaml", "monitoring.yaml"):
+        shutil.copy(REPO / name, root / name)
+    for venv in (".venv", ".venv-stream"):
+        assert (REPO / venv / "bin" / "python").exists(), f"{venv} is missing: run `make setup`"
+        (root / venv).symlink_to(REPO / venv)
+    generate(root / "data", days=17, users=300, transactions_per_day=2_000, drift_from_day=8, late_fraction=0.01,
+             malformed_fraction=0.001)
+    yield root
+    from quiver.config import load_config
+    from quiver.online.embedded import stop_embedded
+
+    stop_embedded(load_config(root / "quiver.yaml"))  # in case the tour failed before its `redis stop`
+
+
+def env() -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
+    return keep | {"COLUMNS": "200", "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def run_block(block: Block, cwd: Path, timeout_s: float = 420) -> str:
+    if block.lang == "console":
+        argv = ["bash", "-c", script(commands(block))]
+    else:
+        argv = [str(cwd / ".venv" / "bin" / "python"), "-c", block.text + PYTHON_CHECKS]
+    # Own process group: a block that hangs is killed with everything it started (a server, a Flink JVM).
+    proc = subprocess.Popen(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"README block did not finish in {timeout_s:.0f} s:\n{block.text}\n--- stderr\n{stderr[-4000:]}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # leftovers of a block (none when it cleans up after itself)
+    assert proc.returncode == 0, f"README block failed:\n{block.text}\n--- stdout\n{stdout[-4000:]}\n" \
+                                 f"--- stderr\n{stderr[-4000:]}"
+    assert "Traceback" not in stderr, stderr[-4000:]
+    return stdout
+
+
+# Appended to the README's Python example: it must return real values for the demo data, not zeros/NaN.
+PYTHON_CHECKS = """
+assert len(train) == len(labels) and train["amount_count_24h"].gt(0).mean() > 0.5
+_values = online.drop(columns=["user_id", "merchant_id"]).iloc[0]
+assert _values.notna().mean() > 0.8, _values
+assert online["credit_limit"].notna().all() and online["risk_score"].notna().all()
+# Feast habits on the same store: entity_df= and .to_df()
+pd.testing.assert_frame_equal(store.get_historical_features(entity_df=labels, features="fraud_model"), train)
+_again = store.get_online_features("fraud_model", [{"user_id": 7, "merchant_id": 3}], at="2026-11-18T00:00:00Z")
+assert _again.to_df().equals(_again.to_pandas())
+print("README-PYTHON-OK")
+"""
+
+
+def test_readme_tour_runs_as_written(project: Path) -> None:
+    outputs: list[tuple[Block, str]] = []
+    for block in blocks():
+        runnable = commands(block) if block.lang == "console" else block.lang == "python"
+        if runnable and not block.text.startswith("# feature_defs/"):  # an excerpt is checked below instead
+            outputs.append((block, run_block(block, project)))
+    text = "\n".join(out for _, out in outputs)
+    assert "no changes; catalog version 1 is current" in text or "applied catalog version 1" in text
+    assert "user_spend" in text and "feature service" in text and "+ feature view user_spend" in text
+    served = next(out for block, out in outputs if "features/online" in block.text)
+    reply = json.loads(served[served.index("{"):served.rindex("}") + 1])
+    assert reply["features"]["credit_limit"][0] is not None and "PRESENT" in reply["status"]["credit_limit"]
+    assert "README-PYTHON-OK" in text
+    assert "left out" in text and "user_id (join key)" in text and "(Evidently," in text
+    assert (project / "data" / "reports" / "drift.summary.html").exists()
+    assert (project / "data" / "events" / "transactions" / "date=2026-11-15" / "part-00000.parquet").exists()
+    assert "finished (bounded" in text and "stopped the embedded Redis" in text
+
+
+def test_readme_excerpt_and_error_line_are_real(tmp_path: Path) -> None:
+    excerpt = next(b for b in blocks() if b.lang == "python" and b.text.startswith("# feature_defs/"))
+    source = excerpt.text.splitlines()[0].split()[1]
+    real = (REPO / source).read_text()
+    calls = re.findall(r"Aggregation\([^)]*\)", excerpt.text)
+    assert calls and all(call in real for call in calls)
+    [error] = [line for b in blocks() if b.lang == "text" for line in b.text.splitlines() if line.startswith("error:")]
+    shutil.copytree(REPO / "feature_defs", tmp_path / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "quiver.yaml", tmp_path / "quiver.yaml")
+    generate(tmp_path / "data", days=1, users=20, transactions_per_day=50)
+    defs = tmp_path / "feature_defs" / "user_features.py"
+    defs.write_text(defs.read_text().replace('Aggregation("amount", "mean", "24h")', 'Aggregation("amout", "mean", "24h")'))
+    result = subprocess.run([sys.executable, "-m", "quiver.cli", "plan"], cwd=tmp_path, env=env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip() == error

@@ -1,0 +1,80 @@
+"""The evaluation report's curves agree with scikit-learn; the page and its PNGs are written; story helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quiver.monitoring.evaluation_report import (
+    _area,
+    pr_points,
+    reliability,
+    roc_points,
+    write_evaluation_report,
+)
+from quiver.pipelines.demo_loop import decision_of
+
+
+@pytest.fixture
+def scored() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    labels = (rng.random(2_000) < 0.1).astype(np.float64)
+    scores = np.clip(0.1 + 0.3 * labels + rng.normal(0, 0.15, 2_000), 0, 1).round(3)  # ties on purpose
+    return labels, scores
+
+
+def test_roc_area_equals_sklearn_auc(scored: tuple[np.ndarray, np.ndarray]) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    labels, scores = scored
+    fpr, tpr = roc_points(labels, scores)
+    assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0.0, 0.0, 1.0, 1.0)
+    assert _area(fpr, tpr) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+
+
+def test_pr_points_give_sklearn_average_precision(scored: tuple[np.ndarray, np.ndarray]) -> None:
+    from sklearn.metrics import average_precision_score
+
+    labels, scores = scored
+    recall, precision = pr_points(labels, scores)
+    ap = float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    assert ap == pytest.approx(average_precision_score(labels, scores), abs=1e-12)
+
+
+def test_reliability_bins_hold_mean_score_and_observed_rate() -> None:
+    labels = np.array([0, 1, 0, 0, 1, 1], np.float64)
+    scores = np.array([0.05, 0.05, 0.55, 0.55, 0.95, 1.0])
+    mean, rate, counts = reliability(labels, scores, bins=10)
+    assert mean.tolist() == pytest.approx([0.05, 0.55, 0.975])
+    assert rate.tolist() == [0.5, 0.0, 1.0] and counts.tolist() == [2, 2, 2]
+
+
+def test_report_writes_the_page_and_every_png(tmp_path: Path, scored: tuple[np.ndarray, np.ndarray]) -> None:
+    labels, scores = scored
+    steps = [{"label": "11-13 06:00", "fraction": 0.25, "outcome": "hold", "rows": 40, "log_loss_diff": None},
+             {"label": "11-14 12:00", "fraction": 0.25, "outcome": "advance", "rows": 400, "log_loss_diff": -0.01},
+             {"label": "11-15 18:00", "fraction": 0.5, "outcome": "promote", "rows": 900, "log_loss_diff": -0.02}]
+    page = write_evaluation_report(tmp_path / "eval.html", labels=labels, champion_scores=scores,
+                                   challenger_scores=np.sqrt(scores), champion="m:1", challenger="m:2",
+                                   canary_steps=steps, facts=[("rollout", "#1 promoted")])
+    text = page.read_text()
+    assert "m:2 vs m:1" in text and "#1 promoted" in text and "promote" in text
+    for chart in ("roc", "pr", "calibration", "canary"):
+        blob = (tmp_path / f"eval.{chart}.png").read_bytes()
+        assert blob.startswith(b"\x89PNG") and f"alt='{chart}'" in text
+    with pytest.raises(ValueError, match="as many scores as labels"):
+        write_evaluation_report(tmp_path / "bad.html", labels=labels, champion_scores=scores[:-1],
+                                challenger_scores=scores, champion="a", challenger="b")
+
+
+def test_decision_of_names_what_each_dag_run_decided() -> None:
+    drift = {"dag_id": "quiver_drift", "state": "success", "tasks": {"emit_drift": "success"},
+             "results": {"check_drift": {"drift_share": 0.6, "champion": "m:1", "rows": 4000}}}
+    assert decision_of(drift) == ("DRIFT → Asset", "share 60% of m:1, 4,000 rows")
+    skipped = {"dag_id": "quiver_retrain", "state": "success", "tasks": {"plan": "skipped"}, "results": {}}
+    assert decision_of(skipped)[0] == "skipped"
+    canary = {"dag_id": "quiver_canary", "state": "success", "tasks": {},
+              "results": {"judge": {"outcome": "advance", "canary": "m:3", "fraction": 0.25, "step": 0}}}
+    assert decision_of(canary) == ("advance", "m:3 at 25% (step 0)")

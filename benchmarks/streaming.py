@@ -14,13 +14,15 @@ reported), all bounded runs over the pre-written backlog:
                Python hand-off design this path replaced); its Redis values must equal Quiver's.
 
 JVM start and SQL planning (10-60 s per job here) are reported apart. Also: events per CPU second of each
-side's process tree (steadier than wall time on a shared machine), freshness (the Quiver job kept running
+side's process tree (steadier than wall time on a shared machine), Quiver's CPU split (`cpu_profile`: the
+Flink JVM, the runner's Python threads (feeder, loader), redis-server), freshness (the Quiver job kept running
 while a producer writes a file every 100 ms at half of Quiver's measured rate; latency = from the file's
 rename to its probe event being readable through the SDK), and with `--candidates` every tuning
 candidate measured on its own in the same run.
 
 `--quick`: 100k events, parallelism 1, one run per side (not a median), 10 s of freshness probes; it takes
-4-8 minutes here, not < 60 s: every Flink job spends 20-60 s starting on this loaded machine.
+2-8 minutes here, not < 60 s: every Flink job spends 10-60 s starting. Full size (`make bench`): 1M events,
+parallelism 1 and 2, 3 runs per side; about 25 minutes with the Python sink, 13 without (`--no-peer`).
 
 Last line: RESULT streaming ratio=<quiver ev/s / 50000> quiver=<ev/s> peer=<blackhole ev/s>
 """
@@ -75,6 +77,18 @@ def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("redis-server did not start")
 
 
+REDIS_PID: list[int] = []  # the benchmark's redis-server (its CPU is part of Quiver's profile)
+
+
+def redis_cpu() -> float:
+    """CPU seconds the benchmark's redis-server has used so far (0 where /proc is not readable)."""
+    try:
+        fields = Path(f"/proc/{REDIS_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def make_project(root: Path, redis_url: str, events: int, users: int, project: str = "bench") -> Any:
     """The example catalog over synthetic data; `events` transactions pre-written to the stream dir."""
     from quiver.pipelines.demo_data import generate
@@ -113,6 +127,7 @@ def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: A
     """(a) file → feeder → Flink → committed change files → loader → Redis, until all is loaded."""
     flush()
     began = time.time()
+    redis_began = redis_cpu()
     proc = run_quiver(root, state, parallelism, "--fresh", *extra)
     if proc.wait() != 0:
         raise RuntimeError(f"quiver stream failed, see {state.parent / (state.name + '.log')}")
@@ -124,9 +139,14 @@ def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: A
     # The feeder checks and splits the backlog before the job starts: its time counts too.
     seconds = t["batches_done"] - t["running"] + status["feed_s"]
     used = (cpu["batches_done"] - cpu["running"]) if cpu.get("running") is not None else None
+    python = cpu["python_batches_done"] - cpu["python_running"] if "python_running" in cpu else None
+    profile = {"flink_jvm_cpu_s": used - python if used and python is not None else None,
+               "loader_feeder_python_cpu_s": python, "redis_server_cpu_s": redis_cpu() - redis_began,
+               "loader_busy_s": status["loader"].get("busy_s")}
     return {"side": "quiver", "parallelism": parallelism, "events": events, "events_per_s": events / seconds,
             "processing_s": seconds, "feed_s": status["feed_s"], "cpu_s": used,
-            "events_per_cpu_s": events / used if used else None, "startup_s": t["running"] - began,
+            "events_per_cpu_s": events / used if used else None, "cpu_profile": profile,
+            "startup_s": t["running"] - began,
             "loaded_rows": status["loader"]["rows"], "fed_lines": status["feeder"]["lines"],
             "loader_busy_s": status["loader"].get("busy_s"), "loader_polls": status["loader"]["polls"]}
 
@@ -390,7 +410,8 @@ CANDIDATES: list[tuple[str, str, list[str]]] = [
     ("defaults", "blackhole", []),
     ("mini-batch off", "blackhole", ["--mini-batch-ms", "0"]),
     ("hashmap state", "blackhole", ["--state-backend", "hashmap"]),
-    ("object reuse", "blackhole", ["--flink-set", "pipeline.object-reuse=true"]),
+    ("object reuse off", "blackhole", ["--flink-set", "pipeline.object-reuse=false"]),
+    ("rocksdb compression on", "blackhole", ["--flink-set", "state.backend.rocksdb.compression.per.level=SNAPPY_COMPRESSION"]),
     ("two-phase aggregation", "blackhole", ["--table-set", "table.optimizer.agg-phase-strategy=TWO_PHASE"]),
     ("checkpoints 250 ms", "blackhole", ["--checkpoint-interval-ms", "250"]),
     ("quiver defaults", "quiver", []),
@@ -409,6 +430,7 @@ def main() -> int:
     p.add_argument("--candidates", action="store_true", help="also measure each tuning candidate on its own")
     p.add_argument("--runner-args", default="", help="runner options for every side, e.g. '--state-backend hashmap'")
     p.add_argument("--fresh-seconds", type=float, default=None)
+    p.add_argument("--out", default=None, help=f"results file (default {RESULTS.relative_to(ROOT)})")
     p.add_argument("--keep", action="store_true", help="keep the temporary project and state folders")
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -425,6 +447,7 @@ def main() -> int:
         sys.exit(f"streaming virtualenv missing: {STREAM_PY} (run `make setup`)")
     tmp = Path(tempfile.mkdtemp(prefix="quiver-bench-stream-"))
     redis_proc, url = start_redis(tmp)
+    REDIS_PID[:] = [redis_proc.pid]
     import pyarrow as pa
     import pyarrow.compute as pc
     import redis
@@ -450,8 +473,11 @@ def main() -> int:
                     figs.append(_peer(root, tmp, level, events))
                 for fig in figs:
                     runs[fig["side"]].setdefault(level, []).append(fig)
+                    prof = fig.get("cpu_profile") or {}
+                    split = (f"; Flink {prof['flink_jvm_cpu_s']:.1f}, loader+feeder {prof['loader_feeder_python_cpu_s']:.1f}"
+                             f", Redis {prof['redis_server_cpu_s']:.1f}") if prof.get("flink_jvm_cpu_s") else ""
                     print(f"p={level} run {r + 1} {fig['side']:>9}: {fig['events_per_s']:>8,.0f} ev/s  "
-                          f"({fig['processing_s']:.1f} s, {fig.get('cpu_s') or 0:.1f} CPU s)", flush=True)
+                          f"({fig['processing_s']:.1f} s, {fig.get('cpu_s') or 0:.1f} CPU s{split})", flush=True)
             if not a.no_peer:  # answers: Quiver's Redis values == the Python sink's (run last, same events)
                 checked += same_answers(url, root, users, end_us)
         median = {side: {lvl: statistics.median(f["events_per_s"] for f in figs) for lvl, figs in by.items()}
@@ -490,8 +516,9 @@ def main() -> int:
             "targets": {"events_per_s": TARGET_EVENTS_S, "ratio_to_blackhole": 0.7, "freshness_p99_s": TARGET_P99_S},
             "host": {"cpus": os.cpu_count(), "load": os.getloadavg(),
                      "note": "shared machine (several agents): figures are noisy; compare within one run"}}
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2, default=str))
+        out = Path(a.out) if a.out else RESULTS
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str))
         print(f"RESULT streaming ratio={quiver_eps / TARGET_EVENTS_S:.2f} quiver={quiver_eps:.0f}ev/s "
               f"peer={floor_eps:.0f}ev/s")
     finally:

@@ -22,7 +22,6 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -362,40 +361,6 @@ def _prune(table_dir: Path, keep: set[Path]) -> None:
             stale.unlink()
             if not any(stale.parent.iterdir()):
                 stale.parent.rmdir()
-
-
-def write_stream_files(events: pa.Table, stream_dir: str | Path, *, rows_per_file: int,
-                       ts_column: str = "event_ts") -> list[Path]:
-    """Write ``events`` as time-ordered NDJSON files for a tailing stream job; returns the paths in order.
-
-    Each line holds ``ts_ms`` (epoch milliseconds of ``ts_column``) plus the other columns. Files are named
-    ``<first ts_ms, 13 digits>-<seq>.jsonl`` so lexical order is time order, and each appears atomically
-    (written under a hidden temp name, then renamed).
-    """
-    if rows_per_file < 1:
-        raise ValueError("rows_per_file must be >= 1")
-    ts_col = events.column(ts_column)
-    if not pa.types.is_timestamp(ts_col.type) or ts_col.null_count:
-        raise ValueError(f"{ts_column!r} must be a timestamp column without nulls")
-    out = Path(stream_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ordered = events.take(pc.sort_indices(events, sort_keys=[(ts_column, "ascending")]))
-    per_ms = {"s": -1000, "ms": 1, "us": 1000, "ns": 1_000_000}[ts_col.type.unit]
-    raw = ordered.column(ts_column).cast(pa.int64()).to_numpy()
-    ts_ms = raw * -per_ms if per_ms < 0 else raw // per_ms
-    body = ordered.drop_columns([ts_column]).add_column(0, "ts_ms", pa.array(ts_ms, pa.int64()))
-    # Nullable pandas ints keep ids integral in JSON even when some are null.
-    ints = {t: pd.Int64Dtype() for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64())}
-    written = []
-    for seq, lo in enumerate(range(0, body.num_rows, rows_per_file)):
-        chunk = body.slice(lo, rows_per_file).to_pandas(types_mapper=ints.get)
-        text = chunk.to_json(orient="records", lines=True)
-        path = out / f"{int(ts_ms[lo]):013d}-{seq:06d}.jsonl"
-        tmp = out / f".{path.name}.tmp"
-        tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        written.append(path)
-    return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -328,6 +328,9 @@ def redis_tiles(store: RedisOnlineStore, project: str, view: ViewSpec, entities:
 
 def test_tiles_in_redis_equal_batch_tiles(streamed: Streamed) -> None:
     s = streamed
+    status = json.loads(s.paths.status_file.read_text())
+    assert status["loader"]["files"] > 0
+    assert status["loader"]["general_reads"] == 0  # every file Flink wrote took the loader's fast path
     for view in s.catalog.views.values():
         if view.kind != "agg":
             continue

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,8 +20,8 @@ from quiver.pipelines.demo_data import (
     GenerationSummary,
     generate,
     main,
-    write_stream_files,
 )
+from quiver.pipelines.stream_producer import produce
 
 SMALL: dict[str, Any] = {"days": 4, "users": 300, "merchants": 40, "transactions_per_day": 5_000, "seed": 11}
 TS = pa.timestamp("us", tz="UTC")
@@ -210,26 +209,23 @@ def test_fraud_rate_in_range_and_learnable_from_amount_ratio(clean: GenerationSu
 
 def test_stream_files_are_time_ordered_atomic_and_complete(dirty: GenerationSummary, tmp_path: Path) -> None:
     events = pq.read_table(dirty.paths["transactions"][1])  # holds out-of-order late rows and malformed rows
-    files = write_stream_files(events, tmp_path / "stream", rows_per_file=700)
+    files = produce(events, tmp_path / "stream", rows_per_file=700)
     assert len(files) == math.ceil(events.num_rows / 700)
     assert [p.name for p in files] == sorted(p.name for p in (tmp_path / "stream").iterdir())
     assert not any(p.name.startswith(".") for p in (tmp_path / "stream").iterdir())
     records = []
     for path in files:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
-        first_event_time = rows[0]["ts_ms"]
-        assert int(path.name.split("-")[0]) == first_event_time
         records += rows
-    event_times = [r["ts_ms"] for r in records]
+    event_times = [r["ts_us"] for r in records]  # epoch µs: the catalog's resolution, nothing cut
     assert event_times == sorted(event_times) and len(records) == events.num_rows
-    assert set(records[0]) == {"ts_ms", *events.column_names} - {"event_ts"}
-    expected = pc.divide(events.column("event_ts").cast(pa.int64()), 1000).to_pylist()
-    assert sorted(expected) == event_times
+    assert set(records[0]) == {"ts_us", *events.column_names} - {"event_ts"}
+    assert sorted(events.column("event_ts").cast(pa.int64()).to_pylist()) == event_times
     users = [r["user_id"] for r in records]
     assert users.count(None) == events.column("user_id").null_count > 0
     assert all(u is None or isinstance(u, int) for u in users)
     with pytest.raises(ValueError):
-        write_stream_files(events, tmp_path / "x", rows_per_file=0)
+        produce(events, tmp_path / "x", rows_per_file=0)
 
 
 def test_no_temp_files_left_and_stale_partitions_pruned(tmp_path: Path) -> None:

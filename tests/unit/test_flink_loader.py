@@ -152,3 +152,37 @@ def test_nan_and_infinity_written_as_strings_by_flink_are_read_as_values(tmp_pat
     amounts = table.column("amount").to_pylist()
     assert math.isnan(amounts[0]) and amounts[1] == -math.inf
     assert table.column("cat").to_pylist() == ["NaN", "x"]
+
+
+def test_flinks_compact_shape_reads_like_the_general_reader(tmp_path: Path) -> None:
+    """Flink writes `{"before":null,"after":{…},"op":"c"}` without spaces: the loader parses only those
+    rows' objects (the fast path); any other shape goes through the general reader. Both agree."""
+    import math
+
+    spend, last = views()["spend"], views()["last_tx"]
+    tricky = 'x","op":"c"}'  # a string value that looks like the envelope's end
+    tile_rows = [("c", tile(1, 1, 2.5, None)), ("d", tile(1, 1, 2.5, tricky)), ("c", tile(1, 2, 3.75, tricky)),
+                 ("c", tile(2, 1, None, "ü")), ("c", tile(None, 1, None, None, batch="upto-a.jsonl"))]
+    last_rows = [("c", {"user_id": 7, "event_ts": 1, "amount": "NaN", "qty": 1, "cat": "NaN"}),
+                 ("d", {"user_id": 7, "event_ts": 1, "amount": 1.0, "qty": 1, "cat": "a"}),
+                 ("c", {"user_id": 8, "event_ts": 2, "amount": "-Infinity", "qty": None, "cat": "\n"})]
+
+    def write(name: str, rows: list[tuple[str, dict[str, Any]]], compact: bool) -> Path:
+        seps = (",", ":") if compact else (", ", ": ")
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"before": r if op == "d" else None, "after": r if op == "c" else None,
+                                            "op": op}, separators=seps) + "\n" for op, r in rows))
+        return path
+
+    fast = read_changes(spend, [write("part-f-0-0", tile_rows, True)], marks=True)
+    general = read_changes(spend, [write("part-g-0-0", tile_rows, False)], marks=True)
+    assert fast.equals(general)
+    assert fast.column("cat__last").to_pylist() == [None, tricky, "ü", None]
+    assert fast.column("__batch").to_pylist() == [None, None, None, "upto-a.jsonl"]
+    fast = read_changes(last, [write("part-f-0-1", last_rows, True)])
+    general = read_changes(last, [write("part-g-0-1", last_rows, False)])
+    assert fast.schema == general.schema and repr(fast.to_pylist()) == repr(general.to_pylist())  # NaN != NaN
+    amounts = fast.column("amount").to_pylist()
+    assert math.isnan(amounts[0]) and amounts[1] == -math.inf and fast.column("cat").to_pylist() == ["NaN", "\n"]
+    only_old = write("part-f-0-2", [("d", tile(1, 1, 2.5, None))], True)
+    assert read_changes(spend, [only_old]).num_rows == 0

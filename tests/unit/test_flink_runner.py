@@ -29,3 +29,25 @@ def test_settings_are_key_value_pairs() -> None:
     assert _pairs(["pipeline.object-reuse=true", " a = b=c "]) == (("pipeline.object-reuse", "true"), ("a", "b=c"))
     with pytest.raises(QuiverError, match="KEY=VALUE"):
         _pairs(["no-equals"])
+
+
+def test_job_settings_reuse_objects_and_skip_rocksdb_compression_unless_overridden(tmp_path: Path) -> None:
+    """The two measured defaults (docs/streaming.md): object reuse, uncompressed RocksDB state; both can
+    be set back with --flink-set, and a heap state backend gets no RocksDB option."""
+    from quiver.compile.flink import FlinkJob
+    from quiver.streaming.job import JobOptions, flink_config
+    from quiver.streaming.paths import StreamPaths
+
+    job = FlinkJob(settings=(("table.local-time-zone", "UTC"),), statements=(), inserts=(), views=(), sources=())
+    paths = StreamPaths.at(tmp_path)
+    rocks = flink_config(job, JobOptions(), paths, None)
+    assert rocks["pipeline.object-reuse"] == "true"
+    assert rocks["state.backend.rocksdb.compression.per.level"] == "NO_COMPRESSION"
+    assert rocks["table.local-time-zone"] == "UTC" and rocks["state.backend.type"] == "rocksdb"
+    heap = flink_config(job, JobOptions(state_backend="hashmap"), paths, None)
+    assert "state.backend.rocksdb.compression.per.level" not in heap
+    back = flink_config(job, JobOptions(extra=(("pipeline.object-reuse", "false"),
+                                               ("state.backend.rocksdb.compression.per.level", "LZ4_COMPRESSION"))),
+                        paths, None)
+    assert back["pipeline.object-reuse"] == "false"
+    assert back["state.backend.rocksdb.compression.per.level"] == "LZ4_COMPRESSION"

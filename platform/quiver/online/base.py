@@ -163,6 +163,15 @@ class OnlineStore(abc.ABC):
     def set_meta(self, view: str, field: str, value: str) -> None:
         """Set one field of a view's metadata."""
 
+    def raise_freshness(self, view: str, max_event_ts_us: int) -> None:
+        """Raise a view's freshness (`max_event_ts`) to at least `max_event_ts_us`, never lower it.
+
+        This default reads, compares and writes; a store with several writers (the stream loader and a
+        batch materialization) should do it atomically, as RedisOnlineStore does."""
+        current = self.get_meta(view, "max_event_ts")
+        if current is None or int(current) < max_event_ts_us:
+            self.set_meta(view, "max_event_ts", str(max_event_ts_us))
+
     @abc.abstractmethod
     def ping(self, *, timeout_s: float | None = None) -> None:
         """Raise OnlineStoreUnavailable unless the store answers (within `timeout_s` when given)."""

@@ -34,95 +34,10 @@ from quiver.online.base import (
 )
 from quiver.online.codec import LastCodec, TileCodec, codec_for, empty_at, newest_per_entity
 from quiver.online.layout import INT64_MIN, entity_keys, key_prefix, meta_key
+from quiver.online.redis_scripts import SCRIPTS
 
 log = logging.getLogger(__name__)
 
-# Newer wins: one MGET, compare the leading event_ts (i8), one MSET of the winners. Lua numbers are
-# doubles, exact for epoch µs until the year 2255.
-LAST_SCRIPT = b"""
-local cur = redis.call('MGET', unpack(KEYS))
-local out, w = {}, 0
-for i = 1, #KEYS do
-  local v, c = ARGV[i], cur[i]
-  if (not c) or #c < 8 or struct.unpack('<i8', v) >= struct.unpack('<i8', c) then
-    out[#out + 1] = KEYS[i]
-    out[#out + 1] = v
-    w = w + 1
-  end
-end
-if w > 0 then redis.call('MSET', unpack(out)) end
-return w
-"""
-
-# Tile upsert: merge the stored and incoming records by tile_start (the fuller tile wins, ties go to the
-# incoming one), then trim tiles older than newest - horizon. ARGV: width, var_len offset (0: none),
-# horizon µs, then one value per key.
-TILE_SCRIPT = b"""
-local W, VO, H = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local function records(s)
-  local out, pos, n = {}, 1, #s
-  while pos + W - 1 <= n do
-    local ts, ev = struct.unpack('<i8i8', s, pos)
-    local size = W
-    if VO > 0 then size = W + struct.unpack('<I4', s, pos + VO) end
-    out[#out + 1] = {ts, ev, string.sub(s, pos, pos + size - 1)}
-    pos = pos + size
-  end
-  return out
-end
-local cur = redis.call('MGET', unpack(KEYS))
-local out, w = {}, 0
-for i = 1, #KEYS do
-  local inc, c = ARGV[i + 3], cur[i]
-  local value = inc
-  if c then
-    local a, b = records(c), records(inc)
-    local merged, ia, ib = {}, 1, 1
-    while ia <= #a or ib <= #b do
-      local ra, rb = a[ia], b[ib]
-      if rb == nil or (ra ~= nil and ra[1] < rb[1]) then
-        merged[#merged + 1] = ra
-        ia = ia + 1
-      elseif ra == nil or rb[1] < ra[1] then
-        merged[#merged + 1] = rb
-        ib = ib + 1
-      else
-        if rb[2] >= ra[2] then merged[#merged + 1] = rb else merged[#merged + 1] = ra end
-        ia = ia + 1
-        ib = ib + 1
-      end
-    end
-    local parts = {}
-    if #merged > 0 then
-      local oldest = merged[#merged][1] - H
-      for _, r in ipairs(merged) do
-        if r[1] >= oldest then parts[#parts + 1] = r[3] end
-      end
-    end
-    value = table.concat(parts)
-  end
-  if value ~= c and #value > 0 then
-    out[#out + 1] = KEYS[i]
-    out[#out + 1] = value
-    w = w + 1
-  end
-end
-if w > 0 then redis.call('MSET', unpack(out)) end
-return w
-"""
-
-# Freshness: keep the greatest event time ever written to a view, and when it was written.
-META_SCRIPT = b"""
-local cur = redis.call('HGET', KEYS[1], 'max_event_ts')
-if (not cur) or tonumber(ARGV[1]) > tonumber(cur) then
-  redis.call('HSET', KEYS[1], 'max_event_ts', ARGV[1])
-end
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'updated_at_ms', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)))
-return 1
-"""
-
-_SCRIPTS = {"last": LAST_SCRIPT, "tile": TILE_SCRIPT, "meta": META_SCRIPT}
 _DEPTH = 8  # commands in flight while the next batch is packed: the server works while we pack
 _ENCODE_ROWS = 4_000  # rows encoded at a time, between sends, so encoding overlaps Redis' work
 
@@ -143,7 +58,7 @@ def pack(*args: bytes) -> bytes:
 def _eval(name: str, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
     # EVAL, not EVALSHA: Redis caches the compiled script anyway, and a restarted or flushed server can
     # never answer NOSCRIPT in the middle of a pipelined write.
-    body, n = _SCRIPTS[name], b"%d" % len(keys)
+    body, n = SCRIPTS[name], b"%d" % len(keys)
     return b"*%d\r\n$4\r\nEVAL\r\n" % (3 + len(keys) + len(args)) + _bulk([body, n, *keys, *args])
 
 
@@ -360,6 +275,10 @@ class RedisOnlineStore(OnlineStore):
 
     def _touch(self, view: str, max_event_ts: int) -> None:
         self._call([_eval("meta", [meta_key(self.project, view)], [b"%d" % max_event_ts])])
+
+    def raise_freshness(self, view: str, max_event_ts_us: int) -> None:
+        """Raise `max_event_ts` atomically (one script): a concurrent writer's higher value is kept."""
+        self._touch(view, max_event_ts_us)
 
     def set_meta(self, view: str, field: str, value: str) -> None:
         """Set one field of a view's metadata hash (e.g. the materialization marker)."""

@@ -4,12 +4,10 @@ back, the `quiver models` commands, a rejected version, and a feature removed fr
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from datetime import date
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,22 +20,14 @@ from quiver.config import load_config
 from quiver.pipelines.demo_data import generate
 from quiver.registry import Registry
 from quiver.registry.models import ModelRegistry
+from tests.cli_runs import done
+from tests.cli_runs import quiver as run_quiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+
 REPO = Path(__file__).resolve().parents[2]
-QUIVER = Path(sys.executable).parent / "quiver"
-
-
-def quiver(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")} | {"COLUMNS": "250"}
-    return subprocess.run([str(QUIVER), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-
-
-def done(result: subprocess.CompletedProcess[str], code: int = 0) -> str:
-    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result.stdout
+quiver = partial(run_quiver, timeout=900)  # training runs take minutes
 
 
 @pytest.fixture(scope="module")

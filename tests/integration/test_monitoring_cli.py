@@ -4,33 +4,19 @@ synthetic demo data (drift injected from day 2, 1% malformed rows)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from quiver.pipelines.demo_data import generate
+from tests.cli_runs import done, quiver
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-QUIVER = Path(sys.executable).parent / "quiver"
 TX = "data/events/transactions/date={}/part-00000.parquet"
-
-
-def quiver(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")} | {"COLUMNS": "250"}
-    return subprocess.run([str(QUIVER), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def done(result: subprocess.CompletedProcess[str], code: int = 0) -> str:
-    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return result.stdout
 
 
 @pytest.fixture(scope="module")

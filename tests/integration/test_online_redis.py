@@ -181,7 +181,7 @@ def test_tiles_are_replay_safe_and_trimmed(store, cat, redis_url):
 
 
 def test_raise_freshness_never_lowers_it(store):
-    """The stream loader and a batch materialization both raise a view's freshness: atomically, to the max."""
+    """The stream loader and a batch materialization both raise a view's freshness: to the max, never lower."""
     store.raise_freshness("agg", T0 + 5)
     store.raise_freshness("agg", T0 + 3)  # an older load after a newer one: kept at the newer
     assert store.freshness(["agg"]) == {"agg": T0 + 5}

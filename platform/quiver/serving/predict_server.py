@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from quiver.catalog.errors import QuiverError
 from quiver.online.base import OnlineStoreError, OnlineStoreUnavailable
 from quiver.serving.prediction import PredictionService
+from quiver.serving.runtime import ServerLimits, run_uvicorn
 from quiver.serving.server import MAX_BODY_BYTES, BodyLimit, Observe
 
 log = logging.getLogger(__name__)
@@ -166,10 +167,10 @@ except ImportError:  # pragma: no cover
 
 def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,
                 api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
-                torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning") -> None:
-    """Run the prediction server with uvicorn until interrupted (serving logs under the offline root)."""
-    import uvicorn
-
+                torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
+                limits: ServerLimits | None = None) -> None:
+    """Run the prediction server with uvicorn until interrupted (serving logs under the offline root), with
+    the feature server's connection limits (`limits`, default ServerLimits())."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
     from quiver.monitoring.serving_log import ServingLogger
     from quiver.monitoring.settings import load_settings
@@ -195,7 +196,7 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
         raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
     with service:
         try:
-            uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+            run_uvicorn(app, host, port, log_level, limits)
         finally:
             if service.logger is not None:
                 service.logger.close()

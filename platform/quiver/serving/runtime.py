@@ -252,6 +252,15 @@ class ServerLimits:
                 "h11_max_incomplete_event_size": self.max_header_bytes}
 
 
+def run_uvicorn(app: Any, host: str, port: int, log_level: str, limits: ServerLimits | None = None) -> None:
+    """Serve `app` with uvicorn until interrupted, under `limits` (default: ServerLimits()): the one way
+    both the feature server and the prediction server run."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                **(limits or ServerLimits()).uvicorn_kwargs())
+
+
 def guarded_protocol(limits: ServerLimits) -> type:
     """uvicorn's httptools protocol with a header-size limit and a read deadline per request."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

@@ -38,7 +38,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from quiver.catalog.errors import QuiverError
 from quiver.online.base import STATUS_NAMES, OnlineStoreError, now_us
 from quiver.serving.result import OnlineResult
-from quiver.serving.runtime import Probe, ServerLimits, StoreGate, StoreUnavailable, metrics_text
+from quiver.serving.runtime import Probe, ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
 from quiver.serving.schemas import OnlineRequest, OnlineResponse
 from quiver.serving.store import FeatureStore
 
@@ -269,8 +269,6 @@ async def _plain_response(send: Send, status: int, detail: str) -> None:
 def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8000, *,
           api_key: str | None = None, log_level: str = "warning", limits: ServerLimits | None = None) -> None:
     """Run the feature server with uvicorn until interrupted (connection limits: `limits`)."""
-    import uvicorn
-
     store = FeatureStore(config_path)
     app = create_app(store, api_key)
     if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
@@ -282,5 +280,4 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
     log.warning("serving catalog version %s of project %r%s", store.catalog_version or "(unapplied, from disk)",
                 store.config.project, "; the definitions on disk differ (not served until `quiver apply`)"
                 if store.disk_differs else "")
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                **(limits or ServerLimits()).uvicorn_kwargs())
+    run_uvicorn(app, host, port, log_level, limits)

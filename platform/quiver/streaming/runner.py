@@ -8,8 +8,8 @@ state directory is cleared and the whole stream directory is replayed (online wr
 loaded (the checkpoint stays, so the next run resumes); unbounded runs until SIGTERM/SIGINT.
 
 Defaults (measured in benchmarks/streaming.py on a 2-core machine, docs/streaming.md): checkpoints every
-1000 ms (the file sinks commit on checkpoints, so this sets freshness: p99 1.95 s at 10.6k events/s on
-a 1M-event state here; 500 ms gives 1.5 s for a third less throughput), object reuse and uncompressed
+1000 ms (the file sinks commit on checkpoints, so this sets freshness: p99 1.95 s at 10.6k events/s and
+4.0 s at 12.2k on a 1M-event state here; 500 ms gives 1.5 s for a third less throughput), object reuse and uncompressed
 RocksDB state (job.py), mini-batch off (`--mini-batch-ms N`
 turns it on now that the late split is the feeder's; it turns the last-value top-1 into before/after
 pairs, which cost more than the tile rows it saves), RocksDB state. Sources bound to Kafka need the Flink

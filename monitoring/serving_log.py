@@ -3,8 +3,10 @@
     <root>/serving_logs/date=YYYY-MM-DD/hour=HH/part-<time>-<uuid>.parquet
 
 Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `model_version`, `arm`
-(champion / shadow / canary …), `latency_ms`, `prediction` (float64, may be null), `error` (empty, or why the
-model failed on the row: then `prediction` is null), then one column per entity
+(champion / shadow / canary / paired …), `latency_ms`, `prediction` (float64, may be null), `error` (empty, or
+why the model failed on the row: then `prediction` is null), `rollout_id`, `rollout_step` (int64) and
+`canary_fraction` (float64): the rollout, step and traffic share the row was routed under (null when no rollout
+ran), so a judge counts only rows served under the step it judges; then one column per entity
 key named `key.<name>` and one per feature named `feature.<name>` (names as the caller gives them, e.g.
 "user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart. A file holds the
 rows of one flush that fall into its hour; its schema is the union of the keys and features in that flush.
@@ -50,9 +52,11 @@ FEATURE_PREFIX = "feature."
 _US_PER_HOUR = 3_600_000_000
 _BASE = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa.string()),
                    ("model_version", pa.string()), ("arm", pa.string()), ("latency_ms", pa.float64()),
-                   ("prediction", pa.float64()), ("error", pa.string())])
+                   ("prediction", pa.float64()), ("error", pa.string()), ("rollout_id", pa.int64()),
+                   ("rollout_step", pa.int64()), ("canary_fraction", pa.float64())])
 
 Record = tuple[int, str, Mapping[str, Any], Mapping[str, Any], str, str, float, float | None, str]
+RolloutTag = tuple[int, int, float]  # (rollout id, step, canary fraction) a row was routed under
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class Batch:
     latency_ms: float | np.ndarray
     predictions: np.ndarray | None
     error: str | np.ndarray
+    rollout: RolloutTag | None = None
 
 
 class ServingLogger:
@@ -105,12 +110,14 @@ class ServingLogger:
     def log_batch(self, request_ids: Sequence[str], entity_keys: Mapping[str, Any], features: Mapping[str, Any],
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
                   latency_ms: float | np.ndarray = 0.0, predictions: np.ndarray | None = None,
-                  ts_us: np.ndarray | int | None = None, error: str | np.ndarray = "") -> None:
+                  ts_us: np.ndarray | int | None = None, error: str | np.ndarray = "",
+                  rollout: RolloutTag | None = None) -> None:
         """Buffer many served rows given as columns (numpy arrays or lists, one value per row); returns at once.
 
         `model_version`, `arm`, `latency_ms` and `error` are one value for all rows or one per row; `ts_us` is
         epoch microseconds UTC (default: now); `prediction` is null where `error` is non-empty (and everywhere
-        when `predictions` is None). The files written are the same as from `log()` of the same rows. Nothing
+        when `predictions` is None); `rollout` tags every row with the rollout, step and canary fraction it was
+        routed under. The files written are the same as from `log()` of the same rows. Nothing
         passed may be mutated afterwards (the arrays are written by the background thread)."""
         n = len(request_ids)
         for what, columns in (("entity_keys", entity_keys), ("features", features)):
@@ -127,7 +134,7 @@ class ServingLogger:
         stamp = time.time_ns() // 1000 if ts_us is None else \
             ts_us.astype(np.int64, copy=False) if isinstance(ts_us, np.ndarray) else int(ts_us)
         self._append(Batch(n, stamp, request_ids, dict(entity_keys), dict(features), model_version, arm,
-                           latency_ms, predictions, error), n)
+                           latency_ms, predictions, error, rollout), n)
 
     def _append(self, item: Record | Batch, rows: int) -> None:
         with self._lock:
@@ -251,12 +258,23 @@ def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
         "latency_ms": pa.array(_flat(batches, "latency_ms"), pa.float64()),
         "prediction": pa.array([p for b in batches for p in _predictions(b)], pa.float64()),
         "error": pa.array(_flat(batches, "error"), pa.string()),
+        **_rollout_columns(batches),
     }
     for name in keys:
         columns[KEY_PREFIX + name] = _merge([(b.entity_keys.get(name), b.n) for b in batches])
     for name in features:
         columns[FEATURE_PREFIX + name] = _merge([(b.features.get(name), b.n) for b in batches])
     return pa.table(columns)
+
+
+def _rollout_columns(batches: Sequence[Batch]) -> dict[str, pa.Array]:
+    names = ("rollout_id", "rollout_step", "canary_fraction")
+    values: list[list[Any]] = [[], [], []]
+    for batch in batches:
+        tag = batch.rollout or (None, None, None)
+        for column, value in zip(values, tag, strict=True):
+            column.extend([value] * batch.n)
+    return {name: pa.array(column, _BASE.field(name).type) for name, column in zip(names, values, strict=True)}
 
 
 def _records_batch(records: list[Record]) -> Batch:
@@ -310,7 +328,7 @@ def _take(batch: Batch, index: np.ndarray) -> Batch:
     return Batch(len(index), take(batch.ts_us), take(batch.request_ids),
                  {k: take(v) for k, v in batch.entity_keys.items()}, {k: take(v) for k, v in batch.features.items()},
                  take(batch.model_version), take(batch.arm), take(batch.latency_ms), take(batch.predictions),
-                 take(batch.error))
+                 take(batch.error), batch.rollout)
 
 
 def _flat(batches: Sequence[Batch], name: str) -> list[Any]:

@@ -1,4 +1,5 @@
-"""Registry tables of rollouts and decisions (SQLAlchemy Core). Created by migrations/versions/0004_rollouts.py.
+"""Registry tables of rollouts and decisions (SQLAlchemy Core). Created by migrations/versions/0004_rollouts.py
+(0005_loop_state.py adds the reference, the watch and when a decision was applied).
 
 * `rollouts`: one canary rollout of a model — champion and canary versions, the routing salt, the canary's
   traffic fraction and step, status (running | promoted | rolled_back | halted) and the judge settings it was
@@ -44,6 +45,8 @@ rollouts = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("started_by", String(255), nullable=False),
+    Column("reference_json", Text, nullable=False, server_default="{}"),
+    Column("watch_until", DateTime(timezone=True), nullable=True),
     Index("uq_rollouts_running", "project", "model", unique=True,
           sqlite_where=text("status = 'running'"), postgresql_where=text("status = 'running'")),
     Index("ix_rollouts_model", "project", "model", "id"),
@@ -66,6 +69,8 @@ decisions = Table(
     Column("idempotency_key", String(64), nullable=False),
     Column("decided_at", DateTime(timezone=True), nullable=False),
     Column("decided_by", String(255), nullable=False),
+    Column("applied_at", DateTime(timezone=True), nullable=True),
+    Column("actions_json", Text, nullable=False, server_default="[]"),
     Index("uq_decisions_key", "project", "idempotency_key", unique=True),
     Index("ix_decisions_model", "project", "model", "id"),
 )

@@ -60,11 +60,17 @@ class ArmSet:
     fraction: float = 0.0
     rollout_id: int | None = None
     feature_refs: tuple[str, ...] = ()
+    step: int = 0
+
+    @property
+    def rollout(self) -> tuple[int, int, float] | None:
+        """(rollout id, step, canary fraction) that rows served by this set are tagged with, or None."""
+        return None if self.rollout_id is None else (self.rollout_id, self.step, self.fraction)
 
     @property
     def key(self) -> tuple[Any, ...]:
         return (self.champion.version, self.canary.version if self.canary else None,
-                self.shadow.version if self.shadow else None, self.salt, self.fraction, self.rollout_id)
+                self.shadow.version if self.shadow else None, self.salt, self.fraction, self.rollout_id, self.step)
 
 
 @dataclass(frozen=True)

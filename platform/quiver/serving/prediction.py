@@ -199,10 +199,10 @@ class PredictionService:
         champion = self._arm(champion_version, strict=True)
         rollout = rollouts.active_rollout(self.models.registry, self.model_name)
         canary = None
-        salt, fraction, rollout_id = "", 0.0, None
+        salt, fraction, rollout_id, step = "", 0.0, None, 0
         if rollout is not None and aliases.get("canary") == rollout.canary_version:
             canary = self._arm(rollout.canary_version, strict=False)
-            salt, fraction, rollout_id = rollout.salt, rollout.fraction, rollout.id
+            salt, fraction, rollout_id, step = rollout.salt, rollout.fraction, rollout.id, rollout.step
             if canary.model is None:
                 self._alert("canary_load_failed", canary.label, canary.error)
         shadow = None
@@ -215,7 +215,7 @@ class PredictionService:
         # Drop cached versions no arm uses any more (their weights can be large).
         used = {a.version for a in (champion, canary, shadow) if a is not None}
         self._cache = {v: a for v, a in self._cache.items() if v in used}
-        return ArmSet(champion, canary, shadow, salt, fraction, rollout_id, tuple(refs))
+        return ArmSet(champion, canary, shadow, salt, fraction, rollout_id, tuple(refs), step)
 
     def refresh(self) -> bool:
         """Re-read aliases and the rollout; swap in a new arm set when anything changed. True on a swap."""
@@ -331,7 +331,7 @@ class PredictionService:
             if canary_error:  # its rows log the error and no score
                 error = np.where(on_canary, canary_error, "")
         self.logger.log_batch(request_ids, entities, _features_of(arms, columns), version, arm, latency, scores,
-                              ts_us=logged_at, error=error)
+                              ts_us=logged_at, error=error, rollout=arms.rollout)
 
     def _shadow_worker(self) -> None:
         while True:

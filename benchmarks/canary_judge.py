@@ -1,36 +1,45 @@
-"""Canary judge: false rollbacks on A/A rollouts and detection of a bad canary, by simulation.
+"""Canary judge on clustered traffic: false rollbacks of A/A rollouts and detection of worse canaries.
 
-Every simulated rollout runs the real decision function (`quiver.monitoring.canary_judge.judge`) with the default
-`JudgeSettings`, looking after *every* batch of `--batch` requests, exactly as a judge DAG would:
+Every simulated rollout drives the real decision code (`quiver.monitoring.canary_stats`: `StepStats` fed
+batch by batch, `judge` after every `--look-every` requests) the way `judge_step` feeds it from serving logs.
+The world is drawn the way production traffic comes, not the way a test assumes:
 
-* labels are drawn from a known model: logit z ~ N(-2.5, 1.2), p = sigmoid(z), label ~ Bernoulli(p);
-  every request is labelled (label delay does not change the statistics, only when they become available);
-* the champion scores p (the true model); an A/A canary scores p too; a *bad* canary scores
-  sigmoid(z + ε), ε ~ N(0, s²), with s solved so that its expected log loss is worse by exactly the
-  configured floor (`log_loss_floor`);
-* latency ~ lognormal (median 3 ms, σ 0.3) and a 0.2 % error rate in both arms; each request is a new entity,
-  routed to the canary with probability = the step's fraction.
+* entities with their own risk (logit offset ~ N(0, risk_sd)) and activity (lognormal weights, so some
+  users come back many times); routing sends whole entities to an arm (a fixed uniform per entity < share);
+* requests of `rows_per_request` entities, one model call per arm per request (a failed call fails all its
+  rows, as the serving path logs it), one latency per call (lognormal with a heavy tail);
+* labels drawn from the true risk, per row or one per request (`shared_label`), arriving after a random
+  delay (exponential, mean `label_delay` requests); a base rate drifting over the rollout;
+* the champion is a noisy model (logit noise, part per entity and part per row); an A/A canary is an
+  *equivalent* model — independent noise of the same size, so paired differences are not zero and are
+  correlated within entities; a worse canary has more noise, solved so that its expected log loss is worse by
+  k × `log_loss_floor`; a better canary has less; the champion scores every canary row off the request path
+  (paired rows).
 
-A rollout ends at promote, rollback or halt, or undecided after `--max-rows` requests. A rollback is either a
-guardrail failure (significant and beyond its floor) or a step timeout (`max_canary_rows` canary rows without
-every guardrail passing: a canary that cannot be shown within its floors does not ship); the JSON counts the
-timeouts apart. Reported: false_rollback_rate = (rollbacks + halts) / A/A runs (target ≤ 5 %),
-detection_rate = rollbacks of the bad canary / bad runs (target ≥ 95 %), and the median requests to a
-decision. The figures depend on the seed and the simulated model, not on the machine's speed.
+Regimes (A/A, ≥ 300 rollouts each in the full run): `independent` (1 entity per request, no repeat users),
+`shared_label` (10-row requests sharing one label and one call), `many_entities` (20 entities per request),
+`repeat_users` (30 rows per entity on average, per-entity risk and noise), `clustered` (all at once: 20
+entities per request, shared labels, repeat users). Canaries worse by ½, 1 and 2 log-loss floors, a better
+canary, and error-rate / latency canaries run in the `clustered` world. Reported per case: outcomes, the rate
+of rollbacks (+ halts) with a 95 % Wilson interval, timeouts, median requests to a decision.
 
-    python benchmarks/canary_judge.py [--quick]
-Last line: RESULT canary_judge ratio=<0.05 / false_rollback_rate, the rate floored at one run>
-           quiver=<false_rollback_rate %>% peer=<target 5>%   (there is no peer: the ratio is to the target)
-The script exits non-zero when either target is missed.
+    python benchmarks/canary_judge.py [--quick] [--runs N] [--look-every N]
+Last line: RESULT canary_judge ratio=<0.05 / Wilson upper bound of the worst A/A false-rollback rate>
+           quiver=<worst A/A rate %>% peer=<target 5>%   (no peer: the ratio is to the target; it does not
+           saturate, since zero false rollbacks still leave an upper bound above 0)
+Exits non-zero when a target is missed: every A/A rate ≤ 5 %, detection ≥ 95 % at 1 and 2 floors, a canary
+worse by ½ floor rolled back at most 5 %.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,130 +49,271 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
 RESULTS = ROOT / "benchmarks" / "results"
 
-from quiver.monitoring.canary_judge import ArmStats, JudgeSettings, judge, score_edges_from  # noqa: E402
+from quiver.monitoring.canary_stats import JudgeSettings, StepStats, judge  # noqa: E402
 from quiver.monitoring.evaluation import log_losses  # noqa: E402
+from quiver.pipelines.loop_rollout import judge_overrides  # noqa: E402
 
-MU, SIGMA = -2.5, 1.2
-ERROR_RATE = 0.002
+BASE_LOGIT = -2.5
+
+
+@dataclass(frozen=True)
+class World:
+    """How traffic is drawn (see the module docstring)."""
+
+    name: str
+    entities: int = 400_000
+    rows_per_request: int = 1
+    activity_sd: float = 0.0  # lognormal sd of activity weights (0: every entity equally likely)
+    risk_sd: float = 0.8
+    shared_label: bool = False
+    error_rate: float = 0.002  # per model call
+    label_delay: float = 3_000.0  # mean, in requests
+    drift: float = 0.6  # base-rate logit drift over `drift_span` requests
+    drift_span: float = 400_000.0
+    model_noise: float = 0.6  # champion's logit noise sd
+    entity_noise_share: float = 0.5  # share of the model noise variance that is per entity
+
+
+@dataclass(frozen=True)
+class Canary:
+    """What the canary is, relative to the champion."""
+
+    name: str
+    log_loss_floors: float = 0.0  # expected log loss worse by this many floors (negative: better)
+    error_rate: float | None = None  # per call; None = the world's
+    latency_factor: float = 1.0
+
+
+WORLDS = {w.name: w for w in (
+    World("independent", entities=5_000_000, risk_sd=0.0, entity_noise_share=0.0),
+    World("shared_label", rows_per_request=10, shared_label=True),
+    World("many_entities", rows_per_request=20),
+    World("repeat_users", entities=20_000, activity_sd=1.0),
+    World("clustered", entities=200_000, rows_per_request=20, activity_sd=1.0, shared_label=True),
+)}
+AA = Canary("A/A")
+EFFECTS = (Canary("worse by ½ floor", 0.5), Canary("worse by 1 floor", 1.0), Canary("worse by 2 floors", 2.0),
+           Canary("better by 1 floor", -1.0), Canary("errors +1 floor", error_rate=0.012),
+           Canary("latency ×3", latency_factor=3.0))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def noise_for_floor(floor: float, rng: np.random.Generator, n: int = 1_000_000) -> float:
-    """s such that scoring sigmoid(z + N(0, s²)) costs `floor` more log loss than sigmoid(z) (bisection,
-    common random numbers)."""
-    z = rng.normal(MU, SIGMA, n)
+def noise_for(world: World, floors: float, floor: float, rng: np.random.Generator, n: int = 400_000) -> float:
+    """Canary logit-noise sd whose expected log loss differs from the champion's by floors × floor."""
+    z = BASE_LOGIT + world.risk_sd * rng.normal(0, 1, n)
     y = (rng.random(n) < sigmoid(z)).astype(np.float64)
     eps = rng.normal(0, 1, n)
-    base = log_losses(sigmoid(z), y).mean()
-    lo, hi = 0.0, 3.0
-    for _ in range(40):
+    champion = log_losses(sigmoid(z + world.model_noise * rng.normal(0, 1, n)), y).mean()
+    target = champion + floors * floor
+    lo, hi = 0.0, 4.0
+    for _ in range(50):
         mid = (lo + hi) / 2
-        if log_losses(sigmoid(z + mid * eps), y).mean() - base < floor:
+        if log_losses(sigmoid(z + mid * eps), y).mean() < target:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
 
 
-def simulate(runs: int, bad: bool, settings: JudgeSettings, noise: float, batch: int, max_rows: int,
-             edges: np.ndarray, seed: int) -> list[dict[str, Any]]:
+def latencies(rng: np.random.Generator, n: int, factor: float = 1.0) -> np.ndarray:
+    base = rng.lognormal(np.log(3.0), 0.3, n)
+    slow = rng.random(n) < 0.01  # a heavy tail: 1 % of calls take ~4× longer
+    return np.where(slow, base * 4.0, base) * factor
+
+
+class Run:
+    """One rollout's world state: entities, their risk, noise and routing."""
+
+    def __init__(self, world: World, canary: Canary, canary_noise: float, rng: np.random.Generator):
+        self.world, self.canary, self.rng = world, canary, rng
+        e = world.entities
+        weights = rng.lognormal(0.0, world.activity_sd, e) if world.activity_sd else np.ones(e)
+        self.cumulative = np.cumsum(weights) / weights.sum()
+        self.risk = world.risk_sd * rng.normal(0, 1, e)
+        self.route = rng.random(e)
+        share = world.entity_noise_share
+        self.champion_entity = math.sqrt(share) * world.model_noise * rng.normal(0, 1, e)
+        self.canary_entity = math.sqrt(share) * canary_noise * rng.normal(0, 1, e)
+        self.champion_row_sd = math.sqrt(1 - share) * world.model_noise
+        self.canary_row_sd = math.sqrt(1 - share) * canary_noise
+        self.requests = 0
+
+    def batch(self, requests: int, fraction: float) -> dict[str, np.ndarray]:
+        """`requests` new requests' rows: arm, scores, labels, label arrival, calls, errors, latencies."""
+        w, rng, m = self.world, self.rng, self.world.rows_per_request
+        n = requests * m
+        request = self.requests + np.repeat(np.arange(requests), m)
+        entity = np.minimum(np.searchsorted(self.cumulative, rng.random(n)), w.entities - 1)
+        drift = w.drift * np.minimum(request / w.drift_span, 1.0)
+        z = BASE_LOGIT + drift + self.risk[entity]
+        if w.shared_label:
+            p_request = sigmoid(z).reshape(requests, m).mean(axis=1)
+            label = np.repeat((rng.random(requests) < p_request).astype(np.float64), m)
+        else:
+            label = (rng.random(n) < sigmoid(z)).astype(np.float64)
+        champion = sigmoid(z + self.champion_entity[entity] + self.champion_row_sd * rng.normal(0, 1, n))
+        canary_score = sigmoid(z + self.canary_entity[entity] + self.canary_row_sd * rng.normal(0, 1, n))
+        on_canary = self.route[entity] < fraction
+        call = 2 * request + on_canary  # one model call per arm per request
+        error_rate = np.where(on_canary, self.canary.error_rate if self.canary.error_rate is not None
+                              else w.error_rate, w.error_rate)
+        failed_draw = rng.random(n)
+        # One draw per call: the first row of each call decides for all its rows.
+        codes, first, inverse = np.unique(call, return_index=True, return_inverse=True)
+        call_failed = failed_draw[first] < error_rate[first]
+        failed = call_failed[inverse]
+        call_latency = np.where(on_canary[first], latencies(rng, len(codes), self.canary.latency_factor),
+                                latencies(rng, len(codes)))
+        delay = np.repeat(rng.exponential(w.label_delay, requests), m)
+        self.requests += requests
+        score = np.where(on_canary, canary_score, champion)
+        return {"entity": entity, "call": call, "on_canary": on_canary, "score": np.where(failed, np.nan, score),
+                "failed": failed, "latency": call_latency[inverse], "label": label,
+                "arrival": request + delay, "paired": np.where(on_canary, champion, np.nan)}
+
+
+def simulate(world: World, canary: Canary, settings: JudgeSettings, runs: int, look_every: int,
+             max_requests: int, threshold: float, seed: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
-    step = np.zeros(runs, dtype=np.int64)
-    rows = np.zeros(runs, dtype=np.int64)
-    outcome: list[str | None] = [None] * runs
-    decided_at = np.zeros(runs, dtype=np.int64)
-    reasons = [""] * runs
-    stats = [[ArmStats(), ArmStats()] for _ in range(runs)]
-    active = np.arange(runs)
-    while len(active):
-        a = len(active)
-        z = rng.normal(MU, SIGMA, (a, batch))
-        p = sigmoid(z)
-        y = (rng.random((a, batch)) < p).astype(np.float64)
-        fraction = np.array([settings.steps[step[r]] for r in active])
-        canary = rng.random((a, batch)) < fraction[:, None]
-        canary_scores = sigmoid(z + noise * rng.normal(0, 1, (a, batch))) if bad else p
-        scores = np.where(canary, canary_scores, p)
-        latency = rng.lognormal(np.log(3.0), 0.3, (a, batch))
-        errors = rng.random((a, batch)) < ERROR_RATE
-        scores = np.where(errors, np.nan, scores)
-        still = []
-        for i, r in enumerate(active):
-            for arm, mask in ((0, ~canary[i]), (1, canary[i])):
-                add = ArmStats.from_arrays(scores[i, mask], y[i, mask], latency[i, mask], errors[i, mask],
-                                           int(mask.sum()), edges)
-                stats[r][arm] = stats[r][arm].merge(add)
-            rows[r] += batch
-            verdict = judge(stats[r][0], stats[r][1], settings.steps[step[r]], settings)
-            reasons[r] = verdict.reason
-            if verdict.outcome == "advance":
-                step[r] += 1
-                stats[r] = [ArmStats(), ArmStats()]
-            elif verdict.outcome in ("promote", "rollback", "halt"):
-                outcome[r], decided_at[r] = verdict.outcome, rows[r]
-                continue
-            if rows[r] >= max_rows:
-                outcome[r], decided_at[r] = "undecided", rows[r]
-                continue
-            still.append(r)
-        active = np.array(still, dtype=np.int64)
-    return [{"outcome": o, "rows": int(n), "final_step": int(s), "timeout": why.startswith("timeout")}
-            for o, n, s, why in zip(outcome, decided_at, step, reasons, strict=True)]
+    noise = world.model_noise if canary.log_loss_floors == 0 else \
+        noise_for(world, canary.log_loss_floors, settings.log_loss_floor, rng)
+    out = []
+    for _ in range(runs):
+        run = Run(world, canary, noise, rng)
+        step, stats, pending = 0, StepStats(settings, threshold), None
+        outcome, reason = "undecided", ""
+        while run.requests < max_requests:
+            fraction = settings.steps[step]
+            rows = run.batch(look_every, fraction)
+            stats.add_served(rows["entity"], rows["call"], rows["on_canary"], rows["score"], rows["failed"],
+                             rows["latency"])
+            ok = ~rows["failed"]
+            pending = _concat(pending, {k: v[ok] for k, v in rows.items()})
+            ready = pending["arrival"] <= run.requests
+            if ready.any():
+                order = np.argsort(pending["arrival"][ready], kind="stable")
+                got = {k: v[ready][order] for k, v in pending.items()}
+                stats.add_labelled(got["entity"], got["call"], got["on_canary"], got["score"], got["label"],
+                                   got["paired"])
+                pending = {k: v[~ready] for k, v in pending.items()}
+            verdict = judge(stats, fraction)
+            if verdict.outcome == "advance":  # rows (and labels) of the old step stay with the old step
+                step, stats, pending = step + 1, StepStats(settings, threshold), None
+            elif verdict.outcome != "hold":
+                outcome, reason = verdict.outcome, verdict.reason
+                break
+        out.append({"outcome": outcome, "requests": run.requests, "final_step": step,
+                    "timeout": reason.startswith("timeout"),
+                    "failed": _failed_guardrails(reason) if outcome in ("rollback", "halt") else []})
+    return out
+
+
+def _failed_guardrails(reason: str) -> list[str]:
+    """Guardrails named in a rollback reason; a timeout names the ones still waiting."""
+    if reason.startswith("timeout: "):
+        return ["timeout(" + name.strip() + ")" for name in reason[9:].split(" still undecided")[0].split(",")]
+    return sorted({part.split(":")[0] for part in reason.split("; ")})
+
+
+def _concat(pending: dict[str, np.ndarray] | None, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if pending is None:
+        return rows
+    return {k: np.concatenate([pending[k], rows[k]]) for k in rows}
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     counts: dict[str, int] = {}
+    failed: dict[str, int] = {}
     for r in results:
-        counts[str(r["outcome"])] = counts.get(str(r["outcome"]), 0) + 1
-    decided = [r["rows"] for r in results if r["outcome"] != "undecided"]
-    return {"runs": len(results), "outcomes": counts,
-            "rollbacks_by_timeout": sum(r["outcome"] == "rollback" and r["timeout"] for r in results),
-            "median_rows_to_decision": float(np.median(decided)) if decided else None}
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        for name in r["failed"]:
+            failed[name] = failed.get(name, 0) + 1
+    stopped = sum(r["outcome"] in ("rollback", "halt") for r in results)
+    decided = [r["requests"] for r in results if r["outcome"] != "undecided"]
+    return {"runs": len(results), "outcomes": counts, "rollback_rate": stopped / len(results),
+            "rollback_wilson95": wilson(stopped, len(results)), "by_guardrail": failed,
+            "timeouts": sum(r["timeout"] for r in results),
+            "median_requests_to_decision": float(np.median(decided)) if decided else None}
+
+
+def reference_threshold(settings: JudgeSettings, rng: np.random.Generator) -> float:
+    """The champion's reference p99 (pre-rollout calls) + the latency floor, as `start_canary` fixes it."""
+    from quiver.monitoring.canary_stats import latency_threshold
+
+    threshold = latency_threshold(latencies(rng, 20_000), settings)
+    assert threshold is not None
+    return threshold
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rollouts, under a minute")
-    parser.add_argument("--runs", type=int, default=None, help="rollouts per scenario (default 500; 60 quick)")
-    parser.add_argument("--batch", type=int, default=None, help="requests per look (default 2000; 10000 quick)")
-    parser.add_argument("--max-rows", type=int, default=10_000_000, help="cap on requests per rollout")
+    parser.add_argument("--quick", action="store_true", help="fewer rollouts and regimes, under a minute")
+    parser.add_argument("--runs", type=int, default=None, help="rollouts per case (default 300; 20 quick)")
+    parser.add_argument("--look-every", type=int, default=None, help="requests per look (default 500)")
+    parser.add_argument("--max-requests", type=int, default=1_500_000, help="cap on requests per rollout")
+    parser.add_argument("--regimes", default="", help="comma-separated A/A regimes (default all)")
+    parser.add_argument("--no-effects", action="store_true", help="A/A regimes only")
+    parser.add_argument("--judge", default="", help="judge settings to override, name=value,… (as loop_canary_judge)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default=str(RESULTS / "canary_judge.json"))
     args = parser.parse_args()
-    runs = args.runs or (60 if args.quick else 500)
-    batch = args.batch or (10_000 if args.quick else 2_000)
-    settings = JudgeSettings()
-    rng = np.random.default_rng(args.seed)
-    noise = noise_for_floor(settings.log_loss_floor, rng)
-    edges = score_edges_from(sigmoid(rng.normal(MU, SIGMA, 200_000)), settings.score_bins)
+    runs = args.runs or (20 if args.quick else 300)
+    look_every = args.look_every or (2_000 if args.quick else 500)
+    settings = JudgeSettings(**judge_overrides(args.judge)) if args.judge else JudgeSettings()
+    threshold = reference_threshold(settings, np.random.default_rng(args.seed))
+    names = [n for n in args.regimes.split(",") if n] or (["independent", "clustered"] if args.quick
+                                                          else list(WORLDS))
+    cases: list[tuple[str, World, Canary]] = [("aa", WORLDS[n], AA) for n in names]
+    if not args.no_effects:
+        cases += [("effect", WORLDS["clustered"], c) for c in EFFECTS]
+    report: dict[str, Any] = {"quick": args.quick, "runs": runs, "look_every": look_every,
+                              "max_requests": args.max_requests, "settings": settings.to_dict(),
+                              "latency_threshold_ms": threshold, "cases": []}
     began = time.perf_counter()
-    aa = simulate(runs, False, settings, noise, batch, args.max_rows, edges, args.seed + 1)
-    t_aa = time.perf_counter() - began
-    bad = simulate(runs, True, settings, noise, batch, args.max_rows, edges, args.seed + 2)
-    t_bad = time.perf_counter() - began - t_aa
-    false_rollbacks = sum(r["outcome"] in ("rollback", "halt") for r in aa)
-    detected = sum(r["outcome"] == "rollback" for r in bad)
-    report: dict[str, Any] = {
-        "quick": args.quick, "runs_per_scenario": runs, "batch": batch, "max_rows": args.max_rows,
-        "settings": settings.to_dict(), "bad_canary_noise_sd": noise,
-        "false_rollback_rate": false_rollbacks / runs, "detection_rate": detected / runs,
-        "aa": summarize(aa), "bad": summarize(bad), "seconds": {"aa": t_aa, "bad": t_bad},
-        "targets": {"false_rollback_rate_max": 0.05, "detection_rate_min": 0.95},
-        "load_average": os.getloadavg(),
-        "note": "simulated on a busy shared 2-core machine; rates do not depend on speed",
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "canary_judge.json").write_text(json.dumps(report, indent=2))
-    print(f"A/A: {report['aa']['outcomes']}  median rows to decision {report['aa']['median_rows_to_decision']}")
-    print(f"bad: {report['bad']['outcomes']}  median rows to decision {report['bad']['median_rows_to_decision']}")
-    print(f"false_rollback_rate {report['false_rollback_rate']:.3f} (target ≤ 0.05), "
-          f"detection_rate {report['detection_rate']:.3f} (target ≥ 0.95), {runs} rollouts each")
-    ok = report["false_rollback_rate"] <= 0.05 and report["detection_rate"] >= 0.95
-    ratio = 0.05 / max(report["false_rollback_rate"], 1 / runs)
-    print(f"RESULT canary_judge ratio={ratio:.1f} quiver={100 * report['false_rollback_rate']:.1f}% peer=5.0%")
-    return 0 if ok else 1
+    for i, (kind, world, canary) in enumerate(cases):
+        t = time.perf_counter()
+        results = simulate(world, canary, settings, runs, look_every, args.max_requests, threshold,
+                           args.seed + 101 * (i + 1))
+        summary = {"kind": kind, "world": asdict(world), "canary": asdict(canary), **summarize(results),
+                   "seconds": round(time.perf_counter() - t, 1)}
+        report["cases"].append(summary)
+        lo, hi = summary["rollback_wilson95"]
+        print(f"{kind:6} {world.name:13} {canary.name:18} rollback {summary['rollback_rate']:6.1%} "
+              f"[{lo:.1%}, {hi:.1%}]  timeouts {summary['timeouts']:3}  median requests "
+              f"{summary['median_requests_to_decision']}  {summary['outcomes']}  {summary['by_guardrail']}",
+              flush=True)
+    aa = [c for c in report["cases"] if c["kind"] == "aa"]
+    worst = max(aa, key=lambda c: c["rollback_rate"])
+    effects = {c["canary"]["name"]: c for c in report["cases"] if c["kind"] == "effect"}
+    checks = {f"A/A {c['world']['name']} ≤ 5 %": c["rollback_rate"] <= 0.05 for c in aa}
+    for name in ("worse by 1 floor", "worse by 2 floors", "errors +1 floor", "latency ×3"):
+        if name in effects:
+            checks[f"{name} detected ≥ 95 %"] = effects[name]["rollback_rate"] >= 0.95
+    if "worse by ½ floor" in effects:
+        checks["worse by ½ floor rolled back ≤ 5 %"] = effects["worse by ½ floor"]["rollback_rate"] <= 0.05
+    report.update(checks=checks, worst_aa=worst["world"]["name"], seconds=round(time.perf_counter() - began, 1),
+                  load_average=os.getloadavg(),
+                  note="rates depend on the seed and the simulated world, not on the machine's speed")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=float))
+    for name, ok in checks.items():
+        print(f"{'ok  ' if ok else 'MISS'} {name}")
+    upper = worst["rollback_wilson95"][1]
+    print(f"RESULT canary_judge ratio={0.05 / upper:.2f} quiver={100 * worst['rollback_rate']:.1f}% peer=5.0%")
+    return 0 if all(checks.values()) else 1
 
 
 if __name__ == "__main__":

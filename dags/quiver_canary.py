@@ -1,12 +1,16 @@
 """The canary: the challenger serves a growing share of live traffic, judged one step per run.
 
 Starts when shadow evaluation hands the challenger on (Asset `quiver://canary/<model>`) and runs hourly while
-a rollout is open. Each run judges the current step once (`quiver.monitoring.canary_judge`): concurrent arms, a
-sample-ratio check on the split, guardrails on errors, latency, score shift and — once labels arrive — log
-loss and Brier, with anytime-valid tests (the judge looks every run). The outcome is applied and recorded:
-advance to the next share, hold (not enough data yet), promote (champion ← canary, the old champion becomes
-`previous`) or roll back (traffic back to the champion, champion unchanged). Promotion and rollback alert.
-A run with conf {"canary_version": N} opens a rollout for version N by hand (no shadow verdict needed).
+a rollout is open. Each run judges the current step once (`quiver.monitoring.canary_judge`), as of its data
+interval's end (Asset-triggered runs: the moment the event carries), on the rows served under that step:
+concurrent arms, a sample-ratio check on the split, guardrails on errors and latency per model call, score
+shift, and — once labels arrive — log loss and Brier paired on the same rows, with anytime-valid tests (the
+judge looks every run). The decision is recorded and applied in one transaction: advance to the next share,
+hold (not enough data yet), promote (champion ← canary, the old champion becomes `previous` and keeps
+scoring as the shadow for the post-promotion watch) or roll back (traffic back to the champion, the
+candidacy ended). While a promotion is watched, each run looks again and reverts it if the new champion
+proves worse. Promotion and rollback alert. A run with conf {"canary_version": N} opens a rollout for
+version N by hand (no shadow verdict needed; add "again": true for a version rolled back before).
 """
 
 from __future__ import annotations
@@ -36,21 +40,22 @@ CANARY = Asset(canary_asset_uri(S.model))
 )
 def quiver_canary() -> None:
     @task
-    def start_rollout(dag_run: Any = None, data_interval_start: Any = None,
-                      data_interval_end: Any = None) -> dict[str, Any]:
-        from quiver.pipelines.loop import as_of, canary_start
+    def start_rollout(dag_run: Any = None, data_interval_start: Any = None, data_interval_end: Any = None,
+                      triggering_asset_events: Any = None) -> dict[str, Any]:
+        from quiver.pipelines.loop import as_of, canary_start, event_extras
 
-        started = canary_start(S.config_path, S.model, getattr(dag_run, "conf", None),
-                               as_of(data_interval_start, data_interval_end))
+        moment = as_of(data_interval_start, data_interval_end, event_extras(triggering_asset_events))
+        started = canary_start(S.config_path, S.model, getattr(dag_run, "conf", None), moment)
         if started["status"] == "waiting":
             raise AirflowSkipException(started["reason"])
-        return started
+        return {**started, "as_of": moment.isoformat()}
 
     @task
-    def judge(_: dict[str, Any], data_interval_start: Any = None, data_interval_end: Any = None) -> dict[str, Any]:
-        from quiver.pipelines.loop import as_of, canary_judge_step
+    def judge(started: dict[str, Any]) -> dict[str, Any]:
+        from quiver.pipelines.loop import canary_judge_step
+        from quiver.pipelines.loop_common import utc
 
-        return canary_judge_step(S.config_path, S.model, as_of(data_interval_start, data_interval_end))
+        return canary_judge_step(S.config_path, S.model, utc(started["as_of"]))
 
     judge(start_rollout())
 

@@ -37,18 +37,23 @@ DRIFT = Asset(drift_asset_uri(S.model))
 def quiver_drift() -> None:
     @task
     def check_drift(data_interval_start: Any = None, data_interval_end: Any = None,
-                    triggering_asset_events: Any = None) -> dict[str, Any]:
+                    triggering_asset_events: Any = None, run_id: Any = None) -> dict[str, Any]:
         from quiver.pipelines.loop import drift_step, event_extras
 
         return drift_step(S.config_path, S.model, data_interval_start, data_interval_end,
-                          event_extras(triggering_asset_events))
+                          event_extras(triggering_asset_events), run=str(run_id or ""))
 
-    @task(outlets=[DRIFT])
-    def emit_drift(result: dict[str, Any], outlet_events: Any = None) -> dict[str, Any]:
+    @task(outlets=[DRIFT], inlets=[DRIFT])
+    def emit_drift(result: dict[str, Any], outlet_events: Any = None, inlet_events: Any = None) -> dict[str, Any]:
         from quiver.pipelines.loop import drift_event_extra
 
         if not result.get("dataset_drift"):
             raise AirflowSkipException(f"no dataset drift ({result.get('status')}): retraining not triggered")
+        # Airflow's own record decides: a drift run whose event went out already (a repeated window, a cleared
+        # and re-run task) is not emitted again; a retry after a crash before the emit still emits.
+        recent = inlet_events[DRIFT].ascending(False).limit(50)
+        if any((event.extra or {}).get("drift_run_id") == result["run_id"] for event in recent):
+            raise AirflowSkipException(f"drift run #{result['run_id']} was emitted before: not emitted again")
         extra = drift_event_extra(result)
         outlet_events[DRIFT].extra = extra
         return extra

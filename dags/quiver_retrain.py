@@ -43,7 +43,9 @@ def quiver_retrain() -> None:
         from quiver.pipelines.loop import event_extras, retrain_busy, retrain_plan
 
         conf = dict(getattr(dag_run, "conf", None) or {})
-        window = retrain_plan(S.model, S.window_days, data_interval_end, event_extras(triggering_asset_events), conf)
+        events = event_extras(triggering_asset_events)
+        window = {**retrain_plan(S.model, S.window_days, data_interval_end, events, conf),
+                  "triggering_events": len(events)}
         busy = retrain_busy(S.config_path, S.model) if window["trigger"] != "manual" else None
         if busy:
             raise AirflowSkipException(f"not retraining now: {busy}")

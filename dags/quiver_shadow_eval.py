@@ -2,11 +2,14 @@
 
 Starts when `quiver_retrain` sets a challenger (Asset `quiver://challenger/<model>`) and looks again daily
 while a shadow runs. It points alias `shadow` at the challenger (the prediction service scores each request
-with it after answering with the champion), then waits — a sensor in reschedule mode, so no worker slot is
-held — until `loop_min_labelled` requests scored by both have their delayed label. The paired comparison
-(log loss with a non-inferiority margin, AUC with a bootstrap interval) is recorded as a decision: `better` or
-`not worse` emits `quiver://canary/<model>` and the canary starts; `worse` ends the shadow, drops the
-challenger and alerts; `inconclusive` keeps shadowing. A wait that times out skips the verdict (next run).
+with it after answering with the champion; never while a rollout runs or is watched), then waits — a sensor
+in reschedule mode, so no worker slot is held — until `loop_min_labelled` requests scored by both have their
+delayed label *by the moment it pokes*; that moment goes on to the verdict, so a retried verdict records the
+same decision. The paired, anytime-valid comparison (log loss with a non-inferiority margin; AUC with a
+bootstrap interval as information) is recorded and applied as one decision: `better` or `not worse` emits
+`quiver://canary/<model>` and the canary starts; `worse` ends the shadow, drops the challenger and alerts;
+`inconclusive` keeps shadowing until `loop_max_shadow_days`, then drops it with an alert. A wait that times
+out skips the verdict (next run).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import Asset, AssetOrTimeSchedule, CronDataIntervalTimetable, dag, task
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronDataIntervalTimetable, PokeReturnValue, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from quiver.pipelines.loop import settings
@@ -48,17 +51,17 @@ def quiver_shadow_eval() -> None:
 
     @task.sensor(mode="reschedule", poke_interval=timedelta(seconds=S.poke_interval_s),
                  timeout=timedelta(seconds=S.wait_timeout_s), soft_fail=True)
-    def wait_for_labels(_: dict[str, Any], data_interval_start: Any = None, data_interval_end: Any = None) -> bool:
-        from quiver.pipelines.loop import as_of, shadow_labels_ready
+    def wait_for_labels(_: dict[str, Any]) -> PokeReturnValue:
+        from quiver.pipelines.loop import shadow_labels_ready
 
-        return shadow_labels_ready(S.config_path, S.model, as_of(data_interval_start, data_interval_end),
-                                   S.min_labelled)
+        ready, moment = shadow_labels_ready(S.config_path, S.model, S.min_labelled)
+        return PokeReturnValue(is_done=ready, xcom_value=moment)
 
     @task
-    def verdict(data_interval_start: Any = None, data_interval_end: Any = None) -> dict[str, Any]:
-        from quiver.pipelines.loop import as_of, shadow_verdict
+    def verdict(moment: str) -> dict[str, Any]:
+        from quiver.pipelines.loop import shadow_verdict
 
-        return shadow_verdict(S.config_path, S.model, as_of(data_interval_start, data_interval_end), S.min_labelled)
+        return shadow_verdict(S.config_path, S.model, moment, S.min_labelled)
 
     @task(outlets=[CANARY])
     def hand_on(result: dict[str, Any], outlet_events: Any = None) -> dict[str, Any]:
@@ -68,11 +71,7 @@ def quiver_shadow_eval() -> None:
         outlet_events[CANARY].extra = {**extra, "window_end": result["as_of"]}
         return extra
 
-    started = start_shadow()
-    waited = wait_for_labels(started)
-    judged = verdict()
-    waited >> judged
-    hand_on(judged)
+    hand_on(verdict(wait_for_labels(start_shadow())))
 
 
 quiver_shadow_eval()

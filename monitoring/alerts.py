@@ -246,13 +246,27 @@ class AlertManager:
 
         metrics.ALERTS.labels(kind=kind, severity=severity, outcome=outcome).inc()
         if outcome != "repeated":
-            for sink in self.sinks.values():
-                self._deliver(record, sink)
+            self.deliver(record.id)
             record = repository.get_alert(self.registry, record.id)
         return RaisedAlert(record, outcome)
 
+    def deliver(self, alert_id: int) -> int:
+        """Send `alert_id` to every sink whose delivery is still open (e.g. an alert recorded inside a
+        decision's transaction); each delivery is claimed first, so it is sent once however many callers
+        try. Returns how many were delivered now."""
+        alert = repository.get_alert(self.registry, alert_id)
+        delivered = 0
+        for name, state in alert.deliveries.items():
+            sink = self.sinks.get(name)
+            if sink is not None and state != "delivered" and repository.claim_delivery(self.registry, alert_id, name):
+                delivered += self._deliver(alert, sink)
+        return delivered
+
     def _deliver(self, alert: Alert, sink: AlertSink) -> bool:
+        from quiver.monitoring import faults
+
         try:
+            faults.point("alert.claimed")  # a death here leaves the claim to expire (redeliver's lease)
             attempts = sink.send(alert)
         except DeliveryError as exc:
             log.warning("alert %s not delivered to %s: %s", alert.id, sink.name, exc)
@@ -269,12 +283,13 @@ class AlertManager:
         metrics.ALERT_DELIVERY_FAILURES.labels(sink=sink.name).inc()
         return False
 
-    def redeliver(self) -> int:
-        """Retry every pending or failed delivery to a configured sink; returns how many succeeded now."""
+    def redeliver(self, lease_s: float = 300.0) -> int:
+        """Retry every pending or failed delivery to a configured sink, and every claim older than `lease_s`
+        (its sender died); returns how many succeeded now."""
         delivered = 0
         for alert_id, sink_name in repository.undelivered(self.registry):
             sink = self.sinks.get(sink_name)
-            if sink is not None:
+            if sink is not None and repository.claim_delivery(self.registry, alert_id, sink_name, lease_s):
                 delivered += self._deliver(repository.get_alert(self.registry, alert_id), sink)
         return delivered
 

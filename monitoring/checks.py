@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.monitoring import metrics, repository
-from quiver.monitoring.alerts import AlertManager
+from quiver.monitoring.alerts import AlertManager, RaisedAlert
 from quiver.monitoring.drift import DriftConfig, DriftReport, Frame, compute_drift
 from quiver.registry import Registry
 
@@ -123,31 +123,57 @@ def time_columns(schema: pa.Schema) -> list[str]:
 def run_drift_check(reference: Frame, current: Frame, *, name: str, features: Sequence[str] | None = None,
                     config: DriftConfig | None = None, registry: Registry | None = None,
                     alerts: AlertManager | None = None, engine: str = "fast", reference_label: str = "",
-                    current_label: str = "") -> DriftCheck:
-    """Compare, record (when a registry is given), publish metrics and raise/resolve alerts."""
+                    current_label: str = "", detail: dict[str, Any] | None = None) -> DriftCheck:
+    """Compare, record (when a registry is given, with `detail`), publish metrics and raise/resolve alerts.
+
+    The run and the alerts it raises or resolves commit in one transaction (a crash in between can neither
+    leave a recorded run without its alerts nor alerts without their run); alerts are delivered after."""
+    from quiver.monitoring import faults
+
     report = compute_drift(reference, current, features, config, engine=engine)
     metrics.observe_drift(name, report)
-    run_id = None
-    if registry is not None:
-        run_id = repository.record_drift_run(registry, report, name, reference_label, current_label)
+    store = registry if registry is not None else (alerts.registry if alerts is not None else None)
+    if store is None:
+        return DriftCheck(report, None, [])
+    opened: list[tuple[Any, str]] = []
+    with store._write() as connection:
+        run_id = repository.record_drift_run_in(connection, store.project, report, name, reference_label,
+                                                current_label, detail) if registry is not None else None
+        faults.point("drift.recorded")
+        if alerts is not None:
+            opened = _drift_alerts_in(connection, store.project, alerts, report, name, run_id, reference_label,
+                                      current_label)
     raised: list[Any] = []
-    if alerts is not None:
-        for f in report.features:
-            subject = f"{name}:{f.feature}"
-            if f.drifted:
-                raised.append(alerts.raise_alert(
-                    "drift", subject, "warning", f"Feature {f.feature} drifted ({name})", "; ".join(f.reasons),
-                    {"run_id": run_id, "scores": f.scores, "n_ref": f.n_ref, "n_cur": f.n_cur}))
-            elif f.status in ("ok", "warn"):
-                alerts.resolve("drift", subject)
-        if report.dataset_drift:
-            names = ", ".join(f.feature for f in report.drifted)
-            raised.append(alerts.raise_alert(
-                "dataset_drift", name, "critical",
-                f"Dataset drift in {name}: {len(report.drifted)}/{len(report.judged)} features",
-                f"Drifted: {names}. Share {report.drift_share:.0%} ≥ {report.drift_share_threshold:.0%}.",
-                {"run_id": run_id, "drifted": [f.feature for f in report.drifted],
-                 "drift_share": report.drift_share, "reference": reference_label, "current": current_label}))
-        elif report.judged:
-            alerts.resolve("dataset_drift", name)
+    for record, outcome in opened:
+        metrics.ALERTS.labels(kind=record.kind, severity=record.severity, outcome=outcome).inc()
+        if outcome != "repeated" and alerts is not None:
+            alerts.deliver(record.id)
+        raised.append(RaisedAlert(repository.get_alert(store, record.id), outcome))
     return DriftCheck(report, run_id, raised)
+
+
+def _drift_alerts_in(connection: Any, project: str, alerts: AlertManager, report: DriftReport, name: str,
+                     run_id: int | None, reference_label: str, current_label: str) -> list[tuple[Any, str]]:
+    """Per-feature and dataset drift alerts of one report, opened or resolved inside the caller's transaction."""
+    sinks = list(alerts.sinks)
+    opened = []
+    for f in report.features:
+        subject = f"{name}:{f.feature}"
+        if f.drifted:
+            opened.append(repository.open_alert_in(
+                connection, project, "drift", subject, "warning", f"Feature {f.feature} drifted ({name})",
+                "; ".join(f.reasons), {"run_id": run_id, "scores": f.scores, "n_ref": f.n_ref, "n_cur": f.n_cur},
+                sinks))
+        elif f.status in ("ok", "warn"):
+            repository.resolve_alerts_in(connection, project, "drift", subject)
+    if report.dataset_drift:
+        names = ", ".join(f.feature for f in report.drifted)
+        opened.append(repository.open_alert_in(
+            connection, project, "dataset_drift", name, "critical",
+            f"Dataset drift in {name}: {len(report.drifted)}/{len(report.judged)} features",
+            f"Drifted: {names}. Share {report.drift_share:.0%} ≥ {report.drift_share_threshold:.0%}.",
+            {"run_id": run_id, "drifted": [f.feature for f in report.drifted], "drift_share": report.drift_share,
+             "reference": reference_label, "current": current_label}, sinks))
+    elif report.judged:
+        repository.resolve_alerts_in(connection, project, "dataset_drift", name)
+    return opened

@@ -6,16 +6,21 @@ Serving logs (`monitoring/serving_log.py`) are joined with delayed labels (`moni
 which requests happened to come in.
 
 Shadow verdict, on the primary metric (log loss by default; lower is better), from the paired difference
-d = loss(shadow) − loss(champion) and its (1 − α) t-interval [lo, hi], against the non-inferiority margin m:
+d = loss(shadow) − loss(champion) and its (1 − α) **confidence sequence** [lo, hi], against the
+non-inferiority margin m:
 
     better       hi < 0                      (significantly better)
     not worse    hi < m                      (non-inferior: at most m worse, with confidence)
-    worse        lo > 0 and d > m            (significantly worse, by more than the margin)
+    worse        lo > f·m                    (the whole interval beyond f = `fail_fraction` of the margin)
     inconclusive otherwise, or fewer than `min_pairs` labelled pairs
 
-The interval is a fixed-sample one: a shadow evaluation is a one-off report. Decisions taken by looking
-repeatedly go through the canary judge, whose tests stay valid under peeking. AUC comes with a paired
-bootstrap interval (resampling requests, seeded, so a rerun gives the same numbers).
+The shadow is judged again every day until it is not inconclusive, so the interval must stay valid however
+often it is read: it is the normal-mixture confidence sequence (`quiver.monitoring.sequential`) with τ = m on
+the mean paired difference (run at τ, 10τ and 100τ, each at α/3, and intersected, so a challenger far worse
+than the margin is caught quickly too), whose variance is cluster-robust over entities and calls
+(`quiver.monitoring.clustered`) — a request's rows share a label and a user's requests share their risk, so
+rows are not independent. AUC comes with a paired bootstrap interval (resampling requests, seeded, so a
+rerun gives the same numbers), as information, not as the verdict.
 """
 
 from __future__ import annotations
@@ -111,16 +116,17 @@ def calibration(scores: FloatArray, labels: FloatArray, bins: int = 10) -> dict[
 
 
 def join_labels(logs: pa.Table, labels: pa.Table) -> pd.DataFrame:
-    """Serving-log rows with their label (NaN when none arrived yet), one row per logged row; entity key
-    columns (`key.*`) are kept, feature columns are not."""
-    wanted = ["ts", "request_id", "model_version", "arm", "latency_ms", "prediction", "error",
-              *(c for c in logs.column_names if c.startswith("key."))]
+    """Serving-log rows with their label (NaN when none arrived yet) and its `arrived_at`, one row per logged
+    row; entity key columns (`key.*`) are kept, feature columns are not."""
+    wanted = ["ts", "request_id", "call_id", "model_version", "arm", "latency_ms", "prediction", "error",
+              "rollout_id", "rollout_step", "canary_fraction", *(c for c in logs.column_names if c.startswith("key."))]
     present = [c for c in wanted if c in logs.column_names]
     frame = logs.select(present).to_pandas()
     if "error" not in frame:
         frame["error"] = ""
     frame["error"] = frame["error"].fillna("")
-    label_frame = labels.select(["request_id", "label"]).to_pandas()
+    label_frame = labels.select([c for c in ("request_id", "label", "arrived_at")
+                                 if c in labels.column_names]).to_pandas()
     if label_frame["request_id"].duplicated().any():
         raise ValueError("labels must hold one row per request_id (use quiver.monitoring.labels.read_labels)")
     return frame.merge(label_frame, on="request_id", how="left")
@@ -202,6 +208,7 @@ class ShadowSettings:
 
     metric: str = "log_loss"  # or "brier"
     margin: float = 0.01  # in units of the metric: how much worse still counts as "not worse"
+    fail_fraction: float = 0.5  # "worse" = the whole interval beyond this share of the margin
     alpha: float = 0.05
     min_pairs: int = 200
     bootstrap: int = 1000
@@ -213,11 +220,13 @@ class ShadowSettings:
             raise ValueError(f"shadow metric must be log_loss or brier, got {self.metric!r}")
         if self.margin < 0 or not 0 < self.alpha < 1 or self.min_pairs < 2 or self.bootstrap < 0:
             raise ValueError("need margin >= 0, 0 < alpha < 1, min_pairs >= 2, bootstrap >= 0")
+        if not 0 < self.fail_fraction <= 1:
+            raise ValueError("fail_fraction must lie in (0, 1]")
 
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Mean of per-request differences (shadow − champion) with a t-interval."""
+    """Mean of per-row differences (shadow − champion) with an anytime-valid confidence sequence."""
 
     n: int
     champion: float
@@ -225,20 +234,31 @@ class PairedDifference:
     difference: float
     lower: float
     upper: float
+    entities: int = 0
+    calls: int = 0
 
     @classmethod
-    def of(cls, shadow: FloatArray, champion: FloatArray, alpha: float) -> PairedDifference:
-        from scipy.stats import t
+    def of(cls, shadow: FloatArray, champion: FloatArray, alpha: float, *, tau: float,
+           entity: npt.NDArray[np.int64] | None = None, call: npt.NDArray[np.int64] | None = None) -> PairedDifference:
+        """`entity` / `call`: cluster codes per row (default: every row its own unit)."""
+        from quiver.monitoring.clustered import ClusteredMean
+        from quiver.monitoring.sequential import mixture_interval
 
         d = shadow - champion
         n = len(d)
+        nan = float("nan")
         if n < 2:
-            nan = float("nan")
             return cls(n, float(champion.mean()) if n else nan, float(shadow.mean()) if n else nan,
                        float(d.mean()) if n else nan, nan, nan)
-        half = float(t.ppf(1 - alpha / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
-        mean = float(d.mean())
-        return cls(n, float(champion.mean()), float(shadow.mean()), mean, mean - half, mean + half)
+        rows = np.arange(n, dtype=np.int64)
+        mean = ClusteredMean().extend(d, rows if entity is None else entity, rows if call is None else call)
+        variance = mean.variance()
+        lower = upper = nan
+        if math.isfinite(variance):
+            cs = mixture_interval(mean.mean, variance, tau=tau, alpha=alpha, scales=3)
+            lower, upper = cs.lower, cs.upper
+        return cls(n, float(champion.mean()), float(shadow.mean()), mean.mean, lower, upper, mean.entities,
+                   mean.calls)
 
 
 @dataclass(frozen=True)
@@ -267,7 +287,8 @@ class ShadowEvaluation:
         return dict(_finite_json(out))
 
 
-def verdict_of(diff: PairedDifference, margin: float, min_pairs: int) -> tuple[str, str]:
+def verdict_of(diff: PairedDifference, margin: float, min_pairs: int,
+               fail_fraction: float = 0.5) -> tuple[str, str]:
     """(verdict, reason) from a paired difference of a lower-is-better metric (see the module docstring)."""
     if diff.n < min_pairs or not math.isfinite(diff.upper):
         return "inconclusive", f"{diff.n} labelled pairs, need {min_pairs}"
@@ -275,8 +296,9 @@ def verdict_of(diff: PairedDifference, margin: float, min_pairs: int) -> tuple[s
         return "better", f"upper bound {diff.upper:.5g} < 0"
     if diff.upper < margin:
         return "not worse", f"upper bound {diff.upper:.5g} < margin {margin:g}"
-    if diff.lower > 0 and diff.difference > margin:
-        return "worse", f"lower bound {diff.lower:.5g} > 0 and difference {diff.difference:.5g} > margin {margin:g}"
+    if diff.lower > fail_fraction * margin:
+        return "worse", (f"lower bound {diff.lower:.5g} > {fail_fraction:g} × margin {margin:g} "
+                         f"(difference {diff.difference:.5g})")
     return "inconclusive", f"interval [{diff.lower:.5g}, {diff.upper:.5g}] straddles the decision bounds"
 
 
@@ -284,8 +306,10 @@ def compare_shadow(champion_scores: FloatArray, shadow_scores: FloatArray, label
                    settings: ShadowSettings | None = None, model: str = "", champion_version: str = "",
                    shadow_version: str = "", champion_latency_ms: FloatArray | None = None,
                    shadow_latency_ms: FloatArray | None = None, errors: dict[str, Any] | None = None,
-                   pairs: int | None = None) -> ShadowEvaluation:
-    """The paired comparison on aligned arrays (row i = the same request in both); labels NaN = not yet in."""
+                   pairs: int | None = None, entity: npt.NDArray[np.int64] | None = None,
+                   call: npt.NDArray[np.int64] | None = None) -> ShadowEvaluation:
+    """The paired comparison on aligned arrays (row i = the same request in both); labels NaN = not yet in.
+    `entity` / `call`: each row's routing unit and model call, for the clustered variance."""
     settings = settings or ShadowSettings()
     champion = np.asarray(champion_scores, dtype=np.float64)
     shadow = np.asarray(shadow_scores, dtype=np.float64)
@@ -294,8 +318,11 @@ def compare_shadow(champion_scores: FloatArray, shadow_scores: FloatArray, label
         raise ValueError("champion scores, shadow scores and labels must be aligned (same length)")
     has = ~np.isnan(y)
     c, s, yl = champion[has], shadow[has], y[has]
-    ll = PairedDifference.of(log_losses(s, yl), log_losses(c, yl), settings.alpha)
-    br = PairedDifference.of(brier_losses(s, yl), brier_losses(c, yl), settings.alpha)
+    units = {"entity": None if entity is None else np.asarray(entity, np.int64)[has],
+             "call": None if call is None else np.asarray(call, np.int64)[has]}
+    tau = settings.margin or 0.01
+    ll = PairedDifference.of(log_losses(s, yl), log_losses(c, yl), settings.alpha, tau=tau, **units)
+    br = PairedDifference.of(brier_losses(s, yl), brier_losses(c, yl), settings.alpha, tau=tau, **units)
     auc_c, auc_s = auc(c, yl), auc(s, yl)
     auc_stats = {"champion": auc_c, "shadow": auc_s, "difference": auc_s - auc_c,
                  "lower": float("nan"), "upper": float("nan")}
@@ -306,7 +333,7 @@ def compare_shadow(champion_scores: FloatArray, shadow_scores: FloatArray, label
             auc_stats["lower"] = float(np.quantile(draws, settings.alpha / 2))
             auc_stats["upper"] = float(np.quantile(draws, 1 - settings.alpha / 2))
     primary = ll if settings.metric == "log_loss" else br
-    verdict, reason = verdict_of(primary, settings.margin, settings.min_pairs)
+    verdict, reason = verdict_of(primary, settings.margin, settings.min_pairs, settings.fail_fraction)
     latency: dict[str, float] = {}
     for arm, values in (("champion", champion_latency_ms), ("shadow", shadow_latency_ms)):
         if values is not None and len(values):
@@ -370,12 +397,13 @@ def evaluate_shadow(config: Config, model_name: str, *, champion_version: int | 
     joined = join_labels(logs, read_labels(config.offline_dir, as_of))
     champion_label, shadow_label = f"{model_name}:{champion_version}", f"{model_name}:{shadow_version}"
     pairs, errors = shadow_pairs(joined, champion_label, shadow_label)
+    entity, call = _units(pairs)
     result = compare_shadow(
         pairs["prediction_champion"].to_numpy(np.float64), pairs["prediction_shadow"].to_numpy(np.float64),
         pairs["label"].to_numpy(np.float64), settings=settings, model=model_name,
         champion_version=champion_label, shadow_version=shadow_label,
         champion_latency_ms=pairs["latency_ms_champion"].to_numpy(np.float64),
-        shadow_latency_ms=pairs["latency_ms_shadow"].to_numpy(np.float64), errors=errors)
+        shadow_latency_ms=pairs["latency_ms_shadow"].to_numpy(np.float64), errors=errors, entity=entity, call=call)
     if not record:
         return result
     from quiver.registry import rollouts
@@ -387,6 +415,16 @@ def evaluate_shadow(config: Config, model_name: str, *, champion_version: int | 
                                         outcome=result.verdict, statistics=stats, idempotency_key=key,
                                         champion_version=champion_label, candidate_version=shadow_label)
     return _with_decision(result, decision.id)
+
+
+def _units(pairs: pd.DataFrame) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Cluster codes of paired rows: the entity (the first key logged: the online read's first join key, which
+    canary routing also hashes) and the champion's call."""
+    keys = [c for c in pairs.columns if c.startswith("key.")]
+    entity = pd.factorize(pairs[keys[0]].astype(str))[0] if keys else np.arange(len(pairs))
+    calls = pairs["call_id"].fillna("").astype(str) if "call_id" in pairs else pd.Series([""] * len(pairs))
+    calls = calls.where(calls != "", "row:" + pairs["request_id"].astype(str))
+    return np.asarray(entity, np.int64), np.asarray(pd.factorize(calls)[0], np.int64)
 
 
 def _with_decision(result: ShadowEvaluation, decision_id: int) -> ShadowEvaluation:

@@ -48,28 +48,34 @@ def _json(data: Any) -> str:
 def record_drift_run(registry: Registry, report: DriftReport, name: str, reference: str = "",
                      current: str = "", detail: dict[str, Any] | None = None) -> int:
     """Store a drift report: one run row and one result row per feature. Returns the run id."""
+    with registry._write() as connection:
+        return record_drift_run_in(connection, registry.project, report, name, reference, current, detail)
+
+
+def record_drift_run_in(connection: Any, project: str, report: DriftReport, name: str, reference: str = "",
+                        current: str = "", detail: dict[str, Any] | None = None) -> int:
+    """`record_drift_run` inside the caller's write transaction (with the alerts it raises, say)."""
     finished = _now()
     started = datetime.fromtimestamp(finished.timestamp() - report.elapsed_s, UTC)
-    with registry._write() as connection:
-        run_id = _inserted_id(connection.execute(insert(drift_runs).values(
-            project=registry.project, name=name, reference=reference[:1024], current=current[:1024],
-            engine=report.engine, started_at=started, finished_at=finished, n_features=len(report.features),
-            n_judged=len(report.judged), n_drifted=len(report.drifted), drift_share=report.drift_share,
-            dataset_drift=report.dataset_drift, status="succeeded",
-            detail_json=_json({"drift_share_threshold": report.drift_share_threshold, **(detail or {})}),
-        )))
-        rows = []
-        for f in report.features:
-            extra = {k: v for k, v in f.scores.items() if k not in _SCORE_COLUMNS}
-            rows.append({
-                "run_id": run_id, "project": registry.project, "feature": f.feature, "kind": f.kind,
-                "status": f.status, "drifted": f.drifted, "n_ref": f.n_ref, "n_cur": f.n_cur,
-                "nulls_ref": f.nulls_ref, "nulls_cur": f.nulls_cur, "computed_at": finished,
-                "detail_json": _json({"scores": extra, "reasons": list(f.reasons), **f.details}),
-                **{c: _finite(f.scores.get(c)) for c in _SCORE_COLUMNS},
-            })
-        if rows:
-            connection.execute(insert(drift_results), rows)
+    run_id = _inserted_id(connection.execute(insert(drift_runs).values(
+        project=project, name=name, reference=reference[:1024], current=current[:1024],
+        engine=report.engine, started_at=started, finished_at=finished, n_features=len(report.features),
+        n_judged=len(report.judged), n_drifted=len(report.drifted), drift_share=report.drift_share,
+        dataset_drift=report.dataset_drift, status="succeeded",
+        detail_json=_json({"drift_share_threshold": report.drift_share_threshold, **(detail or {})}),
+    )))
+    rows = []
+    for f in report.features:
+        extra = {k: v for k, v in f.scores.items() if k not in _SCORE_COLUMNS}
+        rows.append({
+            "run_id": run_id, "project": project, "feature": f.feature, "kind": f.kind,
+            "status": f.status, "drifted": f.drifted, "n_ref": f.n_ref, "n_cur": f.n_cur,
+            "nulls_ref": f.nulls_ref, "nulls_cur": f.nulls_cur, "computed_at": finished,
+            "detail_json": _json({"scores": extra, "reasons": list(f.reasons), **f.details}),
+            **{c: _finite(f.scores.get(c)) for c in _SCORE_COLUMNS},
+        })
+    if rows:
+        connection.execute(insert(drift_results), rows)
     return run_id
 
 
@@ -129,9 +135,9 @@ class AlertRecord:
     def delivery_status(self) -> str:
         """failed if any sink failed, pending if any is pending, delivered when all are (or there are none)."""
         states = set(self.deliveries.values())
-        for state in ("failed", "pending"):
+        for state in ("failed", "pending", "sending"):
             if state in states:
-                return state
+                return "pending" if state == "sending" else state
         return "delivered"
 
 
@@ -146,31 +152,53 @@ def open_alert(registry: Registry, kind: str, subject: str, severity: str, title
     Returns the record and what happened: "created", "escalated" (severity rose: deliver again) or
     "repeated". Deliveries for `sinks` are (re)set to pending when the alert is created or escalated.
     """
+    with registry._write() as connection:
+        return open_alert_in(connection, registry.project, kind, subject, severity, title, message, detail, sinks)
+
+
+def open_alert_in(connection: Any, project: str, kind: str, subject: str, severity: str, title: str,
+                  message: str, detail: dict[str, Any] | None, sinks: list[str]) -> tuple[AlertRecord, str]:
+    """`open_alert` inside the caller's write transaction: the alert (pending for every sink) commits or
+    vanishes with whatever else the transaction does — e.g. the decision it announces."""
     if severity not in SEVERITIES:
         raise ValueError(f"severity must be one of {', '.join(SEVERITIES)}, got {severity!r}")
     key, now = dedup_key(kind, subject), _now()
+    row = connection.execute(select(alerts).where(
+        alerts.c.project == project, alerts.c.dedup_key == key, alerts.c.status == "open")).first()
+    if row is None:
+        alert_id = _inserted_id(connection.execute(insert(alerts).values(
+            project=project, kind=kind, subject=subject, dedup_key=key, severity=severity,
+            status="open", title=title[:255], message=message, detail_json=_json(detail or {}),
+            occurrences=1, created_at=now, last_seen_at=now)))
+        outcome = "created"
+    else:
+        alert_id = int(row.id)
+        escalated = SEVERITIES.index(severity) > SEVERITIES.index(row.severity)
+        values: dict[str, Any] = {"occurrences": row.occurrences + 1, "last_seen_at": now}
+        if escalated:
+            values |= {"severity": severity, "title": title[:255], "message": message,
+                       "detail_json": _json(detail or {})}
+        connection.execute(update(alerts).where(alerts.c.id == alert_id).values(**values))
+        outcome = "escalated" if escalated else "repeated"
+    if outcome != "repeated":
+        _reset_deliveries(connection, alert_id, sinks, now)
+    return _load_alert(connection, alert_id), outcome
+
+
+def claim_delivery(registry: Registry, alert_id: int, sink: str, lease_s: float = 300.0) -> bool:
+    """Take the delivery of `alert_id` to `sink` (pending, failed, or a `sending` claim older than `lease_s`
+    whose sender died): True for exactly one caller, so two workers never send one alert twice."""
+    from datetime import timedelta
+
+    now = _now()
     with registry._write() as connection:
-        row = connection.execute(select(alerts).where(
-            alerts.c.project == registry.project, alerts.c.dedup_key == key, alerts.c.status == "open")).first()
-        if row is None:
-            alert_id = _inserted_id(connection.execute(insert(alerts).values(
-                project=registry.project, kind=kind, subject=subject, dedup_key=key, severity=severity,
-                status="open", title=title[:255], message=message, detail_json=_json(detail or {}),
-                occurrences=1, created_at=now, last_seen_at=now)))
-            outcome = "created"
-        else:
-            alert_id = int(row.id)
-            escalated = SEVERITIES.index(severity) > SEVERITIES.index(row.severity)
-            values: dict[str, Any] = {"occurrences": row.occurrences + 1, "last_seen_at": now}
-            if escalated:
-                values |= {"severity": severity, "title": title[:255], "message": message,
-                           "detail_json": _json(detail or {})}
-            connection.execute(update(alerts).where(alerts.c.id == alert_id).values(**values))
-            outcome = "escalated" if escalated else "repeated"
-        if outcome != "repeated":
-            _reset_deliveries(connection, alert_id, sinks, now)
-        record = _load_alert(connection, alert_id)
-    return record, outcome
+        result = connection.execute(update(alert_deliveries).where(
+            alert_deliveries.c.alert_id == alert_id, alert_deliveries.c.sink == sink,
+            (alert_deliveries.c.status.in_(("pending", "failed")))
+            | ((alert_deliveries.c.status == "sending")
+               & (alert_deliveries.c.updated_at < now - timedelta(seconds=lease_s)))).values(
+            status="sending", updated_at=now))
+        return bool(result.rowcount)
 
 
 def _reset_deliveries(connection: Any, alert_id: int, sinks: list[str], now: datetime) -> None:
@@ -207,14 +235,20 @@ def resolve_alerts(registry: Registry, kind: str, subject: str | None = None,
                    alert_id: int | None = None) -> int:
     """Resolve open alerts of `kind` (one subject, one id, or all). Returns how many were resolved."""
     with registry._write() as connection:
-        query = update(alerts).where(alerts.c.project == registry.project, alerts.c.status == "open")
-        if kind:
-            query = query.where(alerts.c.kind == kind)
-        if subject is not None:
-            query = query.where(alerts.c.subject == subject)
-        if alert_id is not None:
-            query = query.where(alerts.c.id == alert_id)
-        return int(connection.execute(query.values(status="resolved", resolved_at=_now())).rowcount or 0)
+        return resolve_alerts_in(connection, registry.project, kind, subject, alert_id)
+
+
+def resolve_alerts_in(connection: Any, project: str, kind: str, subject: str | None = None,
+                      alert_id: int | None = None) -> int:
+    """`resolve_alerts` inside the caller's write transaction."""
+    query = update(alerts).where(alerts.c.project == project, alerts.c.status == "open")
+    if kind:
+        query = query.where(alerts.c.kind == kind)
+    if subject is not None:
+        query = query.where(alerts.c.subject == subject)
+    if alert_id is not None:
+        query = query.where(alerts.c.id == alert_id)
+    return int(connection.execute(query.values(status="resolved", resolved_at=_now())).rowcount or 0)
 
 
 def get_alert(registry: Registry, alert_id: int) -> AlertRecord:
@@ -236,11 +270,12 @@ def list_alerts(registry: Registry, status: str | None = "open", kind: str | Non
 
 
 def undelivered(registry: Registry) -> list[tuple[int, str]]:
-    """(alert id, sink) pairs still pending or failed, for a later retry."""
+    """(alert id, sink) pairs still pending, failed or being sent, for a later retry (`claim_delivery`
+    decides whether a `sending` one is abandoned)."""
     query = (select(alert_deliveries.c.alert_id, alert_deliveries.c.sink)
              .join(alerts, alerts.c.id == alert_deliveries.c.alert_id)
              .where(alerts.c.project == registry.project,
-                    alert_deliveries.c.status.in_(("pending", "failed")))
+                    alert_deliveries.c.status.in_(("pending", "failed", "sending")))
              .order_by(alert_deliveries.c.id))
     with registry.engine.connect() as connection:
         return [(int(r.alert_id), str(r.sink)) for r in connection.execute(query)]

@@ -2,7 +2,8 @@
 
     <root>/serving_logs/date=YYYY-MM-DD/hour=HH/part-<time>-<uuid>.parquet
 
-Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `model_version`, `arm`
+Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `call_id` (one id per request to the
+prediction service: its rows on one arm were scored by one model call), `model_version`, `arm`
 (champion / shadow / canary / paired …), `latency_ms`, `prediction` (float64, may be null), `error` (empty, or
 why the model failed on the row: then `prediction` is null), `rollout_id`, `rollout_step` (int64) and
 `canary_fraction` (float64): the rollout, step and traffic share the row was routed under (null when no rollout
@@ -50,7 +51,7 @@ LOG_DIR = "serving_logs"
 KEY_PREFIX = "key."
 FEATURE_PREFIX = "feature."
 _US_PER_HOUR = 3_600_000_000
-_BASE = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa.string()),
+_BASE = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa.string()), ("call_id", pa.string()),
                    ("model_version", pa.string()), ("arm", pa.string()), ("latency_ms", pa.float64()),
                    ("prediction", pa.float64()), ("error", pa.string()), ("rollout_id", pa.int64()),
                    ("rollout_step", pa.int64()), ("canary_fraction", pa.float64())])
@@ -74,6 +75,7 @@ class Batch:
     predictions: np.ndarray | None
     error: str | np.ndarray
     rollout: RolloutTag | None = None
+    call_id: str = ""
 
 
 class ServingLogger:
@@ -111,13 +113,13 @@ class ServingLogger:
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
                   latency_ms: float | np.ndarray = 0.0, predictions: np.ndarray | None = None,
                   ts_us: np.ndarray | int | None = None, error: str | np.ndarray = "",
-                  rollout: RolloutTag | None = None) -> None:
+                  rollout: RolloutTag | None = None, call_id: str = "") -> None:
         """Buffer many served rows given as columns (numpy arrays or lists, one value per row); returns at once.
 
         `model_version`, `arm`, `latency_ms` and `error` are one value for all rows or one per row; `ts_us` is
         epoch microseconds UTC (default: now); `prediction` is null where `error` is non-empty (and everywhere
         when `predictions` is None); `rollout` tags every row with the rollout, step and canary fraction it was
-        routed under. The files written are the same as from `log()` of the same rows. Nothing
+        routed under; `call_id` names the request all these rows came in (one model call per arm). The files written are the same as from `log()` of the same rows. Nothing
         passed may be mutated afterwards (the arrays are written by the background thread)."""
         n = len(request_ids)
         for what, columns in (("entity_keys", entity_keys), ("features", features)):
@@ -134,7 +136,7 @@ class ServingLogger:
         stamp = time.time_ns() // 1000 if ts_us is None else \
             ts_us.astype(np.int64, copy=False) if isinstance(ts_us, np.ndarray) else int(ts_us)
         self._append(Batch(n, stamp, request_ids, dict(entity_keys), dict(features), model_version, arm,
-                           latency_ms, predictions, error, rollout), n)
+                           latency_ms, predictions, error, rollout, call_id), n)
 
     def _append(self, item: Record | Batch, rows: int) -> None:
         with self._lock:
@@ -253,6 +255,7 @@ def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
     columns: dict[str, pa.Array] = {
         "ts": pa.array(_flat(batches, "ts_us"), pa.int64()).cast(_BASE.field("ts").type),
         "request_id": pa.array([r for b in batches for r in b.request_ids], pa.string()),
+        "call_id": pa.array(_flat(batches, "call_id"), pa.string()),
         "model_version": pa.array(_flat(batches, "model_version"), pa.string()),
         "arm": pa.array(_flat(batches, "arm"), pa.string()),
         "latency_ms": pa.array(_flat(batches, "latency_ms"), pa.float64()),
@@ -328,7 +331,7 @@ def _take(batch: Batch, index: np.ndarray) -> Batch:
     return Batch(len(index), take(batch.ts_us), take(batch.request_ids),
                  {k: take(v) for k, v in batch.entity_keys.items()}, {k: take(v) for k, v in batch.features.items()},
                  take(batch.model_version), take(batch.arm), take(batch.latency_ms), take(batch.predictions),
-                 take(batch.error), batch.rollout)
+                 take(batch.error), batch.rollout, batch.call_id)
 
 
 def _flat(batches: Sequence[Batch], name: str) -> list[Any]:
@@ -421,6 +424,9 @@ def read_serving_logs(root: str | Path, start: datetime | None = None, end: date
         mask = same if mask is None else pc.and_(mask, same)
     if mask is not None:
         table = table.filter(mask)
+    for field in _BASE:  # files from older servers lack the newer columns: they read as nulls
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.sort_by([("ts", "ascending")])
 
 

@@ -5,9 +5,11 @@ in-process prediction service (`quiver.pipelines.replay`: online features as of 
 and the labels of the requests served a day earlier arrive. At each tick this script stands in for Airflow's
 scheduler and starts the DAG runs that would be due — every task runs inside Airflow (`dag.test()` in a worker
 process with its own metadata DB, `quiver.pipelines.loop_airflow`): at midnight `quiver_materialize` and, on its
-Asset, `quiver_drift`; on a drift Asset event `quiver_retrain`; daily while a challenger waits
-`quiver_shadow_eval`; every tick while a rollout runs `quiver_canary`. What a DAG emits (Asset events) is read
-back from Airflow's DB, and the queue entry the scheduler would consume is checked and consumed.
+Asset, `quiver_drift`; on a drift Asset event `quiver_retrain`, started by the scheduler's own code from the
+queued events (its tasks see them in `triggering_asset_events`); daily while a challenger waits
+`quiver_shadow_eval`; every tick while a rollout runs or is watched `quiver_canary` (runs on the simulated
+clock: their data interval). What a DAG emits (Asset events) is read back from Airflow's DB, and the queue
+entry the scheduler would consume is checked and consumed.
 
 After the challenger is promoted, an operator fast-tracks a model trained on a broken label feed (labels
 flipped) straight into a canary (registering it by hand if the offline gate rejected it); the judge rolls it
@@ -39,11 +41,11 @@ class Story:
     label_delay: timedelta = timedelta(days=1)
     canary_steps: str = "0.5,1.0"
     canary_min_rows: int = 250
-    # Floors the story's traffic can decide within a simulated day or two: the replay makes one call per
-    # 30 minutes and arm (rows scored together share one latency: ~50 timed requests a day, too few for a
-    # 1-point p99 exceedance difference), and a few thousand labels a day pin log loss to about ±0.05 and
-    # the Brier score to about ±0.01.
-    canary_judge: str = "latency_exceedance_floor=0.2,log_loss_floor=0.08,brier_floor=0.02"
+    # Floors the story's traffic can decide within a simulated day or two: the replay makes one call a minute
+    # per arm (~1,400 timed calls a day, too few for a 1-point p99 exceedance difference), and a few thousand
+    # labels a day pin log loss to about ±0.05 and the Brier score to about ±0.01. The watch is shorter than
+    # production's day so the story goes on to its second rollout.
+    canary_judge: str = "latency_exceedance_floor=0.2,log_loss_floor=0.08,brier_floor=0.02,watch_hours=12"
     min_labelled: int = 300
     poke_interval_s: float = 1.0
     wait_timeout_s: float = 2.0
@@ -129,6 +131,10 @@ class Scheduler:
         began = time.perf_counter()
         run = self.airflow.run(dag_id, logical_date=at, conf=conf)
         run["at"], run["wall"] = at, time.perf_counter() - began
+        return self._record(run)
+
+    def _record(self, run: dict[str, Any]) -> dict[str, Any]:
+        dag_id, at = run["dag_id"], run["at"]
         decision, numbers = decision_of(run)
         run["decision"], run["numbers"] = decision, numbers
         self.log.runs.append(run)
@@ -136,8 +142,9 @@ class Scheduler:
                  f"[dim]({run['wall']:.1f} s)[/dim]")
         return run
 
-    def new_events(self, uri: str, consumer: str) -> list[dict[str, Any]]:
-        """Asset events of `uri` not handed on yet; the consumer's queue entry is checked and consumed."""
+    def new_events(self, uri: str, consumer: str, *, consume: bool = True) -> list[dict[str, Any]]:
+        """Asset events of `uri` not handed on yet; the consumer's queue entry is checked and (unless the
+        consumer is started from the queue itself) consumed."""
         events = self.airflow.asset_events(uri)
         fresh = [e for e in events if e["id"] > self.seen.get(uri, 0)]
         if fresh:
@@ -145,8 +152,15 @@ class Scheduler:
             queued = self.airflow.queued_dags(uri)
             if consumer not in queued:
                 raise RuntimeError(f"Airflow did not queue {consumer} for {uri} (queued: {queued})")
-            self.airflow.dequeue(uri, consumer)
+            if consume:
+                self.airflow.dequeue(uri, consumer)
         return fresh
+
+    def run_triggered(self, dag_id: str, at: datetime) -> dict[str, Any]:
+        began = time.perf_counter()
+        run = self.airflow.run_triggered(dag_id)
+        run["at"], run["wall"] = at, time.perf_counter() - began
+        return self._record(run)
 
     def tick(self, at: datetime) -> None:
         from quiver.registry import rollouts
@@ -156,14 +170,14 @@ class Scheduler:
             self.run("quiver_materialize", at)
             if self.new_events("quiver://offline/features", "quiver_drift"):
                 self.run("quiver_drift", at)
-            drift = self.new_events(drift_asset_uri(model), "quiver_retrain")
+            drift = self.new_events(drift_asset_uri(model), "quiver_retrain", consume=False)
             if drift:
                 if self.log.drift_alert_at is None:
                     self.log.drift_alert_at, self.log.drift_alert_wall = at, time.perf_counter()
                     extra = drift[-1]["extra"]
                     self.log.events.append((at, f"drift alert (run #{extra['drift_run_id']}, share "
                                                 f"{extra['drift_share']:.0%}): {', '.join(extra.get('drifted', []))}"))
-                retrain = self.run("quiver_retrain", at, conf={"asset_events": [e["extra"] for e in drift]})
+                retrain = self.run_triggered("quiver_retrain", at)
                 gate = retrain["results"].get("gate")
                 if gate:
                     self.log.events.append((at, f"retrain: {gate['decision']} ({gate['reason'][:160]})"))
@@ -171,7 +185,9 @@ class Scheduler:
             if challenger or "shadow" in self.project.models.aliases(model):
                 self.run("quiver_shadow_eval", at)
         canary = self.new_events(canary_asset_uri(model), "quiver_canary")
-        if canary or rollouts.active_rollout(self.project.registry, model) is not None:
+        open_rollout = rollouts.active_rollout(self.project.registry, model) or \
+            rollouts.watching_rollout(self.project.registry, model)
+        if canary or open_rollout is not None:
             run = self.run("quiver_canary", at)
             self._note_canary(run, at)
 
@@ -254,6 +270,7 @@ def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
     from quiver.monitoring.serving_log import ServingLogger
     from quiver.pipelines.loop_airflow import AirflowWorker
     from quiver.pipelines.replay import deliver_labels, replay
+    from quiver.registry import rollouts
     from quiver.serving.prediction import PredictionService
     from quiver.serving.store import FeatureStore
 
@@ -283,7 +300,8 @@ def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
                 arms = ", ".join(f"{k} {v:,}" for k, v in sorted(served.arms.items()) if v)
                 say(f"{at - timedelta(days=1):%Y-%m-%d} served ({arms} in the last 6 h, {served.seconds:.1f} s)")
             scheduler.tick(at)
-            if log.promoted_at is not None and bad_version is None and at.hour == 0:
+            watched = rollouts.watching_rollout(project.registry, config.loop_model) is not None
+            if log.promoted_at is not None and bad_version is None and at.hour == 0 and not watched:
                 bad_version = train_bad_model(config, at, say).version
                 scheduler.run("quiver_canary", at, conf={"canary_version": bad_version})
             if bad_version is not None and log.rolled_back_at is not None:

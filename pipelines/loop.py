@@ -3,8 +3,12 @@
     quiver_materialize  quality gate → backfill → materialize              (quiver.pipelines.scheduled)
     quiver_drift        champion reference vs serving logs → Asset quiver://drift/<model>   (loop_drift)
     quiver_retrain      sliding-window training set → train (gpu queue) → challenger gate  (loop_retrain)
-    quiver_shadow_eval  challenger → shadow → wait for labels → verdict → Asset canary      (loop_rollout)
-    quiver_canary       one judge step per run → promote / continue / roll back, alert      (loop_rollout)
+    quiver_shadow_eval  challenger → shadow → wait for labels → verdict → Asset canary      (loop_shadow)
+    quiver_canary       one judge step (or watch look) per run → promote / continue / roll back  (loop_rollout)
+
+Time: a run judges *as of* one moment, so a retried task records the same decision. Scheduled runs take
+their data interval's end; Asset-triggered runs the moment carried by the event (`as_of`, else its
+`window_end`); a sensor judges what had arrived when it poked and hands that moment on.
 
 DAG files import only `settings()` at parse time (it reads quiver.yaml, nothing heavy); the rest is imported
 inside the tasks.
@@ -65,12 +69,15 @@ def event_extras(triggering_asset_events: Mapping[Any, Iterable[Any]] | None) ->
 
 
 def drift_step(config_path: str | None, model: str, start: datetime | None, end: datetime | None,
-               events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Drift of `model`'s serving traffic over the run's window (one day ending at the interval's end)."""
+               events: list[dict[str, Any]] | None = None, run: str = "") -> dict[str, Any]:
+    """Drift of `model`'s serving traffic over the run's window (one day ending at the interval's end);
+    `run` is the Airflow run id (a retry of the same run re-emits a drift it recorded but never emitted)."""
     from quiver.pipelines.loop_drift import check_serving_drift
 
     begin, stop = run_window(start, end, days=1.0, events=events or [])
-    return check_serving_drift(Project.load(config_path), model, begin, stop)
+    project = Project.load(config_path)
+    project.alerts.redeliver()
+    return check_serving_drift(project, model, begin, stop, run=run)
 
 
 def drift_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,7 +99,9 @@ def retrain_plan(model: str, window_days: float, interval_end: datetime | None,
 def retrain_busy(config_path: str | None, model: str) -> str | None:
     from quiver.pipelines.loop_retrain import busy_with
 
-    return busy_with(Project.load(config_path), model)
+    project = Project.load(config_path)
+    project.alerts.redeliver()
+    return busy_with(project, model)
 
 
 def retrain_train(config_path: str | None, plan: Mapping[str, Any], service: str) -> dict[str, Any]:
@@ -107,42 +116,56 @@ def retrain_gate(config_path: str | None, plan: Mapping[str, Any], trained: Mapp
     return gate_step(Project.load(config_path), plan["model"], int(trained["version"]))
 
 
-def as_of(start: datetime | None, end: datetime | None) -> datetime:
-    """The moment a run judges at: its data interval's end, or now for runs without one (asset, manual)."""
+def as_of(start: datetime | None, end: datetime | None, events: Iterable[Mapping[str, Any]] = ()) -> datetime:
+    """The moment a run judges at: the latest moment its triggering Asset events carry (`as_of`, else
+    `window_end`), else its data interval's end, else now (manual runs)."""
     from datetime import UTC
 
     from quiver.pipelines.loop_common import utc
 
+    carried = [utc(e.get("as_of") or e["window_end"]) for e in events if e.get("as_of") or e.get("window_end")]
+    if carried:
+        return max(carried)
     if start is not None and end is not None and utc(start) < utc(end):
         return utc(end)
     return datetime.now(UTC)
 
 
 def shadow_start(config_path: str | None, model: str) -> dict[str, Any]:
-    from quiver.pipelines.loop_rollout import start_shadow
+    from quiver.pipelines.loop_shadow import start_shadow
 
-    return start_shadow(Project.load(config_path), model)
-
-
-def shadow_labels_ready(config_path: str | None, model: str, moment: datetime, min_labelled: int) -> bool:
-    from quiver.pipelines.loop_rollout import labelled_pairs
-
-    return labelled_pairs(Project.load(config_path), model, None, moment, moment) >= min_labelled
+    project = Project.load(config_path)
+    project.alerts.redeliver()
+    return start_shadow(project, model)
 
 
-def shadow_verdict(config_path: str | None, model: str, moment: datetime, min_labelled: int) -> dict[str, Any]:
-    from quiver.pipelines.loop_rollout import shadow_verdict as verdict
+def shadow_labels_ready(config_path: str | None, model: str, min_labelled: int) -> tuple[bool, str]:
+    """(enough labelled pairs have arrived now, the moment looked at): a sensor judges what has arrived by
+    the moment it pokes, and the verdict is taken as of that same moment."""
+    from datetime import UTC
 
-    return verdict(Project.load(config_path), model, moment, min_pairs=min_labelled)
+    from quiver.pipelines.loop_common import iso
+    from quiver.pipelines.loop_shadow import labelled_pairs
+
+    moment = datetime.now(UTC)
+    return labelled_pairs(Project.load(config_path), model, moment) >= min_labelled, iso(moment)
+
+
+def shadow_verdict(config_path: str | None, model: str, moment: datetime | str, min_labelled: int) -> dict[str, Any]:
+    from quiver.pipelines.loop_common import utc
+    from quiver.pipelines.loop_shadow import shadow_verdict as verdict
+
+    return verdict(Project.load(config_path), model, utc(moment), min_pairs=min_labelled)
 
 
 def canary_start(config_path: str | None, model: str, conf: Mapping[str, Any] | None,
                  moment: datetime) -> dict[str, Any]:
     from quiver.pipelines.loop_rollout import start_canary
 
-    version = (conf or {}).get("canary_version")
+    conf = conf or {}
+    version = conf.get("canary_version")
     return start_canary(Project.load(config_path), model, version=int(version) if version is not None else None,
-                        at=moment)
+                        at=moment, again=bool(conf.get("again", False)))
 
 
 def canary_judge_step(config_path: str | None, model: str, moment: datetime) -> dict[str, Any]:

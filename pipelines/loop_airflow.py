@@ -9,6 +9,7 @@ once per process, so the runs happen in a worker process with its own AIRFLOW_HO
         run["state"], run["tasks"], run["results"]          # "success", {task: state}, {task: return value}
         airflow.asset_events("quiver://drift/fraud_model")  # [{"extra": …, "source_dag_id": …}, …]
         airflow.queued_dags("quiver://drift/fraud_model")   # DAGs the scheduler would now start
+        airflow.run_triggered("quiver_retrain")             # the run the scheduler starts from those events
 
 The worker speaks JSON lines on stdin/stdout (`python -m quiver.pipelines.loop_airflow serve`); Airflow's own log
 goes to `<home>/worker.log`. A logical date at midnight gives daily DAGs the data interval of the day before.
@@ -17,6 +18,7 @@ goes to `<home>/worker.log`. A logical date at midnight gives daily DAGs the dat
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
+log = logging.getLogger("quiver.loop_airflow")
 DAGS_FOLDER = REPO / "dags"
 
 
@@ -56,13 +59,70 @@ class _InProcess:
             raise RuntimeError(f"DAG import errors: {self.bag.import_errors}")
 
     def run(self, dag_id: str, logical_date: str | None, conf: dict[str, Any] | None) -> dict[str, Any]:
-        from airflow.models.xcom import XComModel
-        from airflow.settings import Session
-
         dag = self.bag.dags[dag_id]
         started = time.perf_counter()
         when = datetime.fromisoformat(logical_date) if logical_date else datetime.now(UTC)
-        dag_run = dag.test(logical_date=when, run_conf=conf or None)
+        return self._report(dag_id, dag.test(logical_date=when, run_conf=conf or None), started)
+
+    def run_triggered(self, dag_id: str) -> dict[str, Any]:
+        """Start `dag_id` from its queued Asset events exactly as the scheduler does (its own
+        `_create_dag_runs_asset_triggered`: an asset-triggered run consuming the events, queue entries
+        deleted), then run its tasks in this process the way `dag.test()` does. Tasks see the events in
+        `triggering_asset_events`."""
+        from airflow.jobs.job import Job
+        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+        from airflow.models.dag import DagModel
+        from airflow.models.dagrun import DagRun
+        from airflow.settings import Session
+        from airflow.utils.state import DagRunState
+        from airflow.utils.types import DagRunType
+        from sqlalchemy import select
+
+        started = time.perf_counter()
+        session = Session()
+        scheduler = SchedulerJobRunner(job=Job(), executors=[])
+        before = set(session.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id)))
+        scheduler._create_dag_runs_asset_triggered(dag_models=[session.get(DagModel, dag_id)], session=session)
+        session.commit()
+        created = [r for r in session.scalars(select(DagRun).where(
+            DagRun.dag_id == dag_id, DagRun.run_type == DagRunType.ASSET_TRIGGERED)) if r.run_id not in before]
+        if not created:
+            raise RuntimeError(f"no Asset events queued for {dag_id}: the scheduler would start nothing")
+        dag_run = created[0]
+        dag_run.state = DagRunState.RUNNING
+        session.commit()
+        dag_run.dag = scheduler._get_current_dag(dag_id=dag_id, session=session)  # what the scheduler sets
+        self._run_tasks(dag_id, dag_run, session)
+        return self._report(dag_id, dag_run, started)
+
+    def _run_tasks(self, dag_id: str, dag_run: Any, session: Any) -> None:
+        """`dag.test()`'s loop: schedule what is ready, run it in this process, until the run ends."""
+        from airflow.sdk.definitions.dag import _run_task
+        from airflow.utils.state import DagRunState, TaskInstanceState
+
+        dag = self.bag.dags[dag_id]
+        while dag_run.state == DagRunState.RUNNING:
+            session.expire_all()
+            ready, _ = dag_run.update_state(session=session)
+            for ti in ready:
+                if ti.state != TaskInstanceState.UP_FOR_RESCHEDULE:
+                    ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            scheduled = [ti for ti in dag_run.get_task_instances(session=session)
+                         if ti.state == TaskInstanceState.SCHEDULED]
+            if not scheduled and dag_run.state == DagRunState.RUNNING:
+                time.sleep(0.5)  # a sensor rescheduled itself: wait for its next poke
+            for ti in scheduled:
+                try:
+                    _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+                except Exception:  # recorded as the task's state; the run goes on as the scheduler's would
+                    log.exception("task %s failed", ti.task_id)
+
+    def _report(self, dag_id: str, dag_run: Any, started: float) -> dict[str, Any]:
+        from airflow.models.xcom import XComModel
+        from airflow.settings import Session
+
         session = Session()
         tis = {ti.task_id: ti for ti in dag_run.get_task_instances(session=session)}
         results: dict[str, Any] = {}
@@ -70,8 +130,8 @@ class _InProcess:
         for row in session.scalars(query):
             results[row.task_id] = XComModel.deserialize_value(row)
         interval = [dag_run.data_interval_start, dag_run.data_interval_end]
-        return {"dag_id": dag_id, "run_id": dag_run.run_id, "state": str(dag_run.state),
-                "tasks": {t: str(ti.state) for t, ti in sorted(tis.items())},
+        return {"dag_id": dag_id, "run_id": dag_run.run_id, "run_type": str(dag_run.run_type),
+                "state": str(dag_run.state), "tasks": {t: str(ti.state) for t, ti in sorted(tis.items())},
                 "tries": {t: ti.try_number for t, ti in sorted(tis.items())}, "results": results,
                 "data_interval": [d.isoformat() if d else None for d in interval],
                 "seconds": round(time.perf_counter() - started, 2)}
@@ -178,6 +238,11 @@ class AirflowWorker:
         result: dict[str, Any] = self._call("run", dag_id=dag_id,
                                             logical_date=logical_date.isoformat() if logical_date else None,
                                             conf=conf)
+        return result
+
+    def run_triggered(self, dag_id: str) -> dict[str, Any]:
+        """Start `dag_id` from its queued Asset events as the scheduler does, and run it to completion."""
+        result: dict[str, Any] = self._call("run_triggered", dag_id=dag_id)
         return result
 
     def asset_events(self, uri: str) -> list[dict[str, Any]]:

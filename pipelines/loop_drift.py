@@ -9,6 +9,7 @@ the caller (the drift DAG) emits the `quiver://drift/<model>` Asset when `datase
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -48,8 +49,10 @@ def align_current(logged: pa.Table, features: Sequence[str]) -> pa.Table:
 
 
 def check_serving_drift(project: Project, model: str, start: datetime, end: datetime, *,
-                        report_html: bool = True) -> dict[str, Any]:
-    """Compare the champion's reference with the champion arm's serving logs of [start, end)."""
+                        report_html: bool = True, run: str = "") -> dict[str, Any]:
+    """Compare the champion's reference with the champion arm's serving logs of [start, end). `run` names
+    the caller's run (Airflow's run id): finding the window judged already by the *same* run is a retry of a
+    crashed attempt (`repeated` False: its Asset may never have gone out), by another run a repeat."""
     from quiver.monitoring import repository
     from quiver.monitoring.checks import run_drift_check
     from quiver.monitoring.serving_log import read_serving_logs
@@ -60,12 +63,14 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
         return {**base, "status": "no_champion", "dataset_drift": False, "run_id": None}
     reference_label, current_label = f"{champion.label} reference", window_label(start, end)
     base.update(champion=champion.label)
-    for run in repository.list_drift_runs(project.registry, name=model, limit=200):
-        if run["reference"] == reference_label and run["current"] == current_label:
-            drifted = [r["feature"] for r in repository.drift_results_of(project.registry, run["id"])
+    for recorded in repository.list_drift_runs(project.registry, name=model, limit=200):
+        if recorded["reference"] == reference_label and recorded["current"] == current_label:
+            drifted = [r["feature"] for r in repository.drift_results_of(project.registry, recorded["id"])
                        if r["drifted"]]
-            return {**base, "status": "recorded", "run_id": run["id"], "dataset_drift": bool(run["dataset_drift"]),
-                    "drift_share": run["drift_share"], "drifted": drifted, "repeated": True}
+            by = json.loads(recorded.get("detail_json") or "{}").get("run", "")
+            return {**base, "status": "recorded", "run_id": recorded["id"],
+                    "dataset_drift": bool(recorded["dataset_drift"]), "drift_share": recorded["drift_share"],
+                    "drifted": drifted, "repeated": not (run and by == run)}
     reference = pq.read_table(project.path(champion.reference_path))
     features = [f for f in [*champion.features, SCORE] if f in reference.column_names]
     logged = read_serving_logs(project.serving_log_root, start, end, arm=CHAMPION)
@@ -74,7 +79,7 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
         return {**base, "status": "no_traffic", "dataset_drift": False, "run_id": None, "rows": 0}
     check = run_drift_check(reference.select(features), current, name=model, features=features,
                             registry=project.registry, alerts=project.alerts, reference_label=reference_label,
-                            current_label=current_label)
+                            current_label=current_label, detail={"run": run})
     report = check.report
     html: Path | None = None
     if report_html and report.dataset_drift:  # the page the alert points at; calm days need none

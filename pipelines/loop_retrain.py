@@ -134,11 +134,27 @@ def gate_step(project: Project, model: str, version: int) -> dict[str, Any]:
         reason = "beat its baseline; no champion to compare with"
     current = models.aliases(model).get(CHALLENGER)
     if current != version:  # a retry finds the alias already moved and notifies nobody twice
-        models.set_alias(model, CHALLENGER, version, expected=current, reason=reason, by="quiver_retrain")
-        project.alerts.resolve("retrain", model)
-        project.alerts.raise_alert("retrain", model, "info", f"New challenger {new.label}", reason,
-                                   {"version": version, "comparison": comparison})
+        _make_challenger(project, model, version, current, reason, {"version": version, "comparison": comparison})
     return {**result, "decision": "challenger", "reason": reason, "replaced_challenger": current}
+
+
+def _make_challenger(project: Project, model: str, version: int, current: int | None, reason: str,
+                     detail: Mapping[str, Any]) -> None:
+    """Alias `challenger` ← `version` and its alert, in one transaction; the alert is delivered after."""
+    from quiver.monitoring import faults
+    from quiver.monitoring.repository import open_alert_in, resolve_alerts
+
+    resolve_alerts(project.registry, "retrain", model)
+    with project.registry._write() as connection:
+        project.models.set_alias_in(connection, model, CHALLENGER, version, expected=current, reason=reason,
+                                    by="quiver_retrain")
+        faults.point("gate.alias.challenger")
+        record, outcome = open_alert_in(connection, project.registry.project, "retrain", model, "info",
+                                        f"New challenger {model}:{version}", reason, dict(detail),
+                                        list(project.alerts.sinks))
+    faults.point("gate.after_commit")
+    if outcome != "repeated":
+        project.alerts.deliver(record.id)
 
 
 def challenger_event_extra(gate: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,7 +171,7 @@ def busy_with(project: Project, model: str) -> str | None:
     for alias in (CHALLENGER, "shadow", "canary"):
         if alias in aliases:
             return f"{model}:{aliases[alias]} is still the {alias}"
-    running = rollouts.active_rollout(project.registry, model)
+    running = rollouts.active_rollout(project.registry, model) or rollouts.watching_rollout(project.registry, model)
     if running is not None:
-        return f"rollout #{running.id} of {model}:{running.canary_version} is still running"
+        return f"rollout #{running.id} of {model}:{running.canary_version} is still {running.status}"
     return None

@@ -29,6 +29,8 @@ from quiver.config import Config
 from quiver.registry.models import AliasMove, ModelRegistry, ModelVersion
 
 DEFAULT_LABELS = "data/labels/labels.parquet"
+# Aliases that route live traffic or record the loop's state: only the loop's gated steps move them.
+LOOP_ALIASES = ("canary", "shadow", "previous")
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,9 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
                  log: Callable[[str], None] = print) -> TrainingResult:
     """Train `model_name` (default: the service name) on the labels of [cutoff − window, cutoff) and register
     it. With `alias`, a version that beat the baseline also gets that alias (compare-and-set against the
-    alias's current version)."""
+    alias's current version). `champion` only for a model that has none yet (the first one: no champion to
+    gate against); later versions reach it through challenger → shadow → canary, so `canary`, `shadow`,
+    `previous` and an existing `champion` are refused before any work is done."""
     from quiver.catalog.references import resolve_features
     from quiver.models import artifact, data, metrics, train
     from quiver.models.network import NetworkConfig
@@ -118,6 +122,8 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     start = end - span
     name = model_name or service
     registry = Registry(config.registry, project=config.project)
+    if alias:
+        check_training_alias(ModelRegistry(registry), model_name or service, alias)
     if catalog is None:
         # The applied catalog version is what serving reads, so it is what a model is trained on.
         applied = load_applied_catalog(config)
@@ -225,6 +231,17 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     registry.close()
     return TrainingResult(version, model_metrics, baseline_metrics, status, outcome.device, outcome.samples_per_s,
                           rows, move, lines)
+
+
+def check_training_alias(models: ModelRegistry, name: str, alias: str) -> None:
+    """Refuse an alias a training run must not hand out (see `run_training`)."""
+    if alias in LOOP_ALIASES:
+        raise QuiverError(f"--alias {alias}: that alias is moved only by the loop's gated steps (shadow, canary, "
+                          f"promotion); train with --alias challenger to start them")
+    champion = models.aliases(name).get("champion")
+    if alias == "champion" and champion is not None:
+        raise QuiverError(f"--alias champion: {name}:{champion} is the champion; a new version replaces it only "
+                          f"through challenger → shadow → canary (train with --alias challenger)")
 
 
 def _score(model: Any, tensors: Any) -> np.ndarray:

@@ -46,6 +46,7 @@ class Config:
     loop_canary_steps: str = "0.05,0.25,0.5,1.0"  # canary traffic shares; the last must be 1.0 (promotion)
     loop_canary_min_rows: float = 500.0  # rows per arm and step before a guardrail may pass
     loop_canary_judge: str = ""  # overrides of the canary judge's settings, e.g. "log_loss_floor=0.05,alpha=0.1"
+    loop_max_shadow_days: float = 7.0  # an inconclusive challenger is dropped (with an alert) after this long
 
     @property
     def catalog_dir(self) -> Path:

@@ -100,8 +100,11 @@ def test_drift_retrains_shadows_canaries_and_promotes(story: tuple[Project, Stor
     assert verdicts and verdicts[-1]["handed_on"] and verdicts[-1]["verdict"] in ("better", "not worse")
     assert verdicts[-1]["labelled_pairs"] >= STORY.min_labelled
     outcomes = [d.outcome for d in reversed(rollouts.list_decisions(project.registry, model,
-                                                                       rollout_id=promoted[0].id))]
+                                                                       rollout_id=promoted[0].id, kind="canary_step"))]
     assert outcomes[-1] == "promote" and set(outcomes[:-1]) <= {"hold", "advance"}  # held until labels arrived
+    watched = [d.outcome for d in rollouts.list_decisions(project.registry, model, rollout_id=promoted[0].id,
+                                                           kind="watch")]
+    assert watched[0] == "confirm" and set(watched[1:]) <= {"hold"}  # the post-promotion watch confirmed it
     assert log.promoted_at is not None and log.promoted_at > log.drift_alert_at  # type: ignore[operator]
     aliases = project.models.aliases(model)
     first_champion = project.models.history(model, "champion")[0].to_version
@@ -109,7 +112,19 @@ def test_drift_retrains_shadows_canaries_and_promotes(story: tuple[Project, Stor
     move = project.models.history(model, "champion")[-1]
     assert move.to_version == challenger["version"] and move.decision_id is not None
     assert any(a.kind == "dataset_drift" and a.subject == model for a in _all_alerts(project))
-    assert any(a.kind == "canary" and "promoted" in a.title for a in _all_alerts(project))
+    assert any(a.kind == "canary_promoted" and "promoted" in a.title for a in _all_alerts(project))
+
+
+def test_retraining_starts_from_the_drift_asset_event_as_the_scheduler_delivers_it(
+        story: tuple[Project, StoryLog]) -> None:
+    _, log = story
+    retrain = next(r for r in runs_of(log, "quiver_retrain") if "plan" in r["results"])
+    drift = next(r for r in runs_of(log, "quiver_drift") if r["tasks"]["emit_drift"] == "success")
+    assert retrain["run_type"] == "asset_triggered"  # created by the scheduler's own code from the queue
+    plan = retrain["results"]["plan"]
+    assert plan["triggering_events"] >= 1 and plan["trigger"] == "drift"  # read from triggering_asset_events
+    assert plan["drift_run_id"] == drift["results"]["emit_drift"]["drift_run_id"]
+    assert plan["cutoff"] == drift["results"]["emit_drift"]["window_end"]
 
 
 def test_bad_challenger_is_rolled_back_with_an_alert_and_the_champion_stays(
@@ -145,8 +160,11 @@ def test_retried_steps_change_nothing(story: tuple[Project, StoryLog]) -> None:
         # The story promoted a new champion after its last drift run: a re-run judges the champion serving now
         # (a new record); retrying that run again returns it unchanged.
         first = af.run("quiver_drift", logical_date=drift["at"])["results"]["check_drift"]
-        again = af.run("quiver_drift", logical_date=drift["at"])["results"]["check_drift"]
-        assert again["run_id"] == first["run_id"] and again["repeated"] is True
+        rerun = af.run("quiver_drift", logical_date=drift["at"])  # the same run, cleared and run again
+        again = rerun["results"]["check_drift"]
+        assert again["run_id"] == first["run_id"] and again["status"] == "recorded"
+        if again["dataset_drift"]:  # its Asset event went out the first time: Airflow's record says so
+            assert rerun["tasks"]["emit_drift"] == "skipped"
         assert again["champion"] == f"{model}:{project.models.aliases(model)['champion']}"
         redo = af.run("quiver_retrain", logical_date=retrain["at"], conf={"cutoff": retrain["results"]["plan"]["cutoff"],
                                                                         "window_days": STORY.retrain_window_days})

@@ -46,8 +46,11 @@ def catalog() -> Any:
 
 
 def save_model(root: Path, seed: int, *, numeric: tuple[str, ...] = ("f0", "f1"),
-               categorical: tuple[str, ...] = ("category",)) -> tuple[Path, str]:
-    """A real artifact: a small TabularNet with seeded random weights, saved and checksummed."""
+               categorical: tuple[str, ...] = ("category",), spread: float = 4.0,
+               labelled_reference: bool = False) -> tuple[Path, str]:
+    """A real artifact: a small TabularNet with seeded random weights, saved and checksummed. `spread`
+    scales the output layer: larger gives sharper scores (further from ½); `labelled_reference` stores a
+    `label` column with the reference (the retrain gate compares versions on it)."""
     import torch
 
     from quiver.models.artifact import save_artifact
@@ -60,12 +63,14 @@ def save_model(root: Path, seed: int, *, numeric: tuple[str, ...] = ("f0", "f1")
     net = TabularNet(NetworkConfig(n_numeric=len(numeric), cardinalities=prep.cardinalities, hidden=(8,),
                                    dropout=0.0))
     with torch.no_grad():
-        net.head.weight.mul_(4.0)  # spread the scores so versions differ clearly
+        net.head.weight.mul_(spread)  # spread the scores so versions differ clearly
     refs = [f"stats:{f}" for f in (*numeric, *categorical)]
     rng = np.random.default_rng(seed)
     reference = pd.DataFrame({"f0": rng.normal(size=200), "f1": rng.normal(size=200),
                               "category": rng.choice(["a", "b"], 200)})
     reference["score"] = rng.random(200)
+    if labelled_reference:
+        reference["label"] = (rng.random(200) < 0.5).astype(float)
     return save_artifact(root, MODEL, net, prep, feature_refs=refs, catalog_version=None, catalog_hash="test",
                          label_column="label", reference=reference)
 

@@ -22,6 +22,7 @@ from quiver.monitoring.evaluation import (
     verdict_of,
 )
 from quiver.monitoring.labels import read_labels, write_labels
+from quiver.monitoring.sequential import mixture_interval
 
 T0 = datetime(2026, 11, 3, 12, tzinfo=UTC)
 
@@ -44,11 +45,12 @@ def test_paired_numbers_equal_sklearn_and_scipy() -> None:
     assert result.brier.shadow == pytest.approx(brier_score_loss(y, shadow), rel=1e-12)
     assert result.auc["champion"] == pytest.approx(roc_auc_score(y, champion), rel=1e-12)
     assert result.auc["shadow"] == pytest.approx(roc_auc_score(y, shadow), rel=1e-12)
-    # The paired interval is the one-sample t-interval of the per-request differences.
+    # With every row its own unit, the paired interval is the mixture confidence sequence of the per-request
+    # differences with their squared standard error (scipy's sem²).
     per_row = -(y * np.log(shadow) + (1 - y) * np.log(1 - shadow)) + (y * np.log(champion)
                                                                       + (1 - y) * np.log(1 - champion))
-    low, high = scipy_stats.t.interval(0.95, len(per_row) - 1, loc=per_row.mean(), scale=scipy_stats.sem(per_row))
-    assert (result.log_loss.lower, result.log_loss.upper) == pytest.approx((low, high), rel=1e-9)
+    cs = mixture_interval(per_row.mean(), scipy_stats.sem(per_row) ** 2, tau=0.01, alpha=0.05, scales=3)
+    assert (result.log_loss.lower, result.log_loss.upper) == pytest.approx((cs.lower, cs.upper), rel=1e-9)
     # Paired bootstrap by hand: the same resampled rows for both models.
     rng = np.random.default_rng(5)
     diffs = []
@@ -76,6 +78,7 @@ def test_verdicts_follow_the_margin() -> None:
     assert verdict_of(diff(-0.02, -0.03, -0.01), 0.01, 200)[0] == "better"
     assert verdict_of(diff(0.001, -0.004, 0.006), 0.01, 200)[0] == "not worse"
     assert verdict_of(diff(0.05, 0.03, 0.07), 0.01, 200)[0] == "worse"
+    assert verdict_of(diff(0.012, 0.004, 0.02), 0.01, 200)[0] == "inconclusive"  # bound inside half the margin
     assert verdict_of(diff(0.008, 0.001, 0.015), 0.01, 200)[0] == "inconclusive"  # significant, but within margin
     assert verdict_of(diff(-0.02, -0.03, -0.01, n=50), 0.01, 200)[0] == "inconclusive"  # too few pairs
 
@@ -86,6 +89,29 @@ def test_same_model_in_both_arms_is_not_worse_and_a_bad_shadow_is_worse() -> Non
     assert same.verdict == "not worse" and same.log_loss.difference == 0.0
     bad = compare_shadow(champion, np.clip(champion * 0.2 + 0.4, 0, 1), y, settings=ShadowSettings(bootstrap=0))
     assert bad.verdict == "worse"
+
+
+def test_a_shadow_read_every_day_says_not_worse_of_a_worse_challenger_at_most_alpha() -> None:
+    # A challenger worse by exactly the margin, judged again every "day" as labels accumulate (30 looks):
+    # a fixed-sample interval re-read until it is not inconclusive says "not worse" ever more often; the
+    # confidence sequence keeps that error at α however many days it is read.
+    rng = np.random.default_rng(9)
+    settings = ShadowSettings(bootstrap=0, min_pairs=50)
+    margin = settings.margin
+    wrong = naive_wrong = 0
+    for _ in range(200):
+        d = rng.normal(margin, 0.15, 30 * 300)  # per-request loss differences, mean = the margin
+        said = naive_said = False
+        for day in range(1, 31):
+            x = d[: day * 300]
+            diff = PairedDifference.of(x, np.zeros_like(x), settings.alpha, tau=margin)
+            said |= verdict_of(diff, margin, settings.min_pairs)[0] in ("not worse", "better")
+            high = x.mean() + scipy_stats.t.ppf(0.975, len(x) - 1) * scipy_stats.sem(x)
+            naive_said |= high < margin
+        wrong += said
+        naive_wrong += naive_said
+    assert wrong / 200 <= settings.alpha
+    assert naive_wrong / 200 > 2 * settings.alpha  # what re-reading a fixed-sample interval daily did
 
 
 def test_unlabelled_rows_are_left_out_and_counted() -> None:

@@ -34,7 +34,9 @@ def register(app: typer.Typer) -> None:
         label_column: Annotated[str, typer.Option(help="0/1 label column")] = "is_fraud",
         epochs: Annotated[int | None, typer.Option(help="maximum epochs (default: 30, early stopping)")] = None,
         alias: Annotated[str | None, typer.Option(help="give this alias to the new version if it beats the "
-                                                       "baseline")] = None,
+                                                       "baseline: challenger (starts the loop's gates), any "
+                                                       "name of your own, or champion for a model's first "
+                                                       "version")] = None,
         config: ConfigOption = None,
     ) -> None:
         """Train on the labels of [cutoff − window, cutoff), compare with the baseline, register the version."""
@@ -59,6 +61,8 @@ def register(app: typer.Typer) -> None:
         color = "green" if result.status == "registered" else "red"
         console.print(f"[{color}]{result.version.label} {result.status}[/{color}] "
                       f"({result.device}, {result.samples_per_s:,.0f} samples/s)")
+        if alias and result.alias_move is None:
+            raise QuiverError(f"{result.version.label} is {result.status}: alias {alias!r} was not set")
 
     @models_app.command("list")
     @user_errors
@@ -136,10 +140,22 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def alias_rollback(name: Annotated[str, typer.Argument(help="model name")],
                        reason: Annotated[str, typer.Option(help="why (kept in the history)")],
+                       expected: Annotated[int | None, typer.Option(
+                           help="the champion version you are rolling back from; refused if it moved meanwhile "
+                                "(so two people answering one incident cannot bring the bad model back)")] = None,
+                       yes: Annotated[bool, typer.Option("--yes", help="without --expected: do it anyway")] = False,
                        by: Annotated[str, typer.Option(help="who (default: the login name)")] = "",
                        config: ConfigOption = None) -> None:
-        """Move champion back to previous (and previous to the old champion)."""
-        move = _models(config).rollback(name, reason=reason, by=by)
+        """Move champion back to previous (and previous to the old champion), compare-and-set."""
+        models = _models(config)
+        if expected is None:
+            aliases = models.aliases(name)
+            plan = f"{name} champion: {_version(aliases.get('champion'))} → {_version(aliases.get('previous'))}"
+            if not yes:
+                raise QuiverError(f"would move {plan}; confirm with --expected {aliases.get('champion')} "
+                                  f"(or --yes)")
+            expected = aliases.get("champion")
+        move = models.rollback(name, reason=reason, by=by, expected=expected)
         console.print(f"{name} champion: {_version(move.from_version)} → {_version(move.to_version)} (rolled back)")
 
 

@@ -197,25 +197,31 @@ class ModelRegistry:
         that made it, so a retried task is idempotent. Moving ``champion`` also records the old champion as
         ``previous`` (in the same transaction, with its own history entry).
         """
+        with self.registry._write() as connection:
+            return self.set_alias_in(connection, name, alias, version, expected=expected, reason=reason, by=by,
+                                     decision_id=decision_id)
+
+    def set_alias_in(self, connection: Connection, name: str, alias: str, version: int | None, *,
+                     expected: int | None, reason: str, by: str = "", decision_id: int | None = None) -> AliasMove:
+        """`set_alias` inside the caller's write transaction (so several moves and records commit together)."""
         _check_name("alias", alias)
         if not reason.strip():
             raise QuiverError("an alias move needs a reason (it is kept in the history)")
-        with self.registry._write() as connection:
-            current = self._aliases(connection, name)
-            actual = current.get(alias)
-            if actual != expected:
-                raise AliasConflict(name, alias, expected, actual)
-            if version == actual:
-                last = self._history(connection, name, alias, limit=1)
-                if last and last[0].to_version == version:
-                    return last[0]
-                raise QuiverError(f"alias {alias!r} of model {name!r} already points at {_label(version)}")
-            if version is not None:
-                self._check_aliasable(connection, name, version, alias)
-            move = self._move(connection, name, alias, actual, version, reason, by, decision_id)
-            if alias == CHAMPION and actual is not None and version is not None:
-                self._move(connection, name, PREVIOUS, current.get(PREVIOUS), actual,
-                           f"replaced as champion by {name}:{version}: {reason}", by, decision_id)
+        current = self._aliases(connection, name)
+        actual = current.get(alias)
+        if actual != expected:
+            raise AliasConflict(name, alias, expected, actual)
+        if version == actual:
+            last = self._history(connection, name, alias, limit=1)
+            if last and last[0].to_version == version:
+                return last[0]
+            raise QuiverError(f"alias {alias!r} of model {name!r} already points at {_label(version)}")
+        if version is not None:
+            self._check_aliasable(connection, name, version, alias)
+        move = self._move(connection, name, alias, actual, version, reason, by, decision_id)
+        if alias == CHAMPION and actual is not None and version is not None:
+            self._move(connection, name, PREVIOUS, current.get(PREVIOUS), actual,
+                       f"replaced as champion by {name}:{version}: {reason}", by, decision_id)
         return move
 
     def rollback(self, name: str, *, reason: str, by: str = "", decision_id: int | None = None,
@@ -224,21 +230,30 @@ class ModelRegistry:
 
         With `expected`, the rollback also refuses (AliasConflict) unless champion points at it now.
         """
+        with self.registry._write() as connection:
+            return self.rollback_in(connection, name, reason=reason, by=by, decision_id=decision_id,
+                                    expected=expected)
+
+    def rollback_in(self, connection: Connection, name: str, *, reason: str, by: str = "",
+                    decision_id: int | None = None, expected: int | None = None) -> AliasMove:
+        """`rollback` inside the caller's write transaction."""
         if not reason.strip():
             raise QuiverError("a rollback needs a reason (it is kept in the history)")
-        with self.registry._write() as connection:
-            current = self._aliases(connection, name)
-            champion, previous = current.get(CHAMPION), current.get(PREVIOUS)
-            if expected is not None and champion != expected:
-                raise AliasConflict(name, CHAMPION, expected, champion)
-            if previous is None:
-                raise QuiverError(f"model {name!r} has no 'previous' version to roll back to "
-                                  f"(champion: {_label(champion)})")
-            self._check_aliasable(connection, name, previous, CHAMPION)
-            move = self._move(connection, name, CHAMPION, champion, previous, f"rollback: {reason}", by,
-                              decision_id)
-            self._move(connection, name, PREVIOUS, previous, champion, f"rollback: {reason}", by, decision_id)
+        current = self._aliases(connection, name)
+        champion, previous = current.get(CHAMPION), current.get(PREVIOUS)
+        if expected is not None and champion != expected:
+            raise AliasConflict(name, CHAMPION, expected, champion)
+        if previous is None:
+            raise QuiverError(f"model {name!r} has no 'previous' version to roll back to "
+                              f"(champion: {_label(champion)})")
+        self._check_aliasable(connection, name, previous, CHAMPION)
+        move = self._move(connection, name, CHAMPION, champion, previous, f"rollback: {reason}", by, decision_id)
+        self._move(connection, name, PREVIOUS, previous, champion, f"rollback: {reason}", by, decision_id)
         return move
+
+    def aliases_in(self, connection: Connection, name: str) -> dict[str, int]:
+        """alias → version, read inside the caller's transaction."""
+        return self._aliases(connection, name)
 
     def history(self, name: str, alias: str | None = None) -> list[AliasMove]:
         """Every alias move of model `name` (of one alias when given), oldest first."""

@@ -2,8 +2,14 @@
 
 Every write runs under the registry's write lock. State changes are compare-and-set on what the caller saw
 (the rollout's step and status), so two judges racing on one step move it once; decisions are keyed by an
-idempotency key, so recording the same judgement twice stores one row. Alias moves themselves go through
-`quiver.registry.models.ModelRegistry` with the decision's id.
+idempotency key, so recording the same judgement twice stores one row. The `*_in` functions run inside a
+caller's transaction, so a decision, the rollout change, the alias moves it causes (through
+`quiver.registry.models.ModelRegistry.set_alias_in`, with the decision's id), its alert and the mark that it
+was applied commit together or not at all.
+
+A rollout is `running` while the canary serves a share of traffic, `watching` after a promotion while the new
+champion is compared with `previous` on labels that arrive later (until `watch_until`), and ends
+`promoted`, `rolled_back` or `halted`.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from quiver.catalog.errors import QuiverError
 from quiver.registry.repository import Registry, _author
 from quiver.registry.rollout_tables import decisions, rollouts
 
-RUNNING, PROMOTED, ROLLED_BACK, HALTED = "running", "promoted", "rolled_back", "halted"
-STATUSES = (RUNNING, PROMOTED, ROLLED_BACK, HALTED)
+RUNNING, WATCHING, PROMOTED, ROLLED_BACK, HALTED = "running", "watching", "promoted", "rolled_back", "halted"
+STATUSES = (RUNNING, WATCHING, PROMOTED, ROLLED_BACK, HALTED)
+ENDED = (PROMOTED, ROLLED_BACK, HALTED)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class Rollout:
     started_at: datetime
     finished_at: datetime | None
     started_by: str
+    reference: dict[str, Any] = field(default_factory=dict)  # fixed at the start: latency threshold, …
+    watch_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -62,47 +71,95 @@ class Decision:
     decided_at: datetime
     decided_by: str
     created: bool = field(default=True, compare=False)  # False: an identical decision was already stored
+    applied_at: datetime | None = None  # when it was carried out (None: not yet)
+    actions: tuple[str, ...] = ()  # what carrying it out did (or why it did nothing)
 
 
 def start_rollout(registry: Registry, model: str, *, champion_version: int, canary_version: int,
                   fraction: float, settings: dict[str, Any], by: str = "", salt: str | None = None,
-                  now: datetime | None = None) -> Rollout:
-    """Record a running rollout; refused while another rollout of `model` is running."""
+                  now: datetime | None = None, reference: dict[str, Any] | None = None) -> Rollout:
+    """Record a running rollout; refused while another rollout of `model` is running or watched."""
+    with registry._write() as connection:
+        return start_rollout_in(connection, registry.project, model, champion_version=champion_version,
+                                canary_version=canary_version, fraction=fraction, settings=settings, by=by,
+                                salt=salt, now=now, reference=reference)
+
+
+def start_rollout_in(connection: Any, project: str, model: str, *, champion_version: int, canary_version: int,
+                     fraction: float, settings: dict[str, Any], by: str = "", salt: str | None = None,
+                     now: datetime | None = None, reference: dict[str, Any] | None = None) -> Rollout:
+    """`start_rollout` inside the caller's write transaction."""
     if champion_version == canary_version:
         raise QuiverError(f"model {model!r}: the canary must differ from the champion (both {champion_version})")
     now = now or datetime.now(UTC)
-    with registry._write() as connection:
-        running = connection.execute(select(rollouts.c.id).where(
-            rollouts.c.project == registry.project, rollouts.c.model == model,
-            rollouts.c.status == RUNNING)).scalar()
-        if running is not None:
-            raise QuiverError(f"model {model!r} already has a running rollout (#{running}); step, promote or roll "
-                              f"it back first")
-        key = connection.execute(insert(rollouts).values(
-            project=registry.project, model=model, champion_version=champion_version,
-            canary_version=canary_version, salt=salt or secrets.token_hex(8), fraction=float(fraction), step=0,
-            status=RUNNING, settings_json=json.dumps(settings, sort_keys=True), step_started_at=now,
-            started_at=now, finished_at=None, started_by=(by or _author())[:255])).inserted_primary_key
+    running = connection.execute(select(rollouts.c.id, rollouts.c.status).where(
+        rollouts.c.project == project, rollouts.c.model == model,
+        rollouts.c.status.in_((RUNNING, WATCHING)))).first()
+    if running is not None:
+        raise QuiverError(f"model {model!r} already has a {running.status} rollout (#{running.id}); step, promote "
+                          f"or roll it back first")
+    key = connection.execute(insert(rollouts).values(
+        project=project, model=model, champion_version=champion_version,
+        canary_version=canary_version, salt=salt or secrets.token_hex(8), fraction=float(fraction), step=0,
+        status=RUNNING, settings_json=json.dumps(settings, sort_keys=True), step_started_at=now,
+        started_at=now, finished_at=None, started_by=(by or _author())[:255],
+        reference_json=json.dumps(reference or {}, sort_keys=True, default=str))).inserted_primary_key
     assert key is not None
-    return get_rollout(registry, int(key[0]))
+    return get_rollout_in(connection, project, int(key[0]))
 
 
 def get_rollout(registry: Registry, rollout_id: int) -> Rollout:
     with registry.engine.connect() as connection:
-        row = connection.execute(select(rollouts).where(rollouts.c.project == registry.project,
-                                                        rollouts.c.id == rollout_id)).mappings().first()
+        return get_rollout_in(connection, registry.project, rollout_id)
+
+
+def get_rollout_in(connection: Any, project: str, rollout_id: int) -> Rollout:
+    row = connection.execute(select(rollouts).where(rollouts.c.project == project,
+                                                    rollouts.c.id == rollout_id)).mappings().first()
     if row is None:
-        raise QuiverError(f"no rollout #{rollout_id} in project {registry.project!r}")
+        raise QuiverError(f"no rollout #{rollout_id} in project {project!r}")
     return _rollout(row)
 
 
 def active_rollout(registry: Registry, model: str) -> Rollout | None:
     """The running rollout of `model`, or None."""
+    return _one_with_status(registry, model, RUNNING)
+
+
+def watching_rollout(registry: Registry, model: str) -> Rollout | None:
+    """The promoted rollout of `model` still under its post-promotion watch, or None."""
+    return _one_with_status(registry, model, WATCHING)
+
+
+def _one_with_status(registry: Registry, model: str, status: str) -> Rollout | None:
     with registry.engine.connect() as connection:
         row = connection.execute(select(rollouts).where(
             rollouts.c.project == registry.project, rollouts.c.model == model,
-            rollouts.c.status == RUNNING)).mappings().first()
+            rollouts.c.status == status).order_by(rollouts.c.id.desc())).mappings().first()
     return _rollout(row) if row else None
+
+
+def ended_candidacies(registry: Registry, model: str) -> dict[int, Rollout]:
+    """Versions whose last rollout was rolled back or halted (the loop never canaries them again unless an
+    operator says so), each with that rollout."""
+    out: dict[int, Rollout] = {}
+    for rollout in reversed(list_rollouts(registry, model)):  # oldest first: the newest rollout wins
+        if rollout.status in (ROLLED_BACK, HALTED):
+            out[rollout.canary_version] = rollout
+        else:
+            out.pop(rollout.canary_version, None)
+    return out
+
+
+def set_reference(registry: Registry, rollout_id: int, key: str, value: Any) -> Rollout:
+    """Fix `reference[key]` of a rollout once (the first writer wins; later calls keep that value)."""
+    with registry._write() as connection:
+        rollout = get_rollout_in(connection, registry.project, rollout_id)
+        if key not in rollout.reference:
+            reference = {**rollout.reference, key: value}
+            connection.execute(update(rollouts).where(rollouts.c.id == rollout_id).values(
+                reference_json=json.dumps(reference, sort_keys=True, default=str)))
+        return get_rollout_in(connection, registry.project, rollout_id)
 
 
 def list_rollouts(registry: Registry, model: str | None = None) -> list[Rollout]:
@@ -118,22 +175,53 @@ def advance_rollout(registry: Registry, rollout_id: int, *, from_step: int, frac
                     at: datetime) -> bool:
     """Move a running rollout from `from_step` to the next step at `fraction`; False when it had moved already."""
     with registry._write() as connection:
-        result = connection.execute(update(rollouts).where(
-            rollouts.c.id == rollout_id, rollouts.c.status == RUNNING, rollouts.c.step == from_step).values(
-            step=from_step + 1, fraction=float(fraction), step_started_at=at))
-        return bool(result.rowcount)
+        return advance_in(connection, rollout_id, from_step=from_step, fraction=fraction, at=at)
+
+
+def advance_in(connection: Any, rollout_id: int, *, from_step: int, fraction: float, at: datetime) -> bool:
+    result = connection.execute(update(rollouts).where(
+        rollouts.c.id == rollout_id, rollouts.c.status == RUNNING, rollouts.c.step == from_step).values(
+        step=from_step + 1, fraction=float(fraction), step_started_at=at))
+    return bool(result.rowcount)
 
 
 def finish_rollout(registry: Registry, rollout_id: int, status: str, *, fraction: float,
                    at: datetime | None = None) -> bool:
     """End a running rollout (promoted | rolled_back | halted); False when it was no longer running."""
-    if status not in STATUSES or status == RUNNING:
-        raise ValueError(f"a rollout ends promoted, rolled_back or halted, not {status!r}")
     with registry._write() as connection:
-        result = connection.execute(update(rollouts).where(
-            rollouts.c.id == rollout_id, rollouts.c.status == RUNNING).values(
-            status=status, fraction=float(fraction), finished_at=at or datetime.now(UTC)))
-        return bool(result.rowcount)
+        return change_status_in(connection, rollout_id, RUNNING, status, fraction=fraction, at=at)
+
+
+def change_status_in(connection: Any, rollout_id: int, from_status: str, status: str, *, fraction: float,
+                     at: datetime | None = None, watch_until: datetime | None = None) -> bool:
+    """Move a rollout from `from_status` to `status` (compare-and-set); False when it had moved already."""
+    if status not in STATUSES or status == RUNNING:
+        raise ValueError(f"a rollout moves on to watching, promoted, rolled_back or halted, not {status!r}")
+    values: dict[str, Any] = {"status": status, "fraction": float(fraction), "watch_until": watch_until}
+    if status in ENDED or status == WATCHING:
+        values["finished_at"] = at or datetime.now(UTC)
+    if from_status == WATCHING:
+        values.pop("finished_at")  # the promotion's moment stays the rollout's end
+        values["watch_until"] = None
+    result = connection.execute(update(rollouts).where(
+        rollouts.c.id == rollout_id, rollouts.c.status == from_status).values(**values))
+    return bool(result.rowcount)
+
+
+def mark_applied_in(connection: Any, decision_id: int, actions: list[str], at: datetime) -> bool:
+    """Record that a decision was carried out (and what that did); False when it already was."""
+    result = connection.execute(update(decisions).where(
+        decisions.c.id == decision_id, decisions.c.applied_at.is_(None)).values(
+        applied_at=at, actions_json=json.dumps(actions)))
+    return bool(result.rowcount)
+
+
+def get_decision_in(connection: Any, project: str, decision_id: int) -> Decision:
+    row = connection.execute(select(decisions).where(decisions.c.project == project,
+                                                     decisions.c.id == decision_id)).mappings().first()
+    if row is None:
+        raise QuiverError(f"no decision #{decision_id} in project {project!r}")
+    return _decision(row)
 
 
 def record_decision(registry: Registry, model: str, *, kind: str, outcome: str, statistics: dict[str, Any],
@@ -167,11 +255,7 @@ def record_decision(registry: Registry, model: str, *, kind: str, outcome: str, 
 
 def get_decision(registry: Registry, decision_id: int) -> Decision:
     with registry.engine.connect() as connection:
-        row = connection.execute(select(decisions).where(decisions.c.project == registry.project,
-                                                         decisions.c.id == decision_id)).mappings().first()
-    if row is None:
-        raise QuiverError(f"no decision #{decision_id} in project {registry.project!r}")
-    return _decision(row)
+        return get_decision_in(connection, registry.project, decision_id)
 
 
 def list_decisions(registry: Registry, model: str | None = None, *, rollout_id: int | None = None,
@@ -207,7 +291,7 @@ def _rollout(row: RowMapping) -> Rollout:
     return Rollout(int(row["id"]), row["model"], int(row["champion_version"]), int(row["canary_version"]),
                    row["salt"], float(row["fraction"]), int(row["step"]), row["status"],
                    json.loads(row["settings_json"]), step_started, started, _utc(row["finished_at"]),
-                   row["started_by"])
+                   row["started_by"], json.loads(row["reference_json"] or "{}"), _utc(row["watch_until"]))
 
 
 def _decision(row: RowMapping, created: bool = True) -> Decision:
@@ -216,4 +300,4 @@ def _decision(row: RowMapping, created: bool = True) -> Decision:
     return Decision(int(row["id"]), row["model"], row["rollout_id"], row["kind"], row["outcome"], row["step"],
                     row["fraction"], row["champion_version"], row["candidate_version"],
                     json.loads(row["statistics_json"]), row["idempotency_key"], decided, row["decided_by"],
-                    created)
+                    created, _utc(row["applied_at"]), tuple(json.loads(row["actions_json"] or "[]")))

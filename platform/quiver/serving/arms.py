@@ -69,8 +69,13 @@ class ArmSet:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.champion.version, self.canary.version if self.canary else None,
-                self.shadow.version if self.shadow else None, self.salt, self.fraction, self.rollout_id, self.step)
+        """What decides whether a fresh set replaces this one: versions, routing, and which arms loaded (an
+        arm that failed to load and loads now must be swapped in)."""
+        def state(arm: Arm | None) -> tuple[int, bool] | None:
+            return None if arm is None else (arm.version, arm.model is not None)
+
+        return (state(self.champion), state(self.canary), state(self.shadow), self.salt, self.fraction,
+                self.rollout_id, self.step)
 
 
 @dataclass(frozen=True)
@@ -89,11 +94,15 @@ class ServiceStats:
     requests: int = 0
     rows: int = 0
     champion_rows: int = 0
+    champion_errors: int = 0
     canary_rows: int = 0
     canary_fallbacks: int = 0
     shadow_rows: int = 0
     shadow_errors: int = 0
     shadow_dropped: int = 0
+    paired_rows: int = 0
+    paired_errors: int = 0
+    paired_dropped: int = 0
     swaps: int = 0
     swap_failures: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)

@@ -122,15 +122,19 @@ def register(app: typer.Typer) -> None:
                      steps: Annotated[str, typer.Option(help="traffic steps in %")] = "5,25,50,100",
                      min_rows: Annotated[int, typer.Option(help="rows per arm and step before a pass")] = 500,
                      min_labels: Annotated[int, typer.Option(help="labelled rows per arm and step")] = 200,
+                     again: Annotated[bool, typer.Option("--again", help="canary a version whose earlier rollout "
+                                                                         "was rolled back or halted")] = False,
                      config: ConfigOption = None) -> None:
         """Point alias `canary` at VERSION and start a rollout at the first step."""
-        from quiver.monitoring.canary_judge import JudgeSettings, start_canary
+        from quiver.monitoring.canary_judge import start_canary
+        from quiver.monitoring.canary_stats import JudgeSettings
 
         try:
             settings = JudgeSettings(steps=_steps(steps), min_rows=min_rows, min_labels=min_labels)
         except ValueError as exc:
             raise QuiverError(str(exc)) from None
-        rollout = start_canary(load_config(config), model, version, settings=settings)
+        rollout = start_canary(load_config(config), model, version, settings=settings, again=again,
+                               by="quiver canary start")
         console.print(f"rollout #{rollout.id}: {model}:{rollout.canary_version} gets {rollout.fraction:.0%} of "
                       f"traffic against champion {model}:{rollout.champion_version}")
 
@@ -162,14 +166,18 @@ def register(app: typer.Typer) -> None:
     @canary_app.command("step")
     @user_errors
     def canary_step(model: ModelArg, as_of: AsOf = None, as_json: JsonFlag = False,
+                    dry_run: Annotated[bool, typer.Option("--dry-run", help="judge and print; record and "
+                                                                            "change nothing")] = False,
                     config: ConfigOption = None) -> None:
         """Judge the current step once: advance, hold, promote, roll back or halt (recorded, idempotent)."""
         from quiver.monitoring.canary_judge import judge_step
 
-        outcome = judge_step(load_config(config), model, as_of=_time(as_of, "--as-of"), by="quiver canary step")
+        outcome = judge_step(load_config(config), model, as_of=_time(as_of, "--as-of"), by="quiver canary step",
+                             dry_run=dry_run)
         if as_json:
-            console.print_json(json.dumps({"decision": _decision_dict(outcome.decision),
-                                           "actions": list(outcome.actions),
+            console.print_json(json.dumps({"verdict": outcome.verdict.to_dict(),
+                                           "decision": _decision_dict(outcome.decision) if outcome.decision else None,
+                                           "actions": list(outcome.actions), "dry_run": dry_run,
                                            "rollout": _rollout_dict(outcome.rollout)}, default=str))
             return
         v = outcome.verdict
@@ -178,6 +186,10 @@ def register(app: typer.Typer) -> None:
             color = {"pass": "green", "fail": "red"}.get(g.status, "yellow")
             table.add_row(g.name, f"[{color}]{g.status}[/{color}]", escape(g.reason))
         console.print(table)
+        if outcome.decision is None:
+            console.print(f"step {outcome.rollout.step} at {v.fraction:.0%}: [bold]{v.outcome}[/bold] — "
+                          f"{escape(v.reason)} (dry run: nothing recorded)", highlight=False)
+            return
         repeat = "" if outcome.decision.created else " (same data as before: nothing new recorded)"
         console.print(f"step {outcome.decision.step} at {v.fraction:.0%}: [bold]{v.outcome}[/bold] — "
                       f"{escape(v.reason)}; decision #{outcome.decision.id}{repeat}", highlight=False)
@@ -188,7 +200,8 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def canary_rollback(model: ModelArg, reason: Annotated[str, typer.Option(help="kept in the history")],
                         config: ConfigOption = None) -> None:
-        """End the running rollout (all traffic to the champion) or, with none, champion ← previous."""
+        """End the running rollout (all traffic to the champion; the version is not canaried again unless
+        asked) or revert a promotion still under watch. Refused when there is neither."""
         from quiver.monitoring.canary_judge import rollback
 
         decision, actions = rollback(load_config(config), model, reason=reason, by="quiver canary rollback")

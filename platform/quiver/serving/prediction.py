@@ -10,17 +10,24 @@ One request, many rows:
    routing key is one entity key (default: the first join key), so an entity sees one arm within a step and
    the split is independent of everything the models see. Every other row goes to the champion.
 3. A canary that failed to load or raises scores nothing: its rows get the champion's score, are counted
-   (`canary_fallbacks`), logged on the canary arm with the error, and an alert is raised (at most one per
-   `alert_interval_s`, from a background thread).
-4. The response is built from champion/canary scores only. The shadow (alias `shadow`) scores the very same
-   feature vectors afterwards, on a worker thread fed by a bounded queue; when the queue is full the batch is
-   dropped and counted (`shadow_dropped`). A shadow that raises or is slow never changes or delays a response.
+   (`canary_fallbacks`), logged on the canary arm with the error (one failed call), and an alert is raised
+   (at most one per `alert_interval_s`, from a background thread).
+4. The response is built from champion/canary scores only. Off the request path, on a worker thread fed by
+   a bounded queue: the shadow (alias `shadow`) scores the very same feature vectors, and the champion scores
+   the canary's rows (arm `paired`), so the canary judge compares both models on the same rows. When the
+   queue is full the batch is dropped and counted (`shadow_dropped`, `paired_dropped`). Nothing off the path
+   ever changes or delays a response.
 5. Hot swap: a poller re-reads aliases and the running rollout every `poll_interval_s`; new versions are
    loaded off the request path, then the whole arm set is replaced by one reference assignment. A request
-   reads the arm set once, so an in-flight request finishes on the models it started with.
+   reads the arm set once, so an in-flight request finishes on the models it started with. A version that
+   fails to load is retried with exponential backoff (`retry_base_s` … `retry_max_s`) and swapped in as soon
+   as it loads. A champion that fails to load keeps the current one serving (alert `champion_load_failed`);
+   a service that starts while its champion cannot load serves the newest earlier champion that does and
+   says so (`fallback_from`), until the champion loads.
 6. Every row is logged (serving logs: features, score, arm, model version, latency, error) with its
-   request_id; shadow rows carry the request_id of the row they mirror and no feature columns of their own
-   (they scored exactly that row's vector, logged once, on the row's own arm).
+   request_id, the request's call_id and the rollout tag (rollout, step, fraction) of the arm set that
+   served it; shadow and paired rows carry the request_id of the row they mirror and no feature columns of
+   their own (they scored exactly that row's vector, logged once, on the row's own arm).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,6 +69,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _SHADOW_BATCH_ROWS = 4096  # rows the shadow worker scores in one call at most
 
+
+@dataclass(frozen=True)
+class _OffPath:
+    """Rows an arm scores after the response: the shadow's copy of a request, or the champion's of its
+    canary rows (`log_arm` "paired")."""
+
+    arm: Arm
+    log_arm: str
+    request_ids: list[str]
+    entities: Mapping[str, Any]
+    columns: Mapping[str, Any]
+    feature_ms: float
+    logged_at: np.ndarray | int
+    rollout: tuple[int, int, float] | None
+    call_id: str
+
 __all__ = ["Arm", "ArmSet", "Model", "Prediction", "PredictionService", "ServiceStats", "route_share"]
 
 
@@ -70,7 +95,8 @@ class PredictionService:
                  logger: ServingLogger | None = None, alerts: Any = None, routing_key: str | None = None,
                  poll_interval_s: float = 2.0, shadow_queue_size: int = 256, alert_interval_s: float = 60.0,
                  loader: Callable[[ModelVersion], Model] | None = None, micro_batch: bool = False,
-                 shadow_linger_s: float = 0.05):
+                 shadow_linger_s: float = 0.05, pair_canary: bool = True, retry_base_s: float = 1.0,
+                 retry_max_s: float = 60.0):
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry
 
@@ -84,9 +110,13 @@ class PredictionService:
         self.shadow_linger_s = shadow_linger_s
         self.poll_interval_s = poll_interval_s
         self.alert_interval_s = alert_interval_s
+        self.pair_canary = pair_canary
+        self.retry_base_s, self.retry_max_s = retry_base_s, retry_max_s
         self.stats = ServiceStats()
         self._loader = loader or self._load
         self._cache: dict[int, Arm] = {}
+        self._failures: dict[int, tuple[int, float, Arm]] = {}  # version → (failures, next try, failed arm)
+        self.fallback_from: int | None = None  # the champion version that could not load, while we serve another
         self._refresh_lock = threading.Lock()
         self._shadow_queue: queue.Queue[Any] = queue.Queue(maxsize=shadow_queue_size)
         self._alert_queue: queue.Queue[tuple[str, str, str] | None] = queue.Queue(maxsize=64)
@@ -94,7 +124,7 @@ class PredictionService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._owns_logger = False
-        self._arms = self._build(strict=True)
+        self._arms = self._build(first=True)
 
     # ----- lifecycle -----
 
@@ -145,7 +175,7 @@ class PredictionService:
                 break
             try:
                 if item is not None:
-                    self._score_shadow(item[0], [item[1:]])
+                    self._score_off_path([item])
             except Exception:
                 log.exception("shadow scoring failed")
             finally:
@@ -173,22 +203,63 @@ class PredictionService:
                           version_label=version.label)
 
     def _arm(self, version: int, strict: bool) -> Arm:
+        """The loaded arm of `version`: cached when it loaded before; a failed load is retried only once its
+        backoff has passed (until then the failed arm is returned, or with `strict` its error raised)."""
         cached = self._cache.get(version)
         if cached is not None and cached.model is not None:
             return cached
         label = f"{self.model_name}:{version}"
+        failures, next_try, failed = self._failures.get(version, (0, 0.0, None))
+        if failed is not None and time.monotonic() < next_try:
+            if strict:
+                raise QuiverError(f"cannot load {label} (retrying in {next_try - time.monotonic():.0f} s): "
+                                  f"{failed.error}")
+            return failed
         try:
             model = self._loader(self.models.get(self.model_name, version))
         except Exception as exc:
+            failures += 1
+            delay = min(self.retry_max_s, self.retry_base_s * 2 ** (failures - 1))
+            arm = Arm(version, label, None, f"{type(exc).__name__}: {exc}"[:500])
+            self._failures[version] = (failures, time.monotonic() + delay, arm)
+            log.warning("cannot load %s (attempt %d, next in %.0f s): %s", label, failures, delay, exc)
             if strict:
                 raise
-            log.warning("cannot load %s: %s", label, exc)
-            return Arm(version, label, None, f"{type(exc).__name__}: {exc}")
+            return arm
+        self._failures.pop(version, None)
         arm = Arm(version, label, model, batcher=MicroBatcher(model) if self.micro_batch else None)
         self._cache[version] = arm
         return arm
 
-    def _build(self, strict: bool = False) -> ArmSet:
+    def _champion(self, version: int, first: bool) -> Arm:
+        """The champion arm. When `version` cannot load: keep serving the current champion (refreshes), or on
+        the first build the newest earlier champion that loads (from the alias history)."""
+        try:
+            arm = self._arm(version, strict=True)
+        except Exception as exc:
+            self._alert("champion_load_failed", f"{self.model_name}:{version}", f"{type(exc).__name__}: {exc}")
+            if not first:
+                raise
+            for earlier in self._earlier_champions(version):
+                with contextlib.suppress(Exception):
+                    arm = self._arm(earlier, strict=True)
+                    log.error("champion %s:%d cannot load; serving %s until it does", self.model_name, version,
+                              arm.label)
+                    self.fallback_from = version
+                    return arm
+            raise
+        self.fallback_from = None
+        return arm
+
+    def _earlier_champions(self, version: int) -> list[int]:
+        seen: list[int] = []
+        for move in reversed(self.models.history(self.model_name, "champion")):
+            for candidate in (move.from_version, move.to_version):
+                if candidate is not None and candidate != version and candidate not in seen:
+                    seen.append(candidate)
+        return seen
+
+    def _build(self, first: bool = False) -> ArmSet:
         from quiver.registry import rollouts
 
         aliases = self.models.aliases(self.model_name)
@@ -196,7 +267,7 @@ class PredictionService:
         if champion_version is None:
             raise QuiverError(f"model {self.model_name!r} has no champion alias to serve "
                               f"(aliases: {', '.join(sorted(aliases)) or 'none'})")
-        champion = self._arm(champion_version, strict=True)
+        champion = self._champion(champion_version, first)
         rollout = rollouts.active_rollout(self.models.registry, self.model_name)
         canary = None
         salt, fraction, rollout_id, step = "", 0.0, None, 0
@@ -206,15 +277,16 @@ class PredictionService:
             if canary.model is None:
                 self._alert("canary_load_failed", canary.label, canary.error)
         shadow = None
-        if aliases.get("shadow") is not None and aliases["shadow"] != champion_version:
+        if aliases.get("shadow") is not None and aliases["shadow"] != champion.version:
             shadow = self._arm(aliases["shadow"], strict=False)
         refs: dict[str, None] = {}
         for arm in (champion, canary, shadow):
             if arm is not None and arm.model is not None:
                 refs.update(dict.fromkeys(arm.model.feature_refs))
         # Drop cached versions no arm uses any more (their weights can be large).
-        used = {a.version for a in (champion, canary, shadow) if a is not None}
+        used = {a.version for a in (champion, canary, shadow) if a is not None} | {champion_version}
         self._cache = {v: a for v, a in self._cache.items() if v in used}
+        self._failures = {v: f for v, f in self._failures.items() if v in used}
         return ArmSet(champion, canary, shadow, salt, fraction, rollout_id, tuple(refs), step)
 
     def refresh(self) -> bool:
@@ -227,7 +299,7 @@ class PredictionService:
                 log.warning("model refresh failed, keeping %s: %s", self._arms.champion.label, exc)
                 return False
             if fresh.key == self._arms.key and fresh.feature_refs == self._arms.feature_refs:
-                return False
+                return False  # the key includes which arms loaded: an arm that loads now is swapped in
             self._arms = fresh  # one reference assignment: requests see the old set or the new, never a mix
             self.stats.add(swaps=1)
             log.info("serving %s (canary %s at %g, shadow %s)", fresh.champion.label,
@@ -245,6 +317,7 @@ class PredictionService:
         """Score request rows: {"request_id", "entities": {key: value}, "at" (optional), "fields" (optional)}."""
         began = time.perf_counter()
         arms = self._arms  # read once: this request finishes on these models whatever the poller does
+        call_id = uuid.uuid4().hex[:16]
         request_ids = [str(r["request_id"]) for r in rows]
         if len(set(request_ids)) != len(request_ids):
             raise QuiverError("request_id values must be unique within a request")
@@ -274,7 +347,21 @@ class PredictionService:
         champion_ms = canary_ms = 0.0
         if champion_rows.any():
             t = time.perf_counter()
-            scores[champion_rows] = arms.champion.predict(_take(columns, champion_rows, n), n - int(on_canary.sum()))
+            try:
+                scores[champion_rows] = arms.champion.predict(_take(columns, champion_rows, n),
+                                                              n - int(on_canary.sum()))
+            except Exception as exc:
+                # No score to answer with: the request fails, but the failed call is logged like a canary's,
+                # so the judge compares both arms' error rates on the same footing.
+                if self.logger is not None:
+                    self.logger.log_batch([r for r, c in zip(request_ids, champion_rows.tolist(), strict=True) if c],
+                                          _take(entities, champion_rows, n), {}, arms.champion.label, "champion",
+                                          (time.perf_counter() - began) * 1e3, np.full(int(champion_rows.sum()), np.nan),
+                                          ts_us=logged_at[champion_rows] if isinstance(logged_at, np.ndarray)
+                                          else logged_at, error=f"{type(exc).__name__}: {exc}"[:500],
+                                          rollout=arms.rollout, call_id=call_id)
+                self.stats.add(champion_errors=int(champion_rows.sum()))
+                raise
             champion_ms = (time.perf_counter() - t) * 1e3
         canary_error = ""
         if on_canary.any():
@@ -308,17 +395,28 @@ class PredictionService:
         self.stats.add(requests=1, rows=n, champion_rows=n - canary_count, canary_rows=canary_count)
         if self.logger is not None:
             self._log(request_ids, entities, columns, arms, scores, on_canary, canary_error,
-                      feature_ms + champion_ms, feature_ms + canary_ms, logged_at)
+                      feature_ms + champion_ms, feature_ms + canary_ms, logged_at, call_id)
         if arms.shadow is not None and arms.shadow.model is not None:
-            try:
-                self._shadow_queue.put_nowait((arms.shadow, request_ids, entities, columns, feature_ms, logged_at))
-            except queue.Full:
-                self.stats.add(shadow_dropped=n)
+            self._off_path(_OffPath(arms.shadow, "shadow", request_ids, entities, columns, feature_ms, logged_at,
+                                    arms.rollout, call_id), "shadow_dropped")
+        if self.pair_canary and self.logger is not None and on_canary.any() and not canary_error:
+            # The champion scores the canary's rows too, after the response: the judge's paired comparison.
+            self._off_path(_OffPath(arms.champion, "paired", [r for r, c in zip(request_ids, canary_list, strict=True)
+                                                               if c],
+                                    _take(entities, on_canary, n), _take(columns, on_canary, n), feature_ms,
+                                    logged_at[on_canary] if isinstance(logged_at, np.ndarray) else logged_at,
+                                    arms.rollout, call_id), "paired_dropped")
         return out
+
+    def _off_path(self, item: _OffPath, dropped: str) -> None:
+        try:
+            self._shadow_queue.put_nowait(item)
+        except queue.Full:
+            self.stats.add(**{dropped: len(item.request_ids)})
 
     def _log(self, request_ids: list[str], entities: Mapping[str, Any], columns: Mapping[str, Any], arms: ArmSet,
              scores: np.ndarray, on_canary: np.ndarray, canary_error: str, champion_ms: float,
-             canary_ms: float, logged_at: np.ndarray | int) -> None:
+             canary_ms: float, logged_at: np.ndarray | int, call_id: str) -> None:
         assert self.logger is not None
         version: str | np.ndarray = arms.champion.label
         arm: str | np.ndarray = "champion"
@@ -331,7 +429,7 @@ class PredictionService:
             if canary_error:  # its rows log the error and no score
                 error = np.where(on_canary, canary_error, "")
         self.logger.log_batch(request_ids, entities, _features_of(arms, columns), version, arm, latency, scores,
-                              ts_us=logged_at, error=error, rollout=arms.rollout)
+                              ts_us=logged_at, error=error, rollout=arms.rollout, call_id=call_id)
 
     def _shadow_worker(self) -> None:
         while True:
@@ -341,9 +439,9 @@ class PredictionService:
             # Nobody waits for the shadow: linger a moment so the requests of the next few milliseconds join
             # this batch. One scoring call over all their rows costs little more than one over a single row,
             # so under load the shadow costs a fraction of the champion instead of as much again.
-            if self.shadow_linger_s > 0 and len(first[1]) < _SHADOW_BATCH_ROWS:
+            if self.shadow_linger_s > 0 and len(first.request_ids) < _SHADOW_BATCH_ROWS:
                 self._stop.wait(self.shadow_linger_s)
-            batch, rows, stop = [first], len(first[1]), False
+            batch, rows, stop = [first], len(first.request_ids), False
             while rows < _SHADOW_BATCH_ROWS:
                 try:
                     item = self._shadow_queue.get_nowait()
@@ -354,10 +452,9 @@ class PredictionService:
                     self._shadow_queue.task_done()
                     break
                 batch.append(item)
-                rows += len(item[1])
+                rows += len(item.request_ids)
             try:
-                for arm in {id(b[0]): b[0] for b in batch}.values():
-                    self._score_shadow(arm, [b[1:] for b in batch if b[0] is arm])
+                self._score_off_path(batch)
             except Exception:  # never let one bad batch stop the worker
                 log.exception("shadow scoring failed")
             finally:
@@ -366,33 +463,40 @@ class PredictionService:
             if stop:
                 return
 
-    def _score_shadow(self, arm: Arm,
-                      items: list[tuple[list[str], Mapping[str, Any], Mapping[str, Any], float, np.ndarray | int]]
-                      ) -> None:
+    def _score_off_path(self, batch: list[_OffPath]) -> None:
+        groups: dict[tuple[int, str], list[_OffPath]] = {}
+        for item in batch:
+            groups.setdefault((id(item.arm), item.log_arm), []).append(item)
+        for items in groups.values():
+            self._score_shadow(items)
+
+    def _score_shadow(self, items: list[_OffPath]) -> None:
+        arm, log_arm = items[0].arm, items[0].log_arm
         assert arm.model is not None
-        names = [f for f in arm.model.features if f in items[0][2]]
-        columns = {f: _concat([item[2][f] for item in items]) for f in names}
-        n = sum(len(item[0]) for item in items)
+        names = [f for f in arm.model.features if f in items[0].columns]
+        columns = {f: _concat([item.columns[f] for item in items]) for f in names}
+        n = sum(len(item.request_ids) for item in items)
         t = time.perf_counter()
         error = ""
         try:
             scores = np.asarray(arm.model.predict(columns), dtype=np.float64)
             if scores.shape != (n,):
-                raise ValueError(f"shadow returned {scores.shape} scores for {n} rows")
+                raise ValueError(f"{log_arm} returned {scores.shape} scores for {n} rows")
         except Exception as exc:  # a broken shadow is logged and counted, never seen by a client
             error = f"{type(exc).__name__}: {exc}"[:500]
             scores = np.full(n, np.nan)
-            self.stats.add(shadow_errors=n)
+            self.stats.add(**{f"{log_arm}_errors": n})
         scoring_ms = (time.perf_counter() - t) * 1e3
-        self.stats.add(shadow_rows=n)
+        self.stats.add(**{f"{log_arm}_rows": n})
         if self.logger is None:
             return
         offset = 0
-        for request_ids, entities, _, feature_ms, logged_at in items:
-            k = len(request_ids)
+        for item in items:
+            k = len(item.request_ids)
             # No features: the same vector is logged on the primary row of this request_id.
-            self.logger.log_batch(request_ids, entities, {}, arm.label, "shadow", feature_ms + scoring_ms,
-                                  scores[offset:offset + k], ts_us=logged_at, error=error)
+            self.logger.log_batch(item.request_ids, item.entities, {}, arm.label, log_arm,
+                                  item.feature_ms + scoring_ms, scores[offset:offset + k], ts_us=item.logged_at,
+                                  error=error, rollout=item.rollout, call_id=item.call_id)
             offset += k
 
     def drain(self, timeout_s: float = 10.0) -> bool:

@@ -85,7 +85,7 @@ class Canary:
 
 
 WORLDS = {w.name: w for w in (
-    World("independent", entities=5_000_000, risk_sd=0.0, entity_noise_share=0.0),
+    World("independent", entities=2_000_000, risk_sd=0.0, entity_noise_share=0.0),
     World("shared_label", rows_per_request=10, shared_label=True),
     World("many_entities", rows_per_request=20),
     World("repeat_users", entities=20_000, activity_sd=1.0),

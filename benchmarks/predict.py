@@ -121,7 +121,7 @@ def quiver_project(root: Path, url: str, frame: pd.DataFrame) -> Any:
     models = ModelRegistry(Registry(f"sqlite:///{root}/reg.db", project="bench"))
     now = datetime.now(UTC)
     for folder, sha in save_models(root / "models"):
-        models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics={}, window_start=now - timedelta(days=7),
+        models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics={"roc_auc": 0.7, "baseline": {"roc_auc": 0.6}}, window_start=now - timedelta(days=7),
                         cutoff=now, features=[f"f{i}" for i in range(F)], catalog_version=None, label_column="label",
                         lineage={}, reference_path=str(folder / "reference.parquet"))
     models.set_alias(MODEL, "champion", 1, expected=None, reason="benchmark")

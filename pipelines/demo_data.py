@@ -47,8 +47,14 @@ _COUNTRY_P = np.array([0.30, 0.12, 0.12, 0.10, 0.06, 0.07, 0.06, 0.07, 0.05, 0.0
 _HOUR_W = np.array([0.6, 0.4, 0.3, 0.25, 0.3, 0.5, 1.0, 1.8, 2.6, 3.2, 3.6, 4.0,
                     4.4, 4.3, 4.1, 4.0, 4.2, 4.6, 5.0, 5.2, 4.8, 3.8, 2.6, 1.4])
 _HOUR_P = _HOUR_W / _HOUR_W.sum()
+# A label row is what the scoring request carried (ids, time, the transaction's amount and channel) and,
+# later, what became known: the label and when it arrived (chargebacks come days late).
 _LABEL_SCHEMA = pa.schema([("transaction_id", pa.string()), ("user_id", pa.int64()), ("merchant_id", pa.int64()),
-                           ("event_ts", TS_TYPE), ("is_fraud", pa.int64())])
+                           ("event_ts", TS_TYPE), ("amount", pa.float64()), ("is_online", pa.bool_()),
+                           ("is_fraud", pa.int64()), ("label_arrived_at", TS_TYPE)])
+LABEL_DELAY_US = 24 * US_PER_HOUR  # the earliest a label is known: a day after the transaction
+_FRAUD_EXTRA_DELAY_US = 36 * US_PER_HOUR  # mean extra wait for a chargeback (exponential)
+_CLEAN_EXTRA_DELAY_US = 6 * US_PER_HOUR
 
 _BURST_SHARE = 0.04  # follow-up transactions minutes after an earlier one by the same user
 _BURST_WINDOW_US = 10 * 60 * 1_000_000
@@ -57,7 +63,10 @@ _DRIFT_SIGMA = 0.25
 _DRIFT_ONLINE = 0.15
 _DRIFT_RISK_LOGIT = 0.3
 # Fraud logit; the bias is calibrated so the base (undrifted) positive rate is ~2%.
-_FRAUD_BIAS, _W_RATIO, _W_RISK, _W_ONLINE, _W_NIGHT, _W_BURST = -6.2, 1.5, 3.0, 0.8, 1.0, 0.45
+_FRAUD_BIAS, _W_RATIO, _W_RISK, _W_ONLINE, _W_NIGHT, _W_BURST = -6.4, 1.5, 3.0, 0.8, 1.0, 0.45
+# Interactions a linear model on the raw inputs cannot draw: a large online purchase at night, and card
+# testing (tiny amounts in a burst).
+_W_ONLINE_NIGHT_LARGE, _W_TESTING = 1.6, 1.8
 
 
 @dataclass(frozen=True)
@@ -247,7 +256,8 @@ def _transactions_day(rng: np.random.Generator, world: _World, n: int, day_us: i
     night = ((ts - day_us) // US_PER_HOUR) < 6
     burst = np.minimum(_recent_counts(user, ts, *tail, day_us), 4)
     logit = (_FRAUD_BIAS + _W_RATIO * ratio + _W_RISK * risk + _W_ONLINE * online + _W_NIGHT * night
-             + _W_BURST * burst)
+             + _W_BURST * burst + _W_ONLINE_NIGHT_LARGE * online * night * np.maximum(ratio, 0.0)
+             + _W_TESTING * (ratio < -1.5) * (burst >= 2))
     fraud = (rng.random(n) < _sigmoid(logit)).astype(np.int64)
     return {"user": user, "merchant": merchant, "cat": cat, "amount": amount, "online": online, "ts": ts,
             "fraud": fraud}
@@ -301,10 +311,14 @@ def generate(out_dir: str | Path, *, days: int = 7, start: date = date(2026, 11,
                 tail = (tx["user"][keep], tx["ts"][keep])
                 seq = pc.cast(pa.array(np.arange(len(tx["ts"]))), pa.string())
                 tx_ids = pc.binary_join_element_wise(f"tx-{day:%Y%m%d}-", pc.utf8_lpad(seq, 8, "0"), "")
+                extra = np.where(tx["fraud"] == 1, _FRAUD_EXTRA_DELAY_US, _CLEAN_EXTRA_DELAY_US)
+                arrival = tx["ts"] + LABEL_DELAY_US + (rng.exponential(1.0, len(tx["ts"])) * extra).astype(np.int64)
                 labels_writer.write_table(pa.table({
                     "transaction_id": tx_ids, "user_id": pa.array(tx["user"] + 1, pa.int64()),
                     "merchant_id": pa.array(tx["merchant"] + 1, pa.int64()), "event_ts": _ts(tx["ts"]),
-                    "is_fraud": pa.array(tx["fraud"], pa.int64())}, schema=_LABEL_SCHEMA))
+                    "amount": pa.array(tx["amount"], pa.float64()), "is_online": pa.array(tx["online"], pa.bool_()),
+                    "is_fraud": pa.array(tx["fraud"], pa.int64()), "label_arrived_at": _ts(arrival)},
+                    schema=_LABEL_SCHEMA))
                 on_time, late, kinds = _apply_defects(np.random.default_rng([seed, 2, d]), tx, tx_ids, day_us,
                                                       late_fraction if d < days - 1 else 0.0, malformed_fraction)
                 for k, c in zip(MALFORMED_KINDS, np.bincount(kinds, minlength=len(MALFORMED_KINDS)), strict=True):

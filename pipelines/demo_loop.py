@@ -245,10 +245,11 @@ def train_bad_model(config: Config, cutoff: datetime, say: Any) -> Any:
         version = Project(config).models.register(
             version.name, artifact_path=version.artifact_path, sha256=version.sha256, metrics=version.metrics,
             window_start=version.window_start, cutoff=version.cutoff, features=version.features,
-            catalog_version=version.catalog_version, label_column=version.label_column,
-            lineage={**version.lineage, "override": f"registered by hand from rejected {version.label}"},
-            reference_path=version.reference_path, created_by="operator")
-        say(f"an operator registers its artifact by hand as {version.label}, overriding the offline gate")
+            catalog_version=version.catalog_version, label_column=version.label_column, lineage=version.lineage,
+            reference_path=version.reference_path, created_by="operator",
+            override=f"fast-tracked by hand over the offline gate that rejected {version.label}")
+        say(f"an operator registers its artifact by hand as {version.label}, overriding the offline gate "
+            f"(recorded with the version)")
     return version
 
 
@@ -294,7 +295,7 @@ def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
         at = story.day(first)
         while at < story.day(last):
             served = replay(config, service, at, at + TICK)
-            deliver_labels(config, at - story.label_delay, at - story.label_delay + TICK, delay=story.label_delay)
+            deliver_labels(config, at, at + TICK, delay=story.label_delay)
             at += TICK
             if at.hour == 0:
                 arms = ", ".join(f"{k} {v:,}" for k, v in sorted(served.arms.items()) if v)

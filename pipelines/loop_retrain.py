@@ -4,7 +4,8 @@
 [cutoff − N days, cutoff); `train_step` trains and registers through `quiver.pipelines.training.run_training` (a
 retry finds the version it already registered for the same window instead of training twice); `gate_step`
 sets alias `challenger` only when the new version beat its logistic baseline *and* is not worse than the
-champion on the same validation rows — both models scored on the new version's validation split.
+champion on the same rows — both models scored on the new version's test window (labels known by its cutoff,
+never used for early stopping or selection).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def _version_summary(version: Any, reused: bool) -> dict[str, Any]:
 
 
 def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
-    """The new version's validation split as (feature frame, labels), rebuilt point-in-time from its lineage."""
+    """The new version's test window (the newest labels known by its cutoff, never selected on) as
+    (feature frame, labels), rebuilt point-in-time from its lineage."""
     import pyarrow.parquet as pq
 
     reference = pq.read_table(project.path(version.reference_path))
@@ -78,12 +80,12 @@ def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
         frame = reference.to_pandas()
         return frame, frame[version.label_column].to_numpy(np.float64)
     from quiver.offline.pit import get_historical_features
-    from quiver.pipelines.training import window_labels
+    from quiver.pipelines.training import known_by, window_labels
 
     lineage = version.lineage
     boundary = utc(lineage["split"]["boundary"])
-    labels = window_labels(lineage["labels_source"], boundary, utc(version.cutoff),
-                           lineage["pit"]["timestamp_column"])
+    labels, _ = known_by(window_labels(lineage["labels_source"], boundary, utc(version.cutoff),
+                                       lineage["pit"]["timestamp_column"]), utc(version.cutoff))
     labels = labels.filter(labels[version.label_column].is_valid())
     from quiver.catalog.loader import load_catalog
 

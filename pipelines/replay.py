@@ -1,12 +1,13 @@
 """Replay recorded traffic through the prediction service, slot by slot, and deliver its labels a day late.
 
-The demo's transactions (`data/labels/labels.parquet`: transaction_id, user_id, merchant_id, event_ts,
-is_fraud) are the requests: each is scored by the in-process `PredictionService` with `at` = its event time,
-so online features, serving-log timestamps (the service logs each row at its `at`) and every window downstream
-live on the simulated clock. Before
-each simulated hour the online store is materialized as of that hour — the replay stands in for the
-streaming path, so online values lag the events by at most an hour. A request's label "arrives" one day after
-it was served (`quiver.monitoring.labels`, arrival time = request time + `label_delay`).
+The demo's transactions (`data/labels/labels.parquet`: transaction_id, user_id, merchant_id, event_ts, amount,
+is_online, is_fraud, label_arrived_at) are the requests: each is scored by the in-process `PredictionService`
+with `at` = its event time and the transaction's `fields` (amount, is_online), so online features,
+serving-log timestamps (the service logs each row at its `at`) and every window downstream live on the
+simulated clock. Before each simulated hour the online store is materialized as of that hour — the replay
+stands in for the streaming path, so online values lag the events by at most an hour. A request's label
+arrives when its `label_arrived_at` says (`quiver.monitoring.labels`; older label files without it: a fixed
+delay after the request).
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ def replay(config: Config, service: Any, start: datetime, end: datetime, *, mate
         rows = requests.filter(pc.equal(offsets, index))
         if rows.num_rows:
             ids, times = rows["transaction_id"].to_pylist(), rows["event_ts"].to_pylist()
-            batch = [{"request_id": i, "entities": {"user_id": u, "merchant_id": m}, "at": t}
-                     for i, u, m, t in zip(ids, rows["user_id"].to_pylist(), rows["merchant_id"].to_pylist(),
-                                           times, strict=True)]
+            fields = request_fields(rows)
+            batch = [{"request_id": i, "entities": {"user_id": u, "merchant_id": m}, "at": t, "fields": f}
+                     for i, u, m, t, f in zip(ids, rows["user_id"].to_pylist(), rows["merchant_id"].to_pylist(),
+                                              times, fields, strict=True)]
             for prediction in service.predict(batch):
                 report.arms[prediction.arm] += 1
                 report.versions[prediction.model_version] += 1
@@ -97,12 +99,34 @@ def replay(config: Config, service: Any, start: datetime, end: datetime, *, mate
     return report
 
 
+REQUEST_FIELDS = ("amount", "is_online")  # what the transaction itself says, sent as `fields`
+
+
+def request_fields(rows: pa.Table) -> list[dict[str, Any]]:
+    """Per request, the transaction's own fields the label file carries (none for older files)."""
+    present = [name for name in REQUEST_FIELDS if name in rows.column_names]
+    columns = [rows[name].to_pylist() for name in present]
+    return [dict(zip(present, values, strict=True)) for values in zip(*columns, strict=True)] if present else \
+        [{} for _ in range(rows.num_rows)]
+
+
 def deliver_labels(config: Config, start: datetime, end: datetime, *, delay: timedelta = timedelta(days=1),
                    path: str | Path = LABELS) -> tuple[int, int]:
-    """Labels of the requests served in [start, end), arriving `delay` after each; (written, quarantined)."""
+    """Labels arriving in [start, end), at their `label_arrived_at` (files without it: of the requests
+    served in [start − delay, end − delay), `delay` after each); (written, quarantined)."""
     from quiver.monitoring.labels import write_labels
 
-    rows = requests_between(config, start, end, path)
+    table = pq.read_table(config.root / path)
+    if "label_arrived_at" in table.column_names:
+        arrival = table["label_arrived_at"].cast(_TS)
+        keep = pc.and_(pc.greater_equal(arrival, pa.scalar(start, _TS)), pc.less(arrival, pa.scalar(end, _TS)))
+        rows = table.filter(keep)
+        if rows.num_rows == 0:
+            return 0, 0
+        written = write_labels(config.offline_dir, rows["transaction_id"].to_pylist(), rows["is_fraud"].to_pylist(),
+                               arrived_at=rows["label_arrived_at"].to_pylist())
+        return written.written, written.quarantined
+    rows = requests_between(config, start - delay, end - delay, path)
     if rows.num_rows == 0:
         return 0, 0
     arrived = [t + delay for t in rows["event_ts"].to_pylist()]

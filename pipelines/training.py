@@ -49,7 +49,8 @@ class TrainingResult:
 
     @property
     def beat_baseline(self) -> bool:
-        return self.metrics["roc_auc"] > self.baseline["roc_auc"]
+        """The registry's rule (`quiver.registry.models.derive_status`)."""
+        return self.status == "registered"
 
 
 def parse_cutoff(value: date | datetime | str) -> datetime:
@@ -62,6 +63,26 @@ def parse_cutoff(value: date | datetime | str) -> datetime:
         return parse_cutoff(datetime.fromisoformat(value))
     except ValueError:
         raise QuiverError(f"cutoff {value!r} is not a date (YYYY-MM-DD) or an ISO timestamp") from None
+
+
+ARRIVAL_COLUMNS = ("label_arrived_at", "arrived_at")  # when a label became known, first found wins
+
+
+def arrival_column(table: pa.Table) -> str | None:
+    """The labels' arrival-time column, if they have one."""
+    return next((c for c in ARRIVAL_COLUMNS if c in table.column_names), None)
+
+
+def known_by(table: pa.Table, cutoff: datetime) -> tuple[pa.Table, int]:
+    """Label rows whose label had arrived by `cutoff` (knowledge time), and how many had not. Labels without
+    an arrival column are all taken as known (there is no way to tell); `run_training` says so."""
+    column = arrival_column(table)
+    if column is None:
+        return table, 0
+    arrived = table[column].cast(pa.timestamp("us", "UTC"))
+    known = pc.fill_null(pc.less_equal(arrived, pa.scalar(cutoff, pa.timestamp("us", "UTC"))), False)
+    kept = table.filter(known)
+    return kept, table.num_rows - kept.num_rows
 
 
 def window_labels(labels: str | Path | pd.DataFrame | pa.Table, window_start: datetime, cutoff: datetime,
@@ -90,11 +111,15 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
                  cutoff: date | datetime | str | None = None, *, device: str = "auto", seed: int = 0,
                  model_name: str | None = None, labels: str | Path | pd.DataFrame | None = None,
                  label_column: str = "is_fraud", timestamp_column: str = "event_ts",
-                 validation_fraction: float = 0.2, train_config: Any = None, alias: str | None = None,
+                 validation_fraction: float = 0.2, test_fraction: float = 0.2, train_config: Any = None,
+                 alias: str | None = None, missing_policy: Any = None,
                  catalog: Catalog | None = None, engine: str | None = None,
                  log: Callable[[str], None] = print) -> TrainingResult:
     """Train `model_name` (default: the service name) on the labels of [cutoff − window, cutoff) and register
-    it. With `alias`, a version that beat the baseline also gets that alias (compare-and-set against the
+    it. Knowledge time: a label counts only if it had arrived by the cutoff (`label_arrived_at` or
+    `arrived_at` of the label rows). The window splits by time into train, validation (early stopping) and
+    test (the newest `test_fraction`: the baseline gate and the registry's status, never selected on). With
+    `alias`, a version that beat the baseline also gets that alias (compare-and-set against the
     alias's current version). `champion` only for a model that has none yet (the first one: no champion to
     gate against); later versions reach it through challenger → shadow → canary, so `canary`, `shadow`,
     `previous` and an existing `champion` are refused before any work is done."""
@@ -144,6 +169,12 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     # ----- the training set: labels of the window × features as of each label's time -----
     labels_source = labels if labels is not None else config.root / DEFAULT_LABELS
     table = window_labels(labels_source, start, end, timestamp_column)
+    table, unknown_yet = known_by(table, end)
+    if arrival_column(table) is None:
+        say("note: the labels carry no arrival time (label_arrived_at / arrived_at): every label of the window is "
+            "taken as known by the cutoff")
+    elif unknown_yet:
+        say(f"left out {unknown_yet:,} label(s) of the window that had not arrived by the cutoff (knowledge time)")
     if table.num_rows == 0:
         raise QuiverError(f"no labels with {timestamp_column} in [{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M}) "
                           f"UTC in {labels_source if not isinstance(labels_source, pd.DataFrame) else 'the frame'}")
@@ -159,14 +190,17 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     say(f"training set: {len(frame):,} labels in [{start:%Y-%m-%d}, {end:%Y-%m-%d}) × {len(features)} features "
         f"({time.perf_counter() - started:.1f} s)")
 
-    # ----- split by time, fit preprocessing on the training split only, tensors -----
-    split = data.time_split(frame, timestamp_column, validation_fraction)
+    # ----- split by time: train | validation (early stopping) | test (gates); preprocessing fit on train -----
+    held = data.time_split(frame, timestamp_column, test_fraction)
+    split = data.time_split(held.train, timestamp_column, validation_fraction / (1.0 - test_fraction))
     numeric, categorical = data.infer_kinds(frame, features)
     prep = data.fit_preprocessor(split.train, numeric, categorical)
     train_t = data.to_tensors(split.train, prep, label_column)
     valid_t = data.to_tensors(split.valid, prep, label_column)
-    say(f"split at {split.boundary:%Y-%m-%d %H:%M}: {len(train_t):,} train / {len(valid_t):,} validation rows; "
-        f"{len(numeric)} numeric, {len(categorical)} categorical ({', '.join(categorical) or '-'})")
+    test_t = data.to_tensors(held.valid, prep, label_column)
+    say(f"split at {split.boundary:%Y-%m-%d %H:%M} and {held.boundary:%Y-%m-%d %H:%M}: {len(train_t):,} train / "
+        f"{len(valid_t):,} validation / {len(test_t):,} test rows; {len(numeric)} numeric, {len(categorical)} "
+        f"categorical ({', '.join(categorical) or '-'})")
     network = NetworkConfig(n_numeric=len(numeric), cardinalities=prep.cardinalities, hidden=cfg.hidden,
                             dropout=cfg.dropout)
 
@@ -174,41 +208,44 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     checkpoints = config.root / ".quiver" / "checkpoints" / name / f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
     outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say)
 
-    # ----- metrics of the model and of the baseline, on the same validation split -----
-    scorer_columns = split.valid[features]
-    valid_y = valid_t.label.numpy()
-    scores = _score(outcome.model, valid_t)
-    model_metrics = metrics.classification_metrics(valid_y, scores)
+    # ----- metrics of the model and of the baseline, on the test window neither selected on -----
+    scorer_columns = held.valid[features]
+    test_y = test_t.label.numpy()
+    scores = _score(outcome.model, test_t)
+    model_metrics = metrics.classification_metrics(test_y, scores)
     baseline = metrics.fit_baseline(train_t.numeric.numpy(), train_t.categorical.numpy(), prep.cardinalities,
                                     train_t.label.numpy(), seed=seed)
     baseline_metrics = metrics.classification_metrics(
-        valid_y, metrics.baseline_scores(baseline, valid_t.numeric.numpy(), valid_t.categorical.numpy()))
-    status = "registered" if model_metrics["roc_auc"] > baseline_metrics["roc_auc"] else "rejected"
+        test_y, metrics.baseline_scores(baseline, test_t.numeric.numpy(), test_t.categorical.numpy()))
 
-    # ----- artifact (with the reference distribution) and registry -----
-    reference = split.valid[features].reset_index(drop=True).copy()
+    # ----- artifact (with the reference distribution: the test window's inputs and scores) and registry -----
+    reference = held.valid[features].reset_index(drop=True).copy()
     reference["score"] = scores
     folder, sha = artifact.save_artifact(
         config.root / ".quiver" / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs], features=features,
         catalog_version=catalog_version, catalog_hash=catalog.content_hash, label_column=label_column,
         reference=reference, extra={"service": service, "window": duration_label(span), "cutoff": end.isoformat(),
-                                    "train_config": cfg.to_dict()})
+                                    "train_config": cfg.to_dict(),
+                                    "missing_policy": (missing_policy or artifact.MissingPolicy()).to_dict()})
     scorer = artifact.load_model(folder, catalog, expected_sha256=sha)
     if not np.allclose(scorer.predict(scorer_columns), scores, rtol=0, atol=1e-6):
         raise RuntimeError(f"artifact {folder} does not reproduce the trained model's scores")
     model_metrics.update(metrics.score_latency_ms(scorer.predict, scorer_columns, len(scorer_columns)))
     model_metrics.update({"samples_per_s": outcome.samples_per_s, "epochs": float(outcome.epochs_run),
                           "best_epoch": float(outcome.best_epoch), "val_loss": outcome.best_val_loss})
-    rows = {"labels": int(table.num_rows), "train": len(train_t), "validation": len(valid_t),
-            "quarantined_null_label": int(unlabelled)}
+    rows = {"labels": int(table.num_rows), "train": len(train_t), "validation": len(valid_t), "test": len(test_t),
+            "quarantined_null_label": int(unlabelled), "not_arrived_by_cutoff": int(unknown_yet)}
     lineage = {
         "labels_source": str(labels_source) if not isinstance(labels_source, pd.DataFrame) else "<DataFrame>",
         "rows": rows, "service": service, "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
         "pit": {"engine": engine or config.engine, "timestamp_column": timestamp_column,
                 "as_of_rule": "features use only events with event_ts < label time",
                 "offline_root": str(config.offline_dir)},
-        "split": {"kind": "time", "validation_fraction": validation_fraction,
-                  "boundary": split.boundary.isoformat()},
+        "split": {"kind": "time", "validation_fraction": validation_fraction, "test_fraction": test_fraction,
+                  "boundary": held.boundary.isoformat(), "validation_boundary": split.boundary.isoformat(),
+                  "test_boundary": held.boundary.isoformat(), "metrics_on": "test"},
+        "knowledge_time": {"cutoff": end.isoformat(), "arrival_column": arrival_column(table),
+                           "left_out_not_arrived": int(unknown_yet)},
         "catalog_hash": catalog.content_hash, "train_config": cfg.to_dict(), "network": network.to_dict(),
         "device": outcome.device, "precision": outcome.precision, "resumed_from_epoch": outcome.resumed_from_epoch,
         "history": outcome.history,
@@ -218,7 +255,8 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
                               metrics={**model_metrics, "baseline": baseline_metrics}, window_start=start,
                               cutoff=end, features=features, catalog_version=catalog_version,
                               label_column=label_column, lineage=lineage,
-                              reference_path=str(folder / artifact.REFERENCE_FILE), status=status)
+                              reference_path=str(folder / artifact.REFERENCE_FILE))
+    status = version.status  # the registry decides, from the recorded metrics
     shutil.rmtree(checkpoints, ignore_errors=True)  # the run is recorded; checkpoints only serve a crash
     say(f"{version.label} {status}: ROC-AUC {model_metrics['roc_auc']:.4f} vs baseline "
         f"{baseline_metrics['roc_auc']:.4f}; artifact {folder}")

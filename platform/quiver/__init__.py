@@ -12,6 +12,8 @@ from quiver.catalog.definitions import (
     FeatureService,
     FeatureView,
     Field,
+    OnDemandFeatureView,
+    RequestSource,
     Source,
     StreamBinding,
 )
@@ -61,7 +63,9 @@ __all__ = [
     "Field",
     "Float64",
     "Int64",
+    "OnDemandFeatureView",
     "QuiverError",
+    "RequestSource",
     "Source",
     "StreamBinding",
     "String",

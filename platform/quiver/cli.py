@@ -229,18 +229,24 @@ def list_views(config: ConfigOption = None, catalog: CatalogOption = None) -> No
         table.add_row(view.name, ", ".join(view.entities), view.source, view.kind,
                       str(len(view.feature_names)), timing, view.owner)
     console.print(table)
+    for odfv in cat.on_demand.values():
+        inputs = [*(f"{r}" for r in odfv.request_sources), *(f"{v}:{f}" for v, f in odfv.inputs)]
+        console.print(f"on-demand view [bold]{odfv.name}[/bold]: {len(odfv.outputs)} features from "
+                      f"{', '.join(inputs)} (computed at request time) {odfv.owner}", highlight=False)
     for service in cat.services.values():
         console.print(f"service [bold]{service.name}[/bold]: {len(service.features)} features")
 
 
-_DESCRIBE_KINDS = {"view": "feature_view", "service": "feature_service", "entity": "entity", "source": "source"}
+_DESCRIBE_KINDS = {"view": "feature_view", "service": "feature_service", "entity": "entity", "source": "source",
+                   "on_demand": "on_demand_view", "request": "request_source"}
 
 
 @app.command()
 @user_errors
-def describe(name: Annotated[str, typer.Argument(help="a feature view, feature service, entity or source")],
-             kind: Annotated[str | None, typer.Option(help="view, service, entity or source (when a name is "
-                                                           "used by two kinds)")] = None,
+def describe(name: Annotated[str, typer.Argument(help="a feature view, feature service, entity, source, on-demand "
+                                                    "view or request source")],
+             kind: Annotated[str | None, typer.Option(help="view, service, entity, source, on_demand or request "
+                                                           "(when a name is used by two kinds)")] = None,
              config: ConfigOption = None, catalog: CatalogOption = None,
              as_json: Annotated[bool, typer.Option("--json", help="print the definition as JSON")] = False) -> None:
     """Show one definition: a view's features with types and windows, a service's features, an entity's keys,
@@ -257,7 +263,8 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
     kinds = [kind] if kind else list(_DESCRIBE_KINDS)
     found = [(k, by_kind[_DESCRIBE_KINDS[k]][name]) for k in kinds if name in by_kind[_DESCRIBE_KINDS[k]]]
     if not found:
-        plural = {"view": "views", "service": "services", "entity": "entities", "source": "sources"}
+        plural = {"view": "views", "service": "services", "entity": "entities", "source": "sources",
+                  "on_demand": "on-demand views", "request": "request sources"}
         known = "; ".join(f"{plural[k]}: {', '.join(sorted(by_kind[v])) or '-'}" for k, v in _DESCRIBE_KINDS.items()
                           if k in kinds)
         raise QuiverError(f"no {kind or 'definition'} named {name!r} ({known})")
@@ -269,7 +276,31 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
         console.print_json(json.dumps(spec_to_dict(spec)))
         return
     {"view": _describe_view, "service": _describe_service, "entity": _describe_entity,
-     "source": _describe_source}[what](cat, spec)
+     "source": _describe_source, "on_demand": _describe_on_demand, "request": _describe_request}[what](cat, spec)
+
+
+def _describe_on_demand(cat: Catalog, spec: Any) -> None:
+    console.print(f"[bold]{spec.name}[/bold]  on-demand feature view ({spec.location})\n{spec.description}")
+    console.print(f"computed by {spec.udf_name}() at request time, offline on the label rows", highlight=False)
+    table = Table("input", "from", "dtype")
+    for name, dtype in spec.request_fields:
+        table.add_row(name, "request field", dtype)
+    for (view, feature), dtype in zip(spec.inputs, spec.input_dtypes, strict=True):
+        table.add_row(feature, f"{view}:{feature}", dtype)
+    table.add_row("request_ts", "the request's time", "timestamp")
+    console.print(table)
+    outputs = Table("feature", "dtype", "description")
+    for f in spec.outputs:
+        outputs.add_row(f.name, f.dtype, f.description)
+    console.print(outputs)
+
+
+def _describe_request(cat: Catalog, spec: Any) -> None:
+    console.print(f"[bold]{spec.name}[/bold]  request source ({spec.location})\n{spec.description}")
+    console.print("fields (sent in /predict `fields`; offline, label-row columns): "
+                  + ", ".join(f"{n} {t}" for n, t in spec.columns), highlight=False)
+    users = sorted(v.name for v in cat.on_demand.values() if spec.name in v.request_sources)
+    console.print(f"read by: {', '.join(users) or '-'}")
 
 
 def _describe_view(cat: Catalog, spec: Any) -> None:
@@ -288,13 +319,24 @@ def _describe_view(cat: Catalog, spec: Any) -> None:
 def _describe_service(cat: Catalog, spec: Any) -> None:
     console.print(f"[bold]{spec.name}[/bold]  feature service ({spec.location})\n{spec.description}")
     table = Table("feature", "view", "dtype", "entities")
+    keys: dict[str, None] = {}
+    fields: dict[str, str] = {}
     for ref in spec.features:
         view_name, _, feature = ref.partition(":")
-        view = cat.views[view_name]
+        view = cat.views.get(view_name)
+        if view is None:  # an on-demand view: computed from request fields and stored inputs
+            odfv = cat.on_demand[view_name]
+            table.add_row(feature, view_name, odfv.feature_dtype(feature), "(request time)")
+            fields.update(dict(odfv.request_fields))
+            for input_view, _ in odfv.inputs:
+                keys.update(dict.fromkeys(cat.views[input_view].key_names))
+            continue
         table.add_row(feature, view_name, view.feature_dtype(feature), ", ".join(view.entities))
+        keys.update(dict.fromkeys(view.key_names))
     console.print(table)
-    keys = dict.fromkeys(k for ref in spec.features for k in cat.views[ref.partition(":")[0]].key_names)
-    console.print(f"{len(spec.features)} features; requests need the join keys: {', '.join(keys)}")
+    console.print(f"{len(spec.features)} features; requests need the join keys: {', '.join(keys)}"
+                  + (f" and the fields: {', '.join(f'{n} {t}' for n, t in fields.items())}" if fields else ""),
+                  highlight=False)
 
 
 def _describe_entity(cat: Catalog, spec: Any) -> None:

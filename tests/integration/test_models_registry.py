@@ -19,12 +19,15 @@ pytestmark = pytest.mark.integration
 START, CUTOFF = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 11, tzinfo=UTC)
 
 
-def register(models: ModelRegistry, name: str = "fraud", status: str = "registered", auc: float = 0.8) -> ModelVersion:
-    return models.register(name, artifact_path=f"/models/{name}/x", sha256="ab" * 32,
+def register(models: ModelRegistry, name: str = "fraud", status: str = "registered", auc: float = 0.8,
+             sha256: str = "") -> ModelVersion:
+    """A version whose metrics make the registry give it `status` (the registry decides, not the caller)."""
+    auc = auc if status == "registered" else 0.6
+    sha = sha256 or f"{name}:{auc}:{status}".encode().hex().ljust(64, "0")[:64]
+    return models.register(name, artifact_path=f"/models/{name}/x", sha256=sha,
                            metrics={"roc_auc": auc, "baseline": {"roc_auc": 0.7}}, window_start=START, cutoff=CUTOFF,
                            features=["amount_count_1h", "risk_score"], catalog_version=2, label_column="is_fraud",
-                           lineage={"rows": {"train": 10, "validation": 3}}, reference_path="/models/ref.parquet",
-                           status=status)
+                           lineage={"rows": {"train": 10, "validation": 3}}, reference_path="/models/ref.parquet")
 
 
 def test_versions_are_numbered_per_name_and_read_back_whole(registry_url: str) -> None:
@@ -92,9 +95,28 @@ def test_a_rejected_or_archived_version_never_gets_an_alias(registry_url: str) -
         models.set_alias("fraud", "shadow", third.version, expected=None, reason="x")
     with pytest.raises(QuiverError, match="no 'previous' version"):
         models.rollback("fraud", reason="nothing to go back to")
-    with pytest.raises(QuiverError, match="'registered' or 'rejected'"):
-        register(models, status="archived")
     assert models.aliases("fraud") == {"champion": 1}
+
+
+def test_the_registry_derives_the_status_and_a_rejected_artifact_needs_a_recorded_override(registry_url: str) -> None:
+    models = ModelRegistry(Registry(registry_url, project="m"))
+    sha = "cd" * 32
+    lost = register(models, status="rejected", sha256=sha)
+    assert lost.status == "rejected"  # its metrics did not beat the baseline: the registry says so
+    no_evidence = models.register("fraud", artifact_path="/models/y", sha256="ef" * 32, metrics={},
+                                  window_start=START, cutoff=CUTOFF, features=["f"], catalog_version=None,
+                                  label_column="is_fraud", lineage={}, reference_path="")
+    assert no_evidence.status == "rejected"
+    # The same artifact again, as a "new" serving version: refused without a recorded override.
+    with pytest.raises(QuiverError, match="rejected as fraud:1.*override"):
+        register(models, sha256=sha)
+    forced = models.register("fraud", artifact_path="/models/x", sha256=sha, metrics=lost.metrics, window_start=START,
+                             cutoff=CUTOFF, features=["f"], catalog_version=None, label_column="is_fraud",
+                             lineage={"note": "kept"}, reference_path="", override="incident #42: approved by risk",
+                             created_by="operator")
+    assert forced.status == "registered" and forced.lineage["note"] == "kept"
+    assert forced.lineage["override"]["reason"] == "incident #42: approved by risk"
+    assert forced.lineage["override"]["status_from_metrics"] == "rejected" and forced.lineage["override"]["by"] == "operator"
 
 
 def test_history_rows_are_only_ever_inserted(registry_url: str) -> None:

@@ -95,3 +95,59 @@ def test_windows_decay_like_offline_between_events(tmp_path, redis_url):
             on = online[name][i]
             assert_same(name, on.item() if hasattr(on, "item") else on, offline[name].iloc[i], int(users[i]),
                         int(at[i]))
+
+
+def odfv_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every output type, nulls propagated, and arithmetic that meets NaN, zero and negative inputs."""
+    out = pd.DataFrame(index=frame.index)
+    out["ratio"] = frame["price"] / frame["amount_mean_1h"]
+    out["log_price"] = np.log(frame["price"].where(frame["price"] > 0))
+    out["big"] = frame["price"] > frame["amount"]
+    out["count_plus_hour"] = frame["amount_count_3h"] + frame["request_ts"].dt.hour
+    out["label"] = frame["channel"].fillna("none") + ":" + frame["category"].fillna("?")
+    out["promo"] = frame["is_promo"]
+    return out
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_on_demand_features_online_equal_offline_on_random_requests_with_nulls_and_nan(tmp_path, redis_url, seed):
+    from quiver.catalog.definitions import Field, OnDemandFeatureView, RequestSource
+    from quiver.catalog.validate import build_catalog
+    from tests.integration.test_online_materialize import definitions
+
+    rng = np.random.default_rng(seed)
+    events = random_events(seed=seed, users=USERS)
+    config, _ = make_project(tmp_path, redis_url, events)
+    request = RequestSource("order", schema=[Field("price", "float64"), Field("channel", "string"),
+                                             Field("is_promo", "bool")])
+    odfv = OnDemandFeatureView("order_context", schema=[
+        Field("ratio", "float64"), Field("log_price", "float64"), Field("big", "bool"),
+        Field("count_plus_hour", "int64"), Field("label", "string"), Field("promo", "bool")],
+        udf=odfv_features, request_sources=[request],
+        inputs=["spend:amount_mean_1h", "spend:amount_count_3h", "last_tx:amount", "last_tx:category"])
+    catalog = build_catalog([*definitions(), request, odfv], root=tmp_path)
+    backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
+    features = [f"order_context:{f}" for f in odfv.feature_names]
+    store = FeatureStore(config=config, catalog=catalog)
+    client = redis.Redis.from_url(redis_url)
+    prices = rng.choice([np.nan, 0.0, -3.0, 1.5, 20.0, 1e6], USERS)
+    fields = {"price": [None if i % 7 == 0 else float(p) for i, p in enumerate(prices)],
+              "channel": [None if i % 5 == 0 else rng.choice(["web", "shop"]) for i in range(USERS)],
+              "is_promo": [None if i % 6 == 0 else bool(rng.random() < 0.5) for i in range(USERS)]}
+    checked = 0
+    for t in sorted(int(x) for x in DAY0_US + DAY + rng.integers(0, 2 * DAY, 3)):
+        client.flushall()
+        materialize(config, catalog, t, store=store.online)
+        online = store.get_online_features(features, {"user_id": np.arange(USERS)}, at=t,
+                                           request=fields).to_lists()
+        labels = pd.DataFrame({"user_id": np.arange(USERS), "event_ts": pd.to_datetime(np.full(USERS, t), unit="us",
+                                                                                      utc=True), **fields})
+        offline = get_historical_features(labels, features, catalog=catalog, config=config)
+        for name in odfv.feature_names:
+            for user in range(USERS):
+                off = offline[name].iloc[user]
+                off = off.item() if hasattr(off, "item") else off
+                assert_same(name, online[name][user], off, user, t)
+                checked += 1
+    assert checked == 3 * USERS * len(odfv.feature_names)
+    store.close()

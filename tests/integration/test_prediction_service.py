@@ -32,6 +32,7 @@ from quiver.serving.store import FeatureStore
 pytestmark = pytest.mark.integration
 
 MODEL = "fraud"
+BEAT_BASELINE = {"roc_auc": 0.7, "baseline": {"roc_auc": 0.6}}  # so the registry makes it a serving version
 USERS = 400
 COLUMNS = {"user_id": "int64", "event_ts": "timestamp", "f0": "float64", "f1": "float64", "category": "string"}
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
@@ -77,7 +78,7 @@ def save_model(root: Path, seed: int, *, numeric: tuple[str, ...] = ("f0", "f1")
 
 def register(models: ModelRegistry, root: Path, seed: int, **kwargs: Any) -> int:
     folder, sha = save_model(root, seed, **kwargs)
-    version = models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics={},
+    version = models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics=BEAT_BASELINE,
                               window_start=T0 - timedelta(days=7), cutoff=T0, features=["f0", "f1", "category"],
                               catalog_version=None, label_column="label", lineage={"seed": seed},
                               reference_path=str(folder / "reference.parquet"))

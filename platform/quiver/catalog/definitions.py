@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -201,7 +201,7 @@ class FeatureService:
     """A named set of features ("view:feature" references or whole views) served together to a model."""
 
     name: str
-    features: Sequence[str | FeatureView]
+    features: Sequence[str | FeatureView | OnDemandFeatureView]
     description: str = ""
     owner: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
@@ -214,17 +214,70 @@ class FeatureService:
     def references(self) -> list[str]:
         refs: list[str] = []
         for item in self.features:
-            if isinstance(item, FeatureView):
+            if isinstance(item, FeatureView | OnDemandFeatureView):
                 refs.extend(f"{item.name}:{name}" for name in item.feature_names)
             else:
                 refs.append(item)
         return refs
 
 
-Definition = Entity | Source | FeatureView | FeatureService
+@dataclass(frozen=True)
+class RequestSource:
+    """Fields that come with the request itself (the transaction being scored), typed by `schema`.
+
+    Online they are the request's `fields`; offline, columns of the label rows of the same names. The
+    request's time (`at`, or the label row's timestamp) is always available as `request_ts`."""
+
+    name: str
+    schema: Sequence[Field]
+    description: str = ""
+    owner: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+        object.__setattr__(self, "schema", tuple(self.schema))
+
+
+@dataclass(frozen=True)
+class OnDemandFeatureView:
+    """Features computed when they are read, by one vectorised function of request fields and other
+    features (Feast's on-demand feature views, Tecton's realtime views).
+
+    `udf(frame) -> DataFrame`: `frame` holds one row per request with the request sources' fields, the
+    `inputs` (``"view:feature"``, each as a column named by its feature) and `request_ts` (UTC); it returns
+    the `schema` columns. The very same function runs inside `get_historical_features` (request fields from
+    the label rows) and inside online reads and `/predict` (from the request's `fields`). Keep it
+    self-contained (numpy, pandas and math are in scope): the registry stores its source, so a serving
+    process can run the version that was applied."""
+
+    name: str
+    schema: Sequence[Field]
+    udf: Callable[[Any], Any]
+    request_sources: Sequence[RequestSource] = ()
+    inputs: Sequence[str] = ()
+    description: str = ""
+    owner: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+        for name in ("schema", "request_sources", "inputs"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.schema]
+
+
+Definition = Entity | Source | FeatureView | FeatureService | RequestSource | OnDemandFeatureView
 KIND_OF: dict[type[Any], str] = {
     Entity: "entity",
     Source: "source",
     FeatureView: "feature_view",
     FeatureService: "feature_service",
+    RequestSource: "request_source",
+    OnDemandFeatureView: "on_demand_view",
 }

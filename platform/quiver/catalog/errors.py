@@ -11,6 +11,11 @@ class QuiverError(Exception):
     """Base class for errors caused by user input (the CLI prints them as one line, exit code 2)."""
 
 
+class RequestFieldError(QuiverError):
+    """A request's `fields` do not match the request sources the features read: a field is missing,
+    unknown or of the wrong type (the servers answer 422, naming it)."""
+
+
 @dataclass(frozen=True)
 class DefinitionProblem:
     """One thing wrong with one definition."""

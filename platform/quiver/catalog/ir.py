@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,7 +134,54 @@ class ServiceSpec:
     location: Location = field(default=Location("<unknown>", 0), compare=False)
 
 
-SPEC_KINDS = ("entity", "source", "feature_view", "feature_service")
+@dataclass(frozen=True)
+class RequestSourceSpec:
+    """Typed fields that arrive with a request (offline: label-row columns of the same names)."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (field, dtype), as a source's columns
+    description: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location("<unknown>", 0), compare=False)
+
+
+@dataclass(frozen=True)
+class OnDemandSpec:
+    """A validated on-demand view: request fields and stored features in, `outputs` out, by `udf`.
+
+    `inputs` are (view, feature) of stored views, passed to the function as columns named by the feature;
+    `request_fields` the (name, dtype) of its request sources' fields. `udf_source` is the function's source,
+    part of the catalog's content (a changed function is a new catalog version); `udf` is the callable
+    itself, never serialized."""
+
+    name: str
+    request_sources: tuple[str, ...]
+    request_fields: tuple[tuple[str, str], ...]
+    inputs: tuple[tuple[str, str], ...]
+    input_dtypes: tuple[str, ...]  # the dtype of each input, aligned with `inputs`
+    outputs: tuple[FieldSpec, ...]
+    udf_name: str
+    udf_source: str
+    description: str = ""
+    owner: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    location: Location = field(default=Location("<unknown>", 0), compare=False)
+    udf: Callable[[Any], Any] | None = field(default=None, compare=False)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.outputs]
+
+    def feature_dtype(self, feature: str) -> str:
+        for f in self.outputs:
+            if f.name == feature:
+                return f.dtype
+        raise KeyError(feature)
+
+
+SPEC_KINDS = ("entity", "source", "feature_view", "feature_service", "request_source", "on_demand_view")
+_OPTIONAL_KINDS = ("request_source", "on_demand_view")  # in to_dict only when used: older hashes stay valid
 
 
 @dataclass(frozen=True)
@@ -145,6 +192,8 @@ class Catalog:
     sources: Mapping[str, SourceSpec]
     views: Mapping[str, ViewSpec]
     services: Mapping[str, ServiceSpec]
+    request_sources: Mapping[str, RequestSourceSpec] = field(default_factory=dict)
+    on_demand: Mapping[str, OnDemandSpec] = field(default_factory=dict)
 
     def view(self, name: str) -> ViewSpec:
         try:
@@ -158,13 +207,15 @@ class Catalog:
             "source": self.sources,
             "feature_view": self.views,
             "feature_service": self.services,
+            "request_source": self.request_sources,
+            "on_demand_view": self.on_demand,
         }
 
     def to_dict(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Canonical, JSON-ready form (no file locations): equal catalogs give equal dicts."""
+        """Canonical, JSON-ready form (no file locations, no callables): equal catalogs give equal dicts."""
         return {
             kind: {name: spec_to_dict(spec) for name, spec in sorted(specs.items())}
-            for kind, specs in self.by_kind().items()
+            for kind, specs in self.by_kind().items() if specs or kind not in _OPTIONAL_KINDS
         }
 
     @property
@@ -176,7 +227,7 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
     """One definition as plain JSON data, without its location."""
     out: dict[str, Any] = {}
     for name in spec.__dataclass_fields__:
-        if name == "location":
+        if name in ("location", "udf"):
             continue
         out[name] = _plain(getattr(spec, name))
     return out

@@ -16,6 +16,8 @@ from quiver.catalog.ir import (
     Catalog,
     EntitySpec,
     FieldSpec,
+    OnDemandSpec,
+    RequestSourceSpec,
     ServiceSpec,
     SourceSpec,
     StreamSpec,
@@ -140,4 +142,15 @@ def catalog_from_dict(data: dict[str, Any]) -> Catalog:
         views[name] = ViewSpec(**fields)
     services = {n: ServiceSpec(**{**plain(s, "tags"), "features": tuple(s["features"])})
                 for n, s in data.get("feature_service", {}).items()}
-    return Catalog(entities, sources, views, services)
+    requests = {n: RequestSourceSpec(**plain(s, "columns", "tags")) for n, s in data.get("request_source", {}).items()}
+    on_demand = {}
+    for name, spec in data.get("on_demand_view", {}).items():
+        from quiver.catalog.on_demand import udf_from_source
+
+        fields = plain(spec, "request_fields", "inputs", "tags")
+        fields["request_sources"] = tuple(spec["request_sources"])
+        fields["input_dtypes"] = tuple(spec.get("input_dtypes", ()))
+        fields["outputs"] = tuple(FieldSpec(**f) for f in spec.get("outputs", ()))
+        fields["udf"] = udf_from_source(name, spec["udf_name"], spec["udf_source"])
+        on_demand[name] = OnDemandSpec(**fields)
+    return Catalog(entities, sources, views, services, requests, on_demand)

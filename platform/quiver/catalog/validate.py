@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from quiver.catalog.definitions import (
     Aggregation,
@@ -19,6 +20,8 @@ from quiver.catalog.definitions import (
     FeatureView,
     Field,
     Location,
+    OnDemandFeatureView,
+    RequestSource,
     Source,
     StreamBinding,
 )
@@ -33,6 +36,7 @@ from quiver.catalog.ir import (
     StreamSpec,
     ViewSpec,
 )
+from quiver.catalog.on_demand import on_demand_spec, request_source_spec
 from quiver.catalog.schema import read_source_schema
 from quiver.catalog.types import DTYPES, duration_label, is_identifier, parse_duration, to_micros
 from quiver.compile.aggregations import AGG_FUNCTIONS, accepts
@@ -81,22 +85,32 @@ def build_catalog(
     sources = [d for d in defs if isinstance(d, Source)]
     views = [d for d in defs if isinstance(d, FeatureView)]
     services = [d for d in defs if isinstance(d, FeatureService)]
+    requests = [d for d in defs if isinstance(d, RequestSource)]
+    on_demand = [d for d in defs if isinstance(d, OnDemandFeatureView)]
     # Definitions referenced but not bound at module level are still part of the catalog (an equal copy
     # counts as the same definition; a different one with the same name is a clash).
     for service in services:
         views.extend(v for v in service.features if isinstance(v, FeatureView) and v not in views)
+        on_demand.extend(v for v in service.features if isinstance(v, OnDemandFeatureView) and v not in on_demand)
+    for odfv in on_demand:
+        requests.extend(r for r in odfv.request_sources if isinstance(r, RequestSource) and r not in requests)
     for view in views:
         entities.extend(e for e in view.entities if isinstance(e, Entity) and e not in entities)
         if isinstance(view.source, Source) and view.source not in sources:
             sources.append(view.source)
 
     _check_names(problems, [("entity", e) for e in entities] + [("source", s) for s in sources]
-                 + [("feature_view", v) for v in views] + [("feature_service", s) for s in services])
+                 + [("feature_view", v) for v in views] + [("feature_service", s) for s in services]
+                 + [("request_source", r) for r in requests] + [("on_demand_view", v) for v in on_demand])
     entity_specs = {e.name: _entity_spec(problems, e) for e in entities}
     _check_key_types(problems, entities)
     source_specs = {s.name: _source_spec(problems, s, reader) for s in sources}
     view_specs = {v.name: _view_spec(problems, v, source_specs) for v in views}
-    service_specs = {s.name: _service_spec(problems, s, view_specs) for s in services}
+    request_specs = {r.name: request_source_spec(problems.add, r) for r in requests}
+    names = {v.name for v in on_demand}
+    on_demand_specs = {v.name: on_demand_spec(problems.add, v, view_specs, request_specs, names) for v in on_demand}
+    featured: dict[str, Any] = {**view_specs, **on_demand_specs}
+    service_specs = {s.name: _service_spec(problems, s, featured) for s in services}
     if problems.items:
         raise CatalogError(problems.items)
     return Catalog(
@@ -104,10 +118,12 @@ def build_catalog(
         sources={k: v for k, v in source_specs.items() if v},
         views={k: v for k, v in view_specs.items() if v},
         services={k: v for k, v in service_specs.items() if v},
+        request_sources={k: v for k, v in request_specs.items() if v},
+        on_demand={k: v for k, v in on_demand_specs.items() if v},
     )
 
 
-def _check_names(problems: _Problems, named: list[tuple[str, Entity | Source | FeatureView | FeatureService]]) -> None:
+def _check_names(problems: _Problems, named: list[tuple[str, Any]]) -> None:
     # Case-insensitive: Spark and DuckDB resolve identifiers case-insensitively, so `User` would meet `user`.
     seen: dict[str, tuple[str, str, Location]] = {}
     for kind, obj in named:
@@ -383,8 +399,8 @@ def _agg_spec(add: Callable[[str], None], agg: Aggregation, columns: dict[str, s
     return AggSpec(agg.feature_name, agg.column, agg.fn, to_micros(window), dtype or "float64", agg.description)
 
 
-def _service_spec(problems: _Problems, service: FeatureService,
-                  views: dict[str, ViewSpec | None]) -> ServiceSpec | None:
+def _service_spec(problems: _Problems, service: FeatureService, views: dict[str, Any]) -> ServiceSpec | None:
+    """`views`: every feature-bearing definition by name (stored and on-demand views)."""
     refs = service.references
     if not refs:
         problems.add("feature_service", service.name, service.location, "lists no features")

@@ -18,6 +18,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,27 @@ FORMAT_VERSION = 1
 MODEL_FILE, WEIGHTS_FILE, REFERENCE_FILE, CHECKSUM_FILE = "model.json", "weights.pt", "reference.parquet", \
     "checksum.json"
 _CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class MissingPolicy:
+    """What to do with a row whose inputs are missing (NOT_FOUND, OUTSIDE_MAX_AGE or null): `score` it as
+    is, `flag` it (scored, marked) or `refuse` it (no score) when more than `max_missing_share` of the
+    model's inputs are missing. Rows are always told how many inputs were missing."""
+
+    action: str = "flag"
+    max_missing_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.action not in ("score", "flag", "refuse") or not 0 <= self.max_missing_share <= 1:
+            raise ValueError(f"missing policy: action score|flag|refuse and a share in [0, 1], got {self}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MissingPolicy:
+        return cls(**{k: v for k, v in data.items() if k in ("action", "max_missing_share")})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "max_missing_share": self.max_missing_share}
 
 
 class Scorer:
@@ -56,6 +78,12 @@ class Scorer:
     def feature_refs(self) -> list[str]:
         """The same features as catalog references ``view:feature`` (position i names features[i])."""
         return list(self.meta["feature_refs"])
+
+    @property
+    def missing_policy(self) -> MissingPolicy:
+        """What serving does with a row whose inputs are missing (chosen at training time; artifacts from
+        before the policy existed: flag above half)."""
+        return MissingPolicy.from_dict(self.meta.get("missing_policy") or {})
 
     def predict(self, columns: Columns, batch_size: int = 65_536) -> np.ndarray:
         """Probabilities of the positive class, one per row of `columns` (a DataFrame or name → array)."""
@@ -164,7 +192,8 @@ def check_features(feature_refs: Sequence[str], catalog: Catalog, where: Path | 
     gone = []
     for ref in feature_refs:
         view, _, feature = ref.partition(":")
-        if view not in catalog.views or feature not in catalog.views[view].feature_names:
+        spec = catalog.views.get(view) or catalog.on_demand.get(view)
+        if spec is None or feature not in spec.feature_names:
             gone.append(ref)
     if gone:
         raise QuiverError(f"model {where} was trained on feature(s) the catalog no longer defines: "

@@ -150,6 +150,9 @@ def register(app: typer.Typer) -> None:
         models = _models(config)
         if expected is None:
             aliases = models.aliases(name)
+            if aliases.get("previous") is None:
+                raise QuiverError(f"model {name!r} has no 'previous' version to roll back to "
+                                  f"(champion: {_version(aliases.get('champion'))})")
             plan = f"{name} champion: {_version(aliases.get('champion'))} → {_version(aliases.get('previous'))}"
             if not yes:
                 raise QuiverError(f"would move {plan}; confirm with --expected {aliases.get('champion')} "

@@ -34,7 +34,12 @@ import pyarrow.parquet as pq
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
-from quiver.catalog.references import FeatureRef, resolve_features  # re-exported: older imports
+from quiver.catalog.references import (  # FeatureRef, resolve_features: re-exported (older imports)
+    FeatureRef,
+    expand_on_demand,
+    input_column,
+    resolve_features,
+)
 from quiver.config import Config
 from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
 
@@ -69,7 +74,13 @@ def get_historical_features(labels: LabelsInput | None = None, features: str | S
     if clashes:
         raise QuiverError(f"feature column(s) {', '.join(map(repr, clashes))} clash with label columns; rename "
                           f"the label columns" + ("" if full_feature_names else " or pass full_feature_names=True"))
-    requests = plan_requests(catalog, config, refs)
+    expanded = expand_on_demand(catalog, refs)
+    missing = [name for name in expanded.request_fields if name not in frame.columns]
+    if missing:
+        raise QuiverError(f"on-demand features need request field(s) {', '.join(map(repr, missing))}: the label "
+                          f"rows must carry them as columns (what the request sent)")
+    stored, refs_requested = expanded.stored, refs
+    requests = plan_requests(catalog, config, stored)
     label_set = prepare_labels(frame, [r.view for r in requests], timestamp_column, assume_utc)
     if engine == "spark":
         from quiver.offline import pit_spark
@@ -79,12 +90,35 @@ def get_historical_features(labels: LabelsInput | None = None, features: str | S
         from quiver.offline import pit_numpy
 
         values = pit_numpy.compute(label_set, requests)
-    columns = {}
-    for ref in refs:
+    columns: dict[str, Any] = {}
+    for ref in stored:
         view = catalog.views[ref.view]
         columns[ref.column] = to_pandas(values[(ref.view, ref.feature)], view.feature_dtype(ref.feature),
                                         nullable=_nullable(view, ref.feature))
-    return pd.concat([frame, pd.DataFrame(columns, index=frame.index)], axis=1)
+    if expanded.on_demand:
+        columns.update(_on_demand(catalog, expanded, refs_requested, frame, columns, timestamp_column))
+    return pd.concat([frame, pd.DataFrame({r.column: columns[r.column] for r in refs_requested},
+                                          index=frame.index)], axis=1)
+
+
+def _on_demand(catalog: Catalog, expanded: Any, refs: list[FeatureRef], frame: pd.DataFrame,
+               columns: dict[str, Any], timestamp_column: str) -> dict[str, Any]:
+    """The requested on-demand features, computed on the label rows (request fields = label columns) with the
+    same function, input typing and output typing as online (`quiver.compile.on_demand`)."""
+    from quiver.compile.on_demand import input_frame, outputs
+
+    n = len(frame)
+    out: dict[str, Any] = {}
+    for name in expanded.on_demand:
+        spec = catalog.on_demand[name]
+        given = {field: frame[field].to_numpy(object) for field, _ in spec.request_fields}
+        for view, feature in spec.inputs:
+            given[feature] = columns[input_column(expanded, refs, view, feature)]
+        computed = outputs(spec, input_frame(spec, given, frame[timestamp_column], n))
+        for ref in refs:
+            if ref.view == name:
+                out[ref.column] = computed[ref.feature].array  # nullable dtypes kept, as stored features
+    return out
 
 
 def read_labels(labels: LabelsInput) -> pd.DataFrame:

@@ -56,7 +56,8 @@ def diff_catalogs(old: CatalogDict | None, new: CatalogDict) -> CatalogDiff:
         for name in sorted(before.keys() & after.keys()):
             if before[name] != after[name]:
                 changes.append(Change(kind, name, "changed", _details(before[name], after[name])))
-    order = {"entity": 0, "source": 1, "feature_view": 2, "feature_service": 3}
+    order = {"entity": 0, "source": 1, "request_source": 2, "feature_view": 3, "on_demand_view": 4,
+             "feature_service": 5}
     changes.sort(key=lambda c: (order.get(c.kind, 9), c.name))
     return CatalogDiff(changes)
 
@@ -67,17 +68,18 @@ def _features_of(spec: dict[str, Any]) -> list[str]:
 
 
 def _feature_map(spec: dict[str, Any]) -> dict[str, Any]:
-    items = list(spec.get("fields", [])) + list(spec.get("aggregations", []))
+    items = list(spec.get("fields", [])) + list(spec.get("aggregations", [])) + list(spec.get("outputs", []))
     return {item["name"]: item for item in items}
 
 
-# Keys compared member by member (views' features, services' references, sources' columns).
-_MEMBERS = {"fields": "feature", "aggregations": "feature", "features": "feature", "columns": "column"}
+# Keys compared member by member (views' features, services' references, sources' columns, on-demand outputs).
+_MEMBERS = {"fields": "feature", "aggregations": "feature", "features": "feature", "columns": "column",
+            "outputs": "feature"}
 
 
 def _members(spec: dict[str, Any], key: str) -> dict[str, Any]:
-    if key in ("fields", "aggregations"):
-        return _feature_map(spec)
+    if key in ("fields", "aggregations", "outputs"):
+        return {item["name"]: item for item in spec.get(key, [])}
     if key == "columns":
         return {name: dtype for name, dtype in spec.get("columns", [])}
     return {str(ref): ref for ref in spec.get(key, [])}

@@ -93,19 +93,34 @@ class ModelRegistry:
     def register(self, name: str, *, artifact_path: str, sha256: str, metrics: Mapping[str, Any],
                  window_start: datetime, cutoff: datetime, features: Sequence[str], catalog_version: int | None,
                  label_column: str, lineage: Mapping[str, Any], reference_path: str,
-                 status: str = "registered", created_by: str | None = None) -> ModelVersion:
-        """Store a new version of model `name` (numbered 1, 2, … per name) and return it."""
+                 created_by: str | None = None, override: str = "") -> ModelVersion:
+        """Store a new version of model `name` (numbered 1, 2, … per name) and return it.
+
+        The registry decides its status from the recorded metrics (`derive_status`): `registered` when it
+        beat its baseline on its test window, else `rejected` (it can never get an alias). An artifact
+        (sha256) that was rejected once is refused as a new version, and metrics that do not show a win make
+        a rejected version, unless `override` says why it should serve anyway — kept in the lineage."""
         _check_name("model name", name)
-        if status not in ("registered", "rejected"):
-            raise QuiverError(f"a new model version is 'registered' or 'rejected', not {status!r}")
         if len(sha256) != 64:
             raise QuiverError(f"sha256 must be 64 hex digits, got {sha256!r}")
         if not features:
             raise QuiverError(f"model {name!r}: a version needs at least one feature")
         if _utc(cutoff) <= _utc(window_start):
             raise QuiverError(f"model {name!r}: cutoff {cutoff} must be after window start {window_start}")
+        status, why = derive_status(metrics)
+        lineage = dict(lineage)
+        if override.strip():
+            lineage["override"] = {"reason": override.strip(), "by": (created_by or _author())[:255],
+                                   "status_from_metrics": status, "why": why}
+            status = "registered"
         now = datetime.now(UTC)
         with self.registry._write() as connection:
+            rejected = connection.execute(select(model_versions.c.name, model_versions.c.version).where(
+                model_versions.c.project == self.project, model_versions.c.sha256 == sha256,
+                model_versions.c.status == "rejected")).first()
+            if rejected is not None and not override.strip():
+                raise QuiverError(f"artifact {sha256[:12]}… was rejected as {rejected.name}:{rejected.version}; it "
+                                  f"serves only with a recorded override (register(..., override='why'))")
             latest = connection.execute(select(func.max(model_versions.c.version)).where(
                 model_versions.c.project == self.project, model_versions.c.name == name)).scalar()
             version = int(latest or 0) + 1
@@ -312,6 +327,30 @@ class ModelRegistry:
             query = query.limit(limit)
         return [AliasMove(r.id, r.name, r.alias, r.from_version, r.to_version, r.reason, r.moved_by,
                           r.decision_id, _utc(r.moved_at)) for r in connection.execute(query)]
+
+
+AUC_SLACK = 0.005  # how much ROC-AUC a version may trail its baseline by and still be registered
+
+
+def derive_status(metrics: Mapping[str, Any]) -> tuple[str, str]:
+    """(status, why) of a new version from its metrics on its test window: registered when it beat its
+    baseline on log loss (the proper scoring rule it optimises, and the loop's primary quality metric)
+    without ranking materially worse (ROC-AUC at most `AUC_SLACK` below); rejected otherwise — also when the
+    metrics hold no such comparison. Metrics without log losses fall back to ROC-AUC alone."""
+    try:
+        auc, base_auc = float(metrics["roc_auc"]), float(metrics["baseline"]["roc_auc"])
+    except (KeyError, TypeError, ValueError):
+        return "rejected", "its metrics hold no ROC-AUC beside a baseline's"
+    loss, base_loss = metrics.get("log_loss"), metrics["baseline"].get("log_loss")
+    if loss is None or base_loss is None:
+        if auc > base_auc:
+            return "registered", f"ROC-AUC {auc:.4f} beat the baseline's {base_auc:.4f}"
+        return "rejected", f"ROC-AUC {auc:.4f} did not beat the baseline's {base_auc:.4f}"
+    if float(loss) < float(base_loss) and auc >= base_auc - AUC_SLACK:
+        return "registered", (f"log loss {float(loss):.5f} beat the baseline's {float(base_loss):.5f} (ROC-AUC "
+                              f"{auc:.4f} vs {base_auc:.4f})")
+    return "rejected", (f"log loss {float(loss):.5f} vs the baseline's {float(base_loss):.5f}, ROC-AUC {auc:.4f} vs "
+                        f"{base_auc:.4f}: not better")
 
 
 def _version(row: RowMapping) -> ModelVersion:

@@ -81,10 +81,36 @@ class ArmSet:
 @dataclass(frozen=True)
 class Prediction:
     request_id: str
-    score: float
+    score: float  # NaN when refused
     model_version: str
     arm: str  # champion | canary
     fallback: bool = False  # routed to the canary, served by the champion
+    missing: int = 0  # inputs of the serving model that were missing (NOT_FOUND, OUTSIDE_MAX_AGE, null)
+    flagged: bool = False  # more inputs missing than the model's policy allows, scored anyway
+    refused: bool = False  # more inputs missing than the model's policy allows: no score
+    missing_features: tuple[str, ...] = ()  # which (filled only when asked for)
+
+
+def missing_inputs(model: Model, statuses: Mapping[str, np.ndarray], n: int) -> tuple[np.ndarray, list[str]]:
+    """Per row, how many of `model`'s inputs were not PRESENT, and the model's input names checked."""
+    from quiver.online.base import FieldStatus
+
+    names = [f for f in model.features if f in statuses]
+    if not names:
+        return np.zeros(n, dtype=np.int64), names
+    missing = np.zeros(n, dtype=np.int64)
+    for name in names:
+        missing += statuses[name] != FieldStatus.PRESENT
+    return missing, names
+
+
+def over_policy(model: Model, missing: np.ndarray) -> tuple[str, np.ndarray]:
+    """(policy action, rows beyond the model's missing-input share)."""
+    from quiver.models.artifact import MissingPolicy
+
+    policy = getattr(model, "missing_policy", None) or MissingPolicy()
+    share = missing / max(len(model.features), 1)
+    return policy.action, share > policy.max_missing_share
 
 
 @dataclass

@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quiver.catalog.errors import QuiverError
-from quiver.online.base import timestamp_us
+from quiver.compile.on_demand import check_request_rows
+from quiver.online.base import FieldStatus, timestamp_us
 from quiver.serving.arms import (
     Arm,
     ArmSet,
@@ -56,6 +57,8 @@ from quiver.serving.arms import (
     _concat,
     _features_of,
     _take,
+    missing_inputs,
+    over_policy,
     route_share,
 )
 from quiver.serving.micro_batch import MicroBatcher
@@ -313,8 +316,11 @@ class PredictionService:
 
     # ----- scoring -----
 
-    def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[Prediction]:
-        """Score request rows: {"request_id", "entities": {key: value}, "at" (optional), "fields" (optional)}."""
+    def predict(self, rows: Sequence[Mapping[str, Any]], *, explain_missing: bool = False) -> list[Prediction]:
+        """Score request rows: {"request_id", "entities": {key: value}, "at" (optional), "fields" (the
+        request fields the model's on-demand features read)}. Every prediction says how many of its inputs
+        were missing, and applies the serving model's missing-input policy (flag or refuse beyond its
+        share); `explain_missing` also names them."""
         began = time.perf_counter()
         arms = self._arms  # read once: this request finishes on these models whatever the poller does
         call_id = uuid.uuid4().hex[:16]
@@ -323,7 +329,10 @@ class PredictionService:
             raise QuiverError("request_id values must be unique within a request")
         n = len(rows)
         entities = _columns([r.get("entities") or {} for r in rows], "entities")
-        fields = _columns([r.get("fields") or {} for r in rows], "fields")
+        plan = self.store.plan(list(arms.feature_refs))
+        given = [r.get("fields") or {} for r in rows]
+        check_request_rows(given, dict(plan.request_fields))
+        fields = _columns(given, "fields")
         at = [r.get("at") for r in rows]
         times = None if all(t is None for t in at) else at
         if times is not None and any(t is None for t in times):
@@ -331,7 +340,7 @@ class PredictionService:
         # Rows log at their own `at` (replays of simulated days), else at the request's wall-clock time (µs UTC).
         logged_at: np.ndarray | int = np.array([timestamp_us(t) for t in times], dtype=np.int64) \
             if times is not None else time.time_ns() // 1000
-        result = self.store.get_online_features(list(arms.feature_refs), entities, at=times)
+        result = self.store.get_online_features(list(arms.feature_refs), entities, at=times, request=fields)
         columns: dict[str, Any] = {**fields, **result.to_dict()}
         fetched = time.perf_counter()
         on_canary = np.zeros(n, dtype=bool)
@@ -383,14 +392,21 @@ class PredictionService:
         feature_ms = (fetched - began) * 1e3
         champion_label = arms.champion.label
         canary_label = arms.canary.label if arms.canary is not None else ""
-        out = []
         fallback = bool(canary_error)
+        served_by_canary = on_canary & (not fallback)
+        missing, flagged, refused, names = self._missing(arms, result.statuses(), served_by_canary, n)
+        scores[refused] = np.nan
+        out = []
         score_list, canary_list = scores.tolist(), on_canary.tolist()
-        for request_id, score, routed in zip(request_ids, score_list, canary_list, strict=True):
+        counts, flags, refusals = missing.tolist(), flagged.tolist(), refused.tolist()
+        for i, (request_id, score, routed) in enumerate(zip(request_ids, score_list, canary_list, strict=True)):
+            which = tuple(names[i]) if explain_missing else ()
             if routed and not fallback:
-                out.append(Prediction(request_id, score, canary_label, "canary"))
+                out.append(Prediction(request_id, score, canary_label, "canary", False, counts[i], flags[i],
+                                      refusals[i], which))
             else:
-                out.append(Prediction(request_id, score, champion_label, "champion", fallback=routed))
+                out.append(Prediction(request_id, score, champion_label, "champion", routed, counts[i], flags[i],
+                                      refusals[i], which))
         canary_count = int(on_canary.sum())
         self.stats.add(requests=1, rows=n, champion_rows=n - canary_count, canary_rows=canary_count)
         if self.logger is not None:
@@ -407,6 +423,27 @@ class PredictionService:
                                     logged_at[on_canary] if isinstance(logged_at, np.ndarray) else logged_at,
                                     arms.rollout, call_id), "paired_dropped")
         return out
+
+    def _missing(self, arms: ArmSet, statuses: Mapping[str, np.ndarray], served_by_canary: np.ndarray,
+                 n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:
+        """Per row: missing inputs of the model that served it, flagged, refused, and their names."""
+        missing = np.zeros(n, dtype=np.int64)
+        flagged = np.zeros(n, dtype=bool)
+        refused = np.zeros(n, dtype=bool)
+        names: list[list[str]] = [[] for _ in range(n)]
+        for arm, rows in ((arms.champion, ~served_by_canary), (arms.canary, served_by_canary)):
+            if arm is None or arm.model is None or not rows.any():
+                continue
+            count, checked = missing_inputs(arm.model, statuses, n)
+            action, beyond = over_policy(arm.model, count)
+            missing = np.where(rows, count, missing)
+            if action == "flag":
+                flagged |= rows & beyond
+            elif action == "refuse":
+                refused |= rows & beyond
+            for i in np.flatnonzero(rows & (count > 0)):
+                names[i] = [f for f in checked if statuses[f][i] != FieldStatus.PRESENT]
+        return missing, flagged, refused, names
 
     def _off_path(self, item: _OffPath, dropped: str) -> None:
         try:

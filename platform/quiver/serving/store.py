@@ -20,7 +20,7 @@ import numpy as np
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
-from quiver.catalog.references import resolve_features
+from quiver.catalog.references import expand_on_demand, input_column, resolve_features
 from quiver.config import Config, load_config
 from quiver.online.base import Batch, Column, OnlineStore, ViewRead, now_us, timestamp_us
 from quiver.serving.result import OnlineResult
@@ -32,12 +32,16 @@ _PLAN_CACHE = 256
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """A resolved request: which views to read, with which keys, in which output order."""
+    """A resolved request: which views to read, with which keys, in which output order; which on-demand
+    views to compute after the read, from which request fields and input columns."""
 
     reads: tuple[ViewRead, ...]
     outputs: tuple[tuple[str, str, str], ...]  # (output column, view, feature)
     keys: tuple[tuple[str, str], ...]  # join keys (name, dtype) every read needs, in first-seen order
     named_keys: tuple[tuple[str, tuple[str, str]], ...] = ()  # (output column, (view, feature))
+    on_demand: tuple[str, ...] = ()
+    request_fields: tuple[tuple[str, str], ...] = ()  # (name, dtype) the on-demand views read
+    inputs: tuple[tuple[tuple[str, str], str], ...] = ()  # ((view, feature), column read into)
 
 
 @dataclass(frozen=True)
@@ -57,16 +61,20 @@ def resolve(catalog: Catalog, features: Features, full_feature_names: bool = Fal
     the same columns in training and in serving: the feature name, or `view__feature` with full_feature_names.
     """
     refs = resolve_features(catalog, features, full_feature_names)
+    expanded = expand_on_demand(catalog, refs)
     per_view: dict[str, list[str]] = {}
     keys: dict[str, str] = {}
-    for ref in refs:
+    for ref in expanded.stored:
         view = _view(catalog, ref.view)
         per_view.setdefault(ref.view, []).append(ref.feature)
         for key, dtype in view.keys:
             keys.setdefault(key, dtype)
     reads = tuple(ViewRead(catalog.views[v], tuple(fs)) for v, fs in per_view.items())
+    inputs = tuple(((v, f), input_column(expanded, refs, v, f)) for name in expanded.on_demand
+                   for v, f in catalog.on_demand[name].inputs)
     return ReadPlan(reads, tuple((r.column, r.view, r.feature) for r in refs), tuple(keys.items()),
-                    tuple((r.column, (r.view, r.feature)) for r in refs))
+                    tuple((r.column, (r.view, r.feature)) for r in refs), tuple(expanded.on_demand),
+                    tuple(expanded.request_fields.items()), inputs)
 
 
 def _view(catalog: Catalog, name: str) -> ViewSpec:
@@ -186,17 +194,20 @@ class FeatureStore:
         return plan
 
     def get_online_features(self, features: Features, entity_rows: EntityRows, at: Any = None, *,
-                            full_feature_names: bool = False) -> OnlineResult:
+                            full_feature_names: bool = False,
+                            request: Mapping[str, Any] | None = None) -> OnlineResult:
         """Feature values for entities as of `at` (default: now), in one online-store round trip.
 
         `features`: "view:feature" references or a FeatureService name. `entity_rows`: a list of dicts or
         a dict of columns (arrays, lists or scalars) holding every join key the features need. `at`: a
-        datetime, ISO string, epoch µs, or one such per entity. Columns are named as in
-        `get_historical_features`: the feature name, or `view__feature` with `full_feature_names`.
-        Every value has a status (`result.statuses()`): a missing entity is NOT_FOUND, not a zero.
+        datetime, ISO string, epoch µs, or one such per entity. `request`: the request fields on-demand
+        features read (name → one value per entity). Columns are named as in `get_historical_features`:
+        the feature name, or `view__feature` with `full_feature_names`. Every value has a status
+        (`result.statuses()`): a missing entity is NOT_FOUND, not a zero.
         """
         call = self.prepare_online(features, entity_rows, at, full_feature_names=full_feature_names)
-        return self.finish_online(call, self.online.fetch(call.pending) if call.pending is not None else None)
+        fetched = self.online.fetch(call.pending) if call.pending is not None else None
+        return self.finish_online(call, fetched, request)
 
     def prepare_online(self, features: Features, entity_rows: EntityRows, at: Any = None, *,
                        full_feature_names: bool = False) -> OnlineCall:
@@ -210,15 +221,33 @@ class FeatureStore:
         pending = self.online.plan_read(plan.reads, entities, times) if n else None
         return OnlineCall(plan, entities, times, pending)
 
-    def finish_online(self, call: OnlineCall, fetched: Any) -> OnlineResult:
-        """Step 3 of `get_online_features` (no I/O): decode into an OnlineResult."""
+    def finish_online(self, call: OnlineCall, fetched: Any, request: Mapping[str, Any] | None = None) -> OnlineResult:
+        """Step 3 of `get_online_features` (no I/O): decode into an OnlineResult, then compute the on-demand
+        features from `request` and the values read."""
+        plan = call.plan
         if call.pending is not None:
             batch = self.online.finish_read(call.pending, fetched)
         else:
             batch = Batch()
-            for _, view, feature in call.plan.outputs:
-                batch.add((view, feature), _empty(self.catalog.views[view], feature))
-        return OnlineResult(call.entities, batch, call.plan.named_keys, call.times)
+            for read in plan.reads:
+                for feature in read.features:
+                    batch.add((read.view.name, feature), _empty(read.view.feature_dtype(feature)))
+        if plan.on_demand:
+            self._on_demand(plan, batch, call, request or {})
+        return OnlineResult(call.entities, batch, plan.named_keys, call.times)
+
+    def _on_demand(self, plan: ReadPlan, batch: Batch, call: OnlineCall, request: Mapping[str, Any]) -> None:
+        from quiver.compile.on_demand import input_frame, outputs
+
+        n = len(next(iter(call.entities.values()))) if call.entities else 0
+        fields = request_columns(plan, request, n)
+        columns: dict[str, Any] = dict(fields)
+        for name in plan.on_demand:
+            spec = self.catalog.on_demand[name]
+            for view, feature in spec.inputs:
+                columns[feature] = column_series(batch[(view, feature)])
+            for feature, series in outputs(spec, input_frame(spec, columns, call.times, n)).items():
+                batch.add((name, feature), series_column(series, spec.feature_dtype(feature)))
 
     def get_historical_features(self, labels: Any = None, features: Features | None = None, **kwargs: Any) -> Any:
         """Point-in-time correct training data (a DataFrame): see `quiver.offline.pit.get_historical_features`.
@@ -245,7 +274,49 @@ class FeatureStore:
         self.close()
 
 
-def _empty(view: ViewSpec, feature: str) -> Column:
-    dtype = view.feature_dtype(feature)
+def _empty(dtype: str) -> Column:
     np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_, "timestamp": np.int64}.get(dtype, object)
     return Column(np.zeros(0, dtype=np_dtype), np.zeros(0, dtype=bool), dtype)
+
+
+def request_columns(plan: ReadPlan, request: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """The request fields the plan's on-demand views read, one value per entity (a scalar is broadcast);
+    a missing one is an error naming it."""
+    out: dict[str, Any] = {}
+    for name, _ in plan.request_fields:
+        if name not in request:
+            raise QuiverError(f"request field {name!r} is missing (on-demand features need it)")
+        value = request[name]
+        values = [value] * n if np.isscalar(value) or value is None else list(value)
+        if len(values) != n:
+            raise QuiverError(f"request field {name!r} has {len(values)} values for {n} entities")
+        out[name] = values
+    return out
+
+
+def column_series(column: Column) -> Any:
+    """An online Column as the pandas column a training set holds (float64 NaN, Int64, boolean, object)."""
+    import pandas as pd
+
+    from quiver.compile.on_demand import pandas_dtype
+
+    if column.dtype == "timestamp":
+        values = pd.to_datetime(column.values.astype(np.int64), unit="us", utc=True)
+        return pd.Series(values).where(column.valid)
+    series = pd.Series(column.values).astype(pandas_dtype(column.dtype))
+    return series.where(column.valid, np.nan if column.dtype == "float64" else None).astype(pandas_dtype(column.dtype))
+
+
+def series_column(series: Any, dtype: str) -> Column:
+    """A typed on-demand output as an online Column (values + validity)."""
+    valid = series.notna().to_numpy()
+    if dtype == "float64":
+        return Column(series.to_numpy(np.float64, na_value=np.nan), valid, dtype)
+    if dtype == "int64":
+        return Column(series.fillna(0).to_numpy(np.int64), valid, dtype)
+    if dtype == "bool":
+        return Column(series.fillna(False).to_numpy(bool), valid, dtype)
+    if dtype == "timestamp":
+        micros = series.astype("datetime64[us, UTC]").astype("int64").to_numpy()
+        return Column(np.where(valid, micros, 0), valid, dtype)
+    return Column(series.to_numpy(object), valid, dtype)

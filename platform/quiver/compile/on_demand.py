@@ -1,0 +1,131 @@
+"""Running on-demand views: the one implementation behind training sets, online reads and `/predict`.
+
+Both sides build the function's input frame with `input_frame` — request fields and input features typed by
+their declared dtypes, nulls as pandas nulls, `request_ts` as UTC timestamps — call the user's function, and
+type its outputs with `outputs`. So online and offline values can differ only if the inputs do:
+
+| dtype | column type | null |
+|---|---|---|
+| float64 | float64 | NaN |
+| int64 | Int64 (nullable) | <NA> |
+| bool | boolean (nullable) | <NA> |
+| string | object | None |
+| timestamp | datetime64[ns, UTC] | NaT |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from quiver.catalog.errors import QuiverError, RequestFieldError
+from quiver.catalog.ir import OnDemandSpec
+from quiver.catalog.on_demand import REQUEST_TS
+
+_PANDAS = {"float64": "float64", "int64": "Int64", "bool": "boolean", "string": "object",
+           "timestamp": "datetime64[ns, UTC]"}
+
+
+def typed(values: Any, dtype: str, what: str) -> pd.Series:
+    """`values` (list, numpy, pandas) as the pandas column of `dtype` (see the module docstring)."""
+    series = values.reset_index(drop=True) if isinstance(values, pd.Series) else pd.Series(list(values)
+                                                                                           if not isinstance(values, np.ndarray) else values)
+    try:
+        if dtype == "timestamp":
+            return pd.to_datetime(series, utc=True)
+        if dtype == "string":
+            return series.astype(object).where(series.notna(), None)
+        if dtype == "float64":
+            return pd.to_numeric(series, errors="raise").astype("float64")
+        if dtype == "int64":
+            numbers = pd.to_numeric(series, errors="raise")
+            if numbers.dtype.kind == "f" and not (numbers.dropna() % 1 == 0).all():
+                raise ValueError("not whole numbers")
+            return numbers.astype("Int64")
+        return series.astype("boolean")
+    except (ValueError, TypeError) as exc:
+        raise QuiverError(f"{what} must hold {dtype} values ({exc})") from None
+
+
+def input_frame(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any, n: int) -> pd.DataFrame:
+    """The function's input: request fields and input features (by feature name) from `columns`, typed by
+    their declared dtypes, plus `request_ts` (epoch µs or datetimes, one per row or one for all)."""
+    frame: dict[str, pd.Series] = {}
+    for name, dtype in spec.request_fields:
+        if name not in columns:
+            raise RequestFieldError(f"on-demand view {spec.name!r} needs request field {name!r}")
+        try:
+            frame[name] = typed(columns[name], dtype, f"request field {name!r}")
+        except QuiverError as exc:
+            raise RequestFieldError(str(exc)) from None
+    for (_, feature), dtype in zip(spec.inputs, spec.input_dtypes, strict=True):
+        frame[feature] = typed(columns[feature], dtype, f"input {feature!r}")
+    frame[REQUEST_TS] = _timestamps(request_ts, n)
+    return pd.DataFrame(frame, index=pd.RangeIndex(n))
+
+
+def _timestamps(values: Any, n: int) -> pd.Series:
+    if isinstance(values, int | np.integer):
+        return pd.Series(pd.to_datetime(np.full(n, int(values), dtype=np.int64), unit="us", utc=True))
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return pd.Series(pd.to_datetime(values.astype(np.int64), unit="us", utc=True))
+    return pd.to_datetime(pd.Series(values).reset_index(drop=True), utc=True)
+
+
+def outputs(spec: OnDemandSpec, frame: pd.DataFrame) -> dict[str, pd.Series]:
+    """Run the view's function on `frame` and type what it returns; QuiverError naming the view otherwise."""
+    if spec.udf is None:
+        raise QuiverError(f"on-demand view {spec.name!r} has no function loaded")
+    try:
+        result = spec.udf(frame.copy())
+    except Exception as exc:
+        raise QuiverError(f"on-demand view {spec.name!r}: its function raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(result, pd.DataFrame):
+        raise QuiverError(f"on-demand view {spec.name!r}: its function returned {type(result).__name__}, not a "
+                          f"DataFrame")
+    if len(result) != len(frame):
+        raise QuiverError(f"on-demand view {spec.name!r}: its function returned {len(result)} rows for "
+                          f"{len(frame)}")
+    missing = [f.name for f in spec.outputs if f.name not in result.columns]
+    if missing:
+        raise QuiverError(f"on-demand view {spec.name!r}: its function did not return {', '.join(missing)}")
+    out: dict[str, pd.Series] = {}
+    for f in spec.outputs:
+        column = typed(result[f.name].reset_index(drop=True), f.dtype, f"{spec.name}:{f.name}")
+        if f.dtype == "float64":
+            column = column.where(np.isfinite(column.to_numpy(np.float64)), np.nan)  # ±inf are no values
+        out[f.name] = column
+    return out
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"float64": (int, float), "int64": (int,), "bool": (bool,),
+                                            "string": (str,), "timestamp": (str,)}
+
+
+def check_request_rows(rows: list[Mapping[str, Any]], request_fields: Mapping[str, str]) -> None:
+    """Request `fields` as a client sent them (JSON values, one mapping per row) against the declared fields:
+    every declared field present (null is a value: unknown), none unknown, each of its type (no strings for
+    numbers, no booleans for numbers). RequestFieldError names the first problem and its row."""
+    for index, row in enumerate(rows):
+        unknown = [k for k in row if k not in request_fields]
+        if unknown:
+            known = ", ".join(request_fields) or "none"
+            raise RequestFieldError(f"rows[{index}].fields.{unknown[0]}: unknown field (the features read: {known})")
+        for name, dtype in request_fields.items():
+            if name not in row:
+                raise RequestFieldError(f"rows[{index}].fields.{name}: missing (a {dtype} the features need; "
+                                        f"send null if it is unknown)")
+            value = row[name]
+            wanted = _JSON_TYPES[dtype]
+            wrong_bool = isinstance(value, bool) and bool not in wanted
+            if value is not None and (wrong_bool or not isinstance(value, wanted)):
+                raise RequestFieldError(f"rows[{index}].fields.{name}: expected {dtype}, got "
+                                        f"{type(value).__name__} {value!r}"[:300])
+
+
+def pandas_dtype(dtype: str) -> str:
+    """The pandas dtype a column of `dtype` has in training sets and input frames."""
+    return _PANDAS[dtype]

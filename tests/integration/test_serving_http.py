@@ -134,7 +134,8 @@ def test_api_key_is_required(http):
     ({"feature_service": "nope", "entities": {"user_id": [1]}}, 400),
     ({"features": ["last:amount"], "entities": {"user_id": ["abc"]}}, 400),
     ({"features": ["last:amount"], "entities": {"merchant_id": [1]}}, 400),
-    ({"features": ["last:amount"], "entities": {"user_id": [2**70]}}, 400),
+    ({"features": ["last:amount"], "entities": {"user_id": [2**70]}}, 422),  # beyond int64: never wrapped
+    ({"features": ["last:amount"], "entities": {"user_id": [2**63]}}, 422),
 ])
 def test_bad_input_is_a_clear_4xx(http, body, status):
     r = post(http, body)

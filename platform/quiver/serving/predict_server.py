@@ -212,7 +212,7 @@ except ImportError:  # pragma: no cover
 def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,
                 api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
                 torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
-                limits: ServerLimits | None = None) -> None:
+                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0) -> None:
     """Run the prediction server with uvicorn until SIGTERM or SIGINT (serving logs under the offline root),
     with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
     requests in flight, then scores the queued shadow work and writes every buffered serving-log row."""
@@ -232,7 +232,7 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     store = FeatureStore(config_path)
     registry = Registry(store.config.registry, project=store.config.project)
     alerts = AlertManager(registry, sinks_from_config(load_settings(store.config).alert_sinks))
-    logger = ServingLogger(store.config.offline_dir)
+    logger = ServingLogger(store.config.offline_dir, flush_interval_s=log_flush_interval_s)
     try:
         service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
                                     poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,

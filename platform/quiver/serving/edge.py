@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import AfterValidator, StrictInt, StrictStr, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, StrictStr, WithJsonSchema
 
 from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE
 
@@ -154,7 +154,18 @@ _TIME_TEXT = f"Times must lie in {TIME_RANGE}."
 IsoTime = Annotated[StrictStr, AfterValidator(_iso_checked),
                     WithJsonSchema({"type": "string", "format": "date-time", "maxLength": 64,
                                     "description": f"ISO-8601 with a UTC offset. {_TIME_TEXT}"})]
-EpochMicros = Annotated[StrictInt, pydantic.Field(ge=MIN_TIME_US, lt=MAX_TIME_US)]
+
+
+def whole_number(value: Any) -> Any:
+    # JSON Schema's "integer" includes 223.0: so does this, but never true/false or "223".
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
+
+# An integer as JSON Schema means it (a number without a fractional part), never a boolean or a string.
+# (Constraints go before the validator: after it, pydantic writes them into the JSON schema as "ge"/"le".)
+EpochMicros = Annotated[int, pydantic.Field(ge=MIN_TIME_US, lt=MAX_TIME_US), BeforeValidator(whole_number)]
 
 
 # ----- per-client concurrency -----

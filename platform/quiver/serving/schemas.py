@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from quiver.online.base import TIME_RANGE
-from quiver.serving.edge import EpochMicros, IsoTime, iso_time_us
+from quiver.serving.edge import EpochMicros, IsoTime, iso_time_us, whole_number
 
 MAX_ENTITIES = 10_000
 MAX_FEATURES = 2_000
@@ -16,8 +16,11 @@ _REF = r"^[A-Za-z_][A-Za-z0-9_]{0,62}:[A-Za-z_][A-Za-z0-9_]{0,62}$"
 
 FeatureRef = Annotated[str, Field(pattern=_REF, description="'view:feature'")]
 KeyName = Annotated[str, Field(pattern=IDENT)]
-# Join-key values: int64 (a larger integer would wrap around in the store's int64 keys), text or a boolean.
-Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
+# Join-key values: integers, text or booleans. Integers within ±(2^53 − 1), the range RFC 8259 (§6) says JSON
+# implementations agree on; a larger integer key (up to int64) goes as a string of digits, which an int64 key
+# reads exactly. Beyond int64 is an error, never a key wrapped around.
+INT_LIMIT = 2**53 - 1
+Int64 = Annotated[int, Field(ge=-INT_LIMIT, le=INT_LIMIT), BeforeValidator(whole_number)]
 KeyValue = Int64 | StrictStr | StrictBool
 # Only keys matching the pattern: `patternProperties` alone would let any other key through the schema.
 KEYS_SCHEMA: dict[str, Any] = {"additionalProperties": False, "propertyNames": {"pattern": IDENT}}
@@ -26,7 +29,8 @@ KEYS_SCHEMA: dict[str, Any] = {"additionalProperties": False, "propertyNames": {
 def _one_of(schema: dict[str, Any]) -> None:
     schema["oneOf"] = [{"required": ["features"], "not": {"required": ["feature_service"]}},
                        {"required": ["feature_service"], "not": {"required": ["features"]}}]
-    for name in ("features", "feature_service"):  # absent, never null (see the field types)
+    schema["not"] = {"required": ["at", "at_us"]}
+    for name in ("features", "feature_service", "at", "at_us"):  # absent, never null (see the field types)
         schema["properties"][name].pop("default", None)
 
 
@@ -43,11 +47,11 @@ class OnlineRequest(BaseModel):
     entities: dict[KeyName, Annotated[list[KeyValue], Field(max_length=MAX_ENTITIES)]] = Field(
         min_length=1, max_length=16, description="join key → one value per entity", examples=[{"user_id": [7, 8]}],
         json_schema_extra=KEYS_SCHEMA)
-    at: IsoTime | None = Field(
+    at: IsoTime = Field(  # type: ignore[assignment]
         None, description=f"request time as an ISO-8601 string with a UTC offset, e.g. 2026-11-03T12:00:00Z "
                           f"(default: now), {TIME_RANGE}; for epoch microseconds use `at_us`",
         examples=["2026-11-03T12:00:00Z"])
-    at_us: EpochMicros | None = Field(
+    at_us: EpochMicros = Field(  # type: ignore[assignment]
         None, description=f"request time in epoch microseconds (instead of `at`), {TIME_RANGE}")
     full_feature_names: StrictBool = Field(False, description="name columns view__feature instead of feature")
 

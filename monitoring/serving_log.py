@@ -528,8 +528,7 @@ def read_serving_logs(root: str | Path, start: datetime | None = None, end: date
     files = sorted(p for p in directory.glob("date=*/hour=*/part-*.parquet") if _hour_overlaps(p, start, end))
     if not files:
         return BASE_SCHEMA.empty_table()
-    tables = [pq.read_table(p) for p in files]
-    table = pa.concat_tables(tables, promote_options="permissive")
+    table = _concat([pq.read_table(p) for p in files])
     import pyarrow.compute as pc
 
     mask = None
@@ -544,6 +543,27 @@ def read_serving_logs(root: str | Path, start: datetime | None = None, end: date
     if mask is not None:
         table = table.filter(mask)
     return table.sort_by([("ts", "ascending")])
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """Tables of several flushes as one. A key or feature logged as numbers in one flush and as text in
+    another (a client sending user_id 7, another "7") becomes text in all, as within one flush."""
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        types: dict[str, set[pa.DataType]] = defaultdict(set)
+        for table in tables:
+            for field in table.schema:
+                if field.type != pa.null():
+                    types[field.name].add(field.type)
+        mixed = {name for name, kinds in types.items() if len(kinds) > 1}
+        fixed = []
+        for table in tables:
+            for name in mixed & set(table.column_names):
+                index = table.schema.get_field_index(name)
+                table = table.set_column(index, name, table.column(name).cast(pa.string()))
+            fixed.append(table)
+        return pa.concat_tables(fixed, promote_options="permissive")
 
 
 def _hour_overlaps(path: Path, start: datetime | None, end: datetime | None) -> bool:

@@ -128,6 +128,11 @@ def test_ids_beyond_int64_are_422_never_wrapped(up: Stack) -> None:
         r = up.features.client.post("/features/online", json={"features": ["stats:f0"],
                                                               "entities": {"user_id": [1, user]}})
         assert r.status_code == 422, r.text
+    # A large int64 id goes as digits (JSON numbers are exact only to 2^53); beyond int64 it is refused too.
+    r = up.predict.client.post("/predict", json={"rows": [{"request_id": "s", "entities": {"user_id": str(2**63 - 1)}}]})
+    assert r.status_code == 200, r.text
+    r = up.predict.client.post("/predict", json={"rows": [{"request_id": "s", "entities": {"user_id": str(2**63)}}]})
+    assert r.status_code == 400 and "outside the int64 range" in r.text, r.text
 
 
 PREDICT_BODIES = [

@@ -141,3 +141,12 @@ def test_buffer_gauges_and_health(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert logger.health()["status"] == "ok" and logger.health()["written_rows"] == 3
     logger.close()
     assert logger.health()["status"] == "closed"
+
+
+def test_a_key_logged_as_numbers_and_as_text_reads_back_as_text(tmp_path: Path) -> None:
+    with ServingLogger(tmp_path, flush_interval_s=3_600) as logger:
+        logger.log_batch(["a"], {"user_id": np.array([7])}, {}, ts_us=T0)
+        logger.flush()
+        logger.log_batch(["b"], {"user_id": ["9223372036854775807"]}, {}, ts_us=T0 + 1)
+    table = read_serving_logs(tmp_path)
+    assert table["key.user_id"].to_pylist() == ["7", "9223372036854775807"]

@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -198,12 +200,7 @@ class ClientLimit:
         self.in_flight = self.counts.in_flight
 
     def _client(self, scope: Scope) -> str:
-        if self.header:
-            for name, value in scope.get("headers") or ():
-                if name == self.header:
-                    return "h:" + bytes(value).decode("latin-1").split(",")[0].strip()
-        peer = scope.get("client")
-        return str(peer[0]) if peer else ""
+        return client_key(scope, self.header)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in self.paths:
@@ -230,6 +227,104 @@ class ClientLimit:
                 self.in_flight[client] = left
             else:
                 del self.in_flight[client]
+
+
+# ----- fair scoring slots -----
+
+class Busy(Exception):
+    """Too many calls wait for a slot; answer 503 with Retry-After."""
+
+
+@dataclass
+class _Waiter:
+    client: str
+    weight: int
+    seq: int
+    future: asyncio.Future[None]
+
+
+class FairSlots:
+    """At most `slots` scoring calls at once; when one ends, the waiting call whose client was served the
+    fewest rows lately goes next (rows decay with a half-life of `half_life_s`). A client sending 1,000-row
+    requests then waits behind the 1-row requests of others instead of ahead of them: each client gets its
+    share of the CPU, measured in rows. At most `max_waiting` calls wait (then `Busy`). `fail_waiting(exc)`
+    (thread-safe) ends every wait with `exc`, e.g. when the store is marked down, so a stall fails fast."""
+
+    def __init__(self, slots: int, max_waiting: int = 256, half_life_s: float = 1.0):
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.slots = self.free = slots
+        self.max_waiting = max_waiting
+        self.half_life_s = half_life_s
+        self.waiting: list[_Waiter] = []
+        self.served: dict[str, tuple[float, float]] = {}  # client → (decayed rows, when)
+        self._seq = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _load(self, client: str, now: float) -> float:
+        rows, at = self.served.get(client, (0.0, now))
+        return float(rows * 0.5 ** ((now - at) / self.half_life_s))
+
+    def _charge(self, client: str, weight: int) -> None:
+        now = time.monotonic()
+        self.served[client] = (self._load(client, now) + weight, now)
+        if len(self.served) > 10_000:  # forget clients long quiet
+            self.served = {c: v for c, v in self.served.items() if self._load(c, now) > 1.0}
+
+    async def acquire(self, client: str, weight: int) -> None:
+        """Wait for a slot (charged `weight` rows to `client`)."""
+        self._loop = asyncio.get_running_loop()
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            self._charge(client, weight)
+            return
+        if len(self.waiting) >= self.max_waiting:
+            raise Busy("server busy: too many requests waiting to be scored")
+        self._seq += 1
+        waiter = _Waiter(client, weight, self._seq, self._loop.create_future())
+        self.waiting.append(waiter)
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            if waiter in self.waiting:
+                self.waiting.remove(waiter)
+            elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
+                self.release()  # handed a slot just as it was cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        """End a call: hand its slot to the fairest waiter."""
+        self.free += 1
+        now = time.monotonic()
+        while self.free > 0 and self.waiting:
+            pick = min(self.waiting, key=lambda w: (self._load(w.client, now), w.seq))
+            self.waiting.remove(pick)
+            if pick.future.done():
+                continue
+            self.free -= 1
+            self._charge(pick.client, pick.weight)
+            pick.future.set_result(None)
+
+    def fail_waiting(self, exc: BaseException) -> None:
+        """End every wait with `exc` (callable from any thread)."""
+        def fail() -> None:
+            waiting, self.waiting = self.waiting, []
+            for waiter in waiting:
+                if not waiter.future.done():
+                    waiter.future.set_exception(exc)
+
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(fail)
+
+
+def client_key(scope: Scope, header: bytes = b"") -> str:
+    """Who sent a request: the value of `header` when given and present (behind a proxy), else the peer."""
+    if header:
+        for name, value in scope.get("headers") or ():
+            if name == header:
+                return "h:" + bytes(value).decode("latin-1").split(",")[0].strip()
+    peer = scope.get("client")
+    return str(peer[0]) if peer else ""
 
 
 # ----- the app -----

@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -28,10 +28,13 @@ from quiver.catalog.errors import QuiverError
 from quiver.online.base import TIME_RANGE, OnlineStoreError
 from quiver.serving.edge import (
     COMMON_RESPONSES,
+    Busy,
     ClientCounts,
     ClientLimit,
     EpochMicros,
+    FairSlots,
     IsoTime,
+    client_key,
     create_fastapi,
     iso_time_us,
 )
@@ -113,7 +116,15 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
 
     gate = gate or StoreGate(lambda: service.store.online, views())
     client_counts = ClientCounts()
-    gate.on_probe(lambda probe: store_up.set(1 if probe.up else 0))
+    client_header = limits.client_header.lower().encode()
+    slots = FairSlots(limits.scoring_concurrency, max_waiting=gate.max_waiting)
+
+    def on_probe(probe: Any) -> None:
+        store_up.set(1 if probe.up else 0)
+        if not probe.up:  # a stall was noticed: the calls waiting for a slot fail now, not after it
+            slots.fail_waiting(StoreUnavailable("online store unavailable; retry later", gate.retry_after_s))
+
+    gate.on_probe(on_probe)
     app = create_fastapi("Quiver prediction server",
                          f"Scores of model {service.model_name!r}: champion, canary and shadow arms.")
     header = APIKeyHeader(name="X-API-Key", auto_error=False, description="required when the server has a key")
@@ -124,14 +135,22 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
 
     @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
               responses={400: {"description": "bad entity keys, duplicate request ids"}, **COMMON_RESPONSES})
-    async def predict(body: PredictRequest) -> Response:
+    async def predict(body: PredictRequest, request: Request) -> Response:
         """Scores per row: the champion's, or the canary's for rows routed to it."""
         rows = [{"request_id": r.request_id, "entities": r.entities, "at": r.at_us(), "fields": r.fields}
                 for r in body.rows]
         try:
-            # Redis and torch block: on the gate's workers, so other requests keep being read and answered,
-            # and while the store is down every request is refused at once instead of queueing.
-            predictions = await gate.call(service.predict, rows)
+            # A fair slot first (a heavy client waits behind light ones), then Redis and torch on the gate's
+            # workers: other requests keep being read and answered, and while the store is down every request
+            # is refused at once instead of queueing.
+            gate.refuse_if_down()
+            await slots.acquire(client_key(request.scope, client_header), len(rows))
+            try:
+                predictions = await gate.call(service.predict, rows)
+            finally:
+                slots.release()
+        except Busy as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": str(gate.retry_after_s)}) from None
         except StoreUnavailable as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except OnlineStoreError as exc:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
 import threading
 import time
@@ -117,6 +118,13 @@ class StoreGate:
         self._listeners.append(listener)
 
     # ----- calls -----
+
+    def refuse_if_down(self) -> None:
+        """StoreUnavailable at once while the store is marked down (and a probe soon, so the traffic itself
+        brings the server back): for callers that queue for something else before `call`."""
+        if not self.up:
+            self._probe_soon()
+            raise StoreUnavailable("online store unavailable; retry later", self.retry_after_s)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` on a worker thread; StoreUnavailable at once while the store is down or the
@@ -243,6 +251,8 @@ class ServerLimits:
       /features/online); beyond it 429 + Retry-After at once, so one heavy client cannot hold every worker.
       The client is its peer address, or the value of `client_header` when set (behind a proxy that sets,
       say, X-Forwarded-For and overwrites what clients send).
+    - `scoring_concurrency` (prediction server): scoring calls at once (default: the CPU count, at least 2);
+      the next slot goes to the waiting client served the fewest rows lately (`edge.FairSlots`).
     """
 
     max_header_bytes: int = 16 * 1024
@@ -252,6 +262,7 @@ class ServerLimits:
     backlog: int = 2048
     per_client_concurrency: int = 8
     client_header: str = ""
+    scoring_concurrency: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
 
     def uvicorn_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `uvicorn.run` / `uvicorn.Config` applying these limits."""

@@ -169,7 +169,8 @@ def start(code: Path, root: Path, *args: str) -> tuple[subprocess.Popen[bytes], 
             link = code / "platform" / "quiver" / name
             if not link.exists():
                 link.symlink_to(code / name)
-    boot = _BOOT.format(paths=[str(code), str(code / "platform")])
+    boot = _BOOT.format(paths=[str(code), str(code / "platform")]) if code != ROOT else \
+        "from quiver.cli import main; main()"
     env = {**os.environ, "QUIVER_API_KEY": KEY}
     proc = subprocess.Popen([sys.executable, "-c", boot, *args, "--port", str(port),
                              "--config", str(root / "quiver.yaml")], cwd=root, env=env,

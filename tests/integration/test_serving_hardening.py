@@ -294,6 +294,26 @@ def test_docs_load_without_a_cdn(up: Stack) -> None:
         assert process.client.get("/openapi.json").json()["openapi"].startswith("3.")
 
 
+def browser() -> str:
+    found = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+    if found is None:  # fail, never skip: `make setup` installs it (as root)
+        pytest.fail("no headless Chromium: run `make setup` (apt-get install chromium-headless-shell)", pytrace=False)
+    return found
+
+
+def test_docs_render_in_a_real_browser_offline(up: Stack, tmp_path: Path) -> None:
+    """Swagger UI runs in headless Chromium and lists the operations: its script came from the server (this
+    machine reaches no CDN, so a page that needed one would render nothing)."""
+    import subprocess
+
+    for process, path in ((up.predict, "/predict"), (up.features, "/features/online")):
+        result = subprocess.run([browser(), "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+                                 "--virtual-time-budget=20000", "--dump-dom", f"{process.base}/docs"],
+                                capture_output=True, text=True, timeout=120)
+        dom = result.stdout
+        assert "opblock-summary-path" in dom and f'data-path="{path}"' in dom, (result.stderr[-2000:], dom[-2000:])
+
+
 # ----- a graceful stop -----
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

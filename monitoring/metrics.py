@@ -40,7 +40,13 @@ ALERT_DELIVERY_FAILURES = Counter("quiver_alert_delivery_failures_total", "Alert
                                   ["sink"])
 SERVING_LOG_ROWS = Counter("quiver_serving_log_rows_total", "Serving-log rows written to Parquet")
 SERVING_LOG_DROPPED = Counter("quiver_serving_log_dropped_total",
-                              "Serving-log rows dropped because the buffer was full")
+                              "Serving-log rows dropped, by reason (buffer_full, closed, write_failed, "
+                              "unconvertible)", ["reason"])
+SERVING_LOG_FAILED_WRITES = Counter("quiver_serving_log_failed_writes_total",
+                                    "Serving-log file writes that failed (their rows wait for a retry)")
+SERVING_LOG_QUARANTINED = Counter("quiver_serving_log_quarantined_total",
+                                  "Serving-log rows quarantined, by reason (time_out_of_range, unconvertible, "
+                                  "write_failed)", ["reason"])
 SERVING_LOG_FLUSH_SECONDS = Histogram("quiver_serving_log_flush_seconds", "Time to write one serving-log flush")
 
 

@@ -1,6 +1,7 @@
 """Serving logs: every feature vector and prediction, buffered in memory and written as hourly Parquet.
 
     <root>/serving_logs/date=YYYY-MM-DD/hour=HH/part-<time>-<uuid>.parquet
+    <root>/_quarantine/serving_logs/part-<time>-<uuid>.parquet      rows that could not be placed, with why
 
 Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `call_id` (one id per request to the
 prediction service: its rows on one arm were scored by one model call), `model_version`, `arm`
@@ -11,6 +12,7 @@ ran), so a judge counts only rows served under the step it judges; then one colu
 key named `key.<name>` and one per feature named `feature.<name>` (names as the caller gives them, e.g.
 "user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart. A file holds the
 rows of one flush that fall into its hour; its schema is the union of the keys and features in that flush.
+Quarantine files hold the same columns with `ts` as plain epoch µs (`ts_us`), plus `quarantine_reason`.
 
 Latency: `log()` appends one tuple to a list under a lock (~1 µs); `log_batch()` appends one record of whole
 columns (numpy arrays or lists) for many rows at once, so a request's rows cost no per-row Python. A background
@@ -18,24 +20,40 @@ thread swaps the list out and writes it when `flush_rows` rows are waiting or ev
 numpy columns go to Arrow as they are (no Python objects), and a file's columns and types are the same whichever
 call logged its rows. Each file is written to a hidden temp name in its folder and renamed into place, so
 readers never see half a file.
-Durability: `close()` (also registered with atexit) writes everything still buffered. A crash (SIGKILL, power
-loss) loses what was logged since the last flush — at most one `flush_interval_s` (or `flush_rows` rows).
-A failed write keeps its rows and retries at the next flush. When writes cannot keep up and
-`max_buffer_rows` rows are waiting (a batch that does not fit whole is dropped whole), or after `close()`, new
-rows are dropped and counted (`dropped`, and the `quiver_serving_log_dropped_total` metric) rather than
-slowing or failing a request.
+
+What can go wrong, and what happens (every row is either written, quarantined or dropped, and counted):
+- A row whose time lies outside `quiver.online.base.TIME_RANGE` has no hour to go to: it is quarantined with
+  its reason when logged; the other rows of its batch are written as usual. So is a batch whose values cannot
+  become Arrow columns.
+- A write that fails (disk full, folder not writable) fails only its hour's file: the other hours of the flush
+  are written, never again. The failed file's rows wait (as the Arrow table already built) and are tried
+  again with backoff (`flush_interval_s` doubling up to 60 s) up to `max_write_attempts` times; then they are
+  quarantined, or dropped and counted when the quarantine cannot be written either.
+- The buffer is bounded in bytes (`max_buffer_bytes`, default 64 MiB: an estimate of the rows' memory, waiting
+  retries included). When a new batch does not fit, the **oldest** waiting rows are dropped (failed retries
+  first, then the oldest buffered) until it does: recent traffic is what drift checks and canary judges read.
+  A batch larger than the whole budget is refused. Drops are counted by reason (`buffer_full`, `closed`,
+  `write_failed`, `unconvertible`), never raised into a request.
+- `health()` says "failing" while the last write attempt failed or rows wait for a retry; the prediction
+  server's /health is then "degraded". Metrics (prometheus_client's default registry): rows written, failed
+  writes, rows dropped and quarantined by reason, and rows / bytes buffered.
+Durability: `close()` (also registered with atexit; the prediction server calls it on SIGTERM and SIGINT)
+writes everything still buffered. A crash (SIGKILL, power loss) loses what was logged since the last flush —
+at most one `flush_interval_s` (or `flush_rows` rows).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import weakref
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,69 +63,112 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from quiver.monitoring.serving_log_read import (
+    LOG_DIR,
+    QUARANTINE_DIR,
+    feature_frame,
+    read_quarantine,
+    read_serving_logs,
+)
+from quiver.monitoring.serving_log_tables import (
+    FEATURE_PREFIX,
+    KEY_PREFIX,
+    Batch,
+    Record,
+    RolloutTag,
+    as_batches,
+    batches_to_table,
+    micros,
+    records_to_table,
+    split_by_hour,
+    take_rows,
+)
+from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE
+
 log = logging.getLogger("quiver.serving_log")
 
-LOG_DIR = "serving_logs"
-KEY_PREFIX = "key."
-FEATURE_PREFIX = "feature."
-_US_PER_HOUR = 3_600_000_000
-_BASE = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa.string()), ("call_id", pa.string()),
-                   ("model_version", pa.string()), ("arm", pa.string()), ("latency_ms", pa.float64()),
-                   ("prediction", pa.float64()), ("error", pa.string()), ("rollout_id", pa.int64()),
-                   ("rollout_step", pa.int64()), ("canary_fraction", pa.float64())])
+_MAX_BACKOFF_S = 60.0
+_OUT_OF_RANGE = f"time outside the supported range {TIME_RANGE}"
 
-Record = tuple[int, str, Mapping[str, Any], Mapping[str, Any], str, str, float, float | None, str]
-RolloutTag = tuple[int, int, float]  # (rollout id, step, canary fraction) a row was routed under
+__all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",
+           "ServingLogger", "batches_to_table", "feature_frame", "read_quarantine", "read_serving_logs",
+           "records_to_table"]
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Rows of one `log_batch` call as columns; a str/float field holds one value for every row."""
+@dataclass(slots=True)
+class _Quarantined:
+    """Rows that cannot go to their hour, and why (written to the quarantine folder by the writer thread)."""
 
-    n: int
-    ts_us: int | np.ndarray
-    request_ids: Sequence[str]
-    entity_keys: Mapping[str, Any]
-    features: Mapping[str, Any]
-    model_version: str | np.ndarray
-    arm: str | np.ndarray
-    latency_ms: float | np.ndarray
-    predictions: np.ndarray | None
-    error: str | np.ndarray
-    rollout: RolloutTag | None = None
-    call_id: str = ""
+    batch: Batch
+    reason: str
+
+
+@dataclass(slots=True)
+class _Part:
+    """One hour's rows of a flush whose write failed: kept as the table built, tried again later."""
+
+    hour: int
+    table: pa.Table
+    rows: int
+    attempts: int
+    next_try: float  # time.monotonic()
+    error: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes)
+
+
+Item = Record | Batch | _Quarantined
+_LIVE: weakref.WeakSet[ServingLogger] = weakref.WeakSet()
 
 
 class ServingLogger:
     """Buffered, asynchronous writer of serving logs (see the module docstring)."""
 
     def __init__(self, root: str | Path, *, flush_rows: int = 10_000, flush_interval_s: float = 5.0,
-                 max_buffer_rows: int = 1_000_000, compression: str = "zstd"):
-        if flush_rows < 1 or flush_interval_s <= 0:
-            raise ValueError("flush_rows must be >= 1 and flush_interval_s > 0")
-        self.directory = Path(root) / LOG_DIR
+                 max_buffer_bytes: int = 64 << 20, max_write_attempts: int = 8, compression: str = "zstd",
+                 max_buffer_rows: int | None = None):
+        if flush_rows < 1 or flush_interval_s <= 0 or max_buffer_bytes < 1 or max_write_attempts < 1:
+            raise ValueError("flush_rows, max_buffer_bytes and max_write_attempts must be >= 1 and "
+                             "flush_interval_s > 0")
+        self.root = Path(root)
+        self.directory = self.root / LOG_DIR
+        self.quarantine_directory = self.root / QUARANTINE_DIR
         self.flush_rows, self.flush_interval_s = flush_rows, flush_interval_s
-        self.max_buffer_rows, self.compression = max_buffer_rows, compression
+        self.max_buffer_bytes, self.max_buffer_rows = max_buffer_bytes, max_buffer_rows
+        self.max_write_attempts, self.compression = max_write_attempts, compression
         self.written = 0
-        self.dropped = 0
         self.files_written = 0
-        self._buffer: list[Record | Batch] = []
-        self._rows = 0  # rows in _buffer (a Batch holds many)
+        self.failed_writes = 0
+        self.dropped_by: Counter[str] = Counter()
+        self.quarantined_by: Counter[str] = Counter()
+        self._buffer: deque[tuple[Item, int, int]] = deque()  # (item, rows, estimated bytes)
+        self._rows = self._bytes = 0  # in _buffer
+        self._retry: deque[_Part] = deque()  # failed writes waiting, oldest first
+        self._in_flight_rows = self._in_flight_bytes = 0  # taken by the writer, not written yet
+        self._last_write_failed = False
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # one writer at a time: the thread, flush() or close()
         self._wake = threading.Event()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="quiver-serving-log", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
         atexit.register(self.close)
+
+    # ----- logging (the request path) -----
 
     def log(self, request_id: str, entity_keys: Mapping[str, Any], features: Mapping[str, Any],
             model_version: str = "", arm: str = "champion", latency_ms: float = 0.0,
             prediction: float | None = None, ts: datetime | None = None, error: str = "") -> None:
         """Buffer one served request; returns immediately. The mappings must not be mutated afterwards."""
-        ts_us = time.time_ns() // 1000 if ts is None else _micros(ts)
+        ts_us = time.time_ns() // 1000 if ts is None else micros(ts)
         record = (ts_us, request_id, entity_keys, features, model_version, arm, latency_ms, prediction, error)
-        self._append(record, 1)
+        if MIN_TIME_US <= ts_us < MAX_TIME_US:
+            self._append(record, 1, 200 + 100 * (len(entity_keys) + len(features)))
+        else:
+            self._append(_Quarantined(as_batches([record])[0], _OUT_OF_RANGE), 1, 200)
 
     def log_batch(self, request_ids: Sequence[str], entity_keys: Mapping[str, Any], features: Mapping[str, Any],
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
@@ -119,8 +180,10 @@ class ServingLogger:
         `model_version`, `arm`, `latency_ms` and `error` are one value for all rows or one per row; `ts_us` is
         epoch microseconds UTC (default: now); `prediction` is null where `error` is non-empty (and everywhere
         when `predictions` is None); `rollout` tags every row with the rollout, step and canary fraction it was
-        routed under; `call_id` names the request all these rows came in (one model call per arm). The files written are the same as from `log()` of the same rows. Nothing
-        passed may be mutated afterwards (the arrays are written by the background thread)."""
+        routed under; `call_id` names the request all these rows came in (one model call per arm). The files
+        written are the same as from `log()` of the same rows. Rows whose time lies outside TIME_RANGE are
+        quarantined. Nothing passed may be mutated afterwards (the arrays are written
+        by the background thread)."""
         n = len(request_ids)
         for what, columns in (("entity_keys", entity_keys), ("features", features)):
             for name, values in columns.items():
@@ -135,56 +198,246 @@ class ServingLogger:
             return
         stamp = time.time_ns() // 1000 if ts_us is None else \
             ts_us.astype(np.int64, copy=False) if isinstance(ts_us, np.ndarray) else int(ts_us)
-        self._append(Batch(n, stamp, request_ids, dict(entity_keys), dict(features), model_version, arm,
-                           latency_ms, predictions, error, rollout, call_id), n)
+        batch = Batch(n, stamp, request_ids, dict(entity_keys), dict(features), model_version, arm,
+                      latency_ms, predictions, error, rollout, call_id)
+        if isinstance(stamp, int):
+            bad = None if MIN_TIME_US <= stamp < MAX_TIME_US else np.ones(n, dtype=bool)
+        else:
+            outside = (stamp < MIN_TIME_US) | (stamp >= MAX_TIME_US)
+            bad = outside if outside.any() else None
+        if bad is None:
+            self._append(batch, n, _estimate_bytes(batch))
+            return
+        good = np.flatnonzero(~bad)
+        if len(good):
+            kept = take_rows(batch, good)
+            self._append(kept, len(good), _estimate_bytes(kept))
+        poisoned = take_rows(batch, np.flatnonzero(bad))
+        self._append(_Quarantined(poisoned, _OUT_OF_RANGE), poisoned.n, _estimate_bytes(poisoned))
 
-    def _append(self, item: Record | Batch, rows: int) -> None:
+    def _append(self, item: Item, rows: int, size: int) -> None:
+        dropped: list[tuple[str, int]] = []
         with self._lock:
-            if self._closed or self._rows + rows > self.max_buffer_rows:
-                self.dropped += rows
-                full = True
+            if self._closed:
+                dropped.append(("closed", rows))
+            elif size > self.max_buffer_bytes or (self.max_buffer_rows is not None and rows > self.max_buffer_rows):
+                dropped.append(("buffer_full", rows))  # larger than the whole budget: refused
             else:
-                self._buffer.append(item)
+                dropped += self._make_room(rows, size)
+                self._buffer.append((item, rows, size))
                 self._rows += rows
-                full = False
+                self._bytes += size
                 if self._rows >= self.flush_rows:
                     self._wake.set()
-        if full:
-            from quiver.monitoring import metrics
+        for reason, count in dropped:
+            self._count_dropped(reason, count)
 
-            metrics.SERVING_LOG_DROPPED.inc(rows)
+    def _make_room(self, rows: int, size: int) -> list[tuple[str, int]]:
+        """Drop the oldest waiting rows until `rows`/`size` more fit (holding _lock)."""
+        dropped = []
+
+        def over() -> bool:
+            total = self._bytes + self._in_flight_bytes + sum(p.nbytes for p in self._retry)
+            too_many = self.max_buffer_rows is not None and self._rows + self._in_flight_rows + rows > \
+                self.max_buffer_rows
+            return total + size > self.max_buffer_bytes or too_many
+
+        while self._retry and over():
+            part = self._retry.popleft()
+            dropped.append(("buffer_full", part.rows))
+        while self._buffer and over():
+            _, old_rows, old_size = self._buffer.popleft()
+            self._rows -= old_rows
+            self._bytes -= old_size
+            dropped.append(("buffer_full", old_rows))
+        return dropped
+
+    def _count_dropped(self, reason: str, rows: int) -> None:
+        from quiver.monitoring import metrics
+
+        with self._lock:
+            self.dropped_by[reason] += rows
+        metrics.SERVING_LOG_DROPPED.labels(reason=reason).inc(rows)
+        if reason != "closed":
+            log.warning("serving log dropped %d rows (%s)", rows, reason)
+
+    # ----- state -----
+
+    @property
+    def dropped(self) -> int:
+        """Rows dropped since start, every reason."""
+        return sum(self.dropped_by.values())
+
+    @property
+    def quarantined(self) -> int:
+        """Rows quarantined since start, every reason."""
+        return sum(self.quarantined_by.values())
 
     @property
     def buffered(self) -> int:
-        """Rows waiting to be written."""
+        """Rows waiting to be written (buffered, being written, or waiting for a retry)."""
         with self._lock:
-            return self._rows
+            return self._rows + self._in_flight_rows + sum(p.rows for p in self._retry)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Estimated memory of the rows waiting (see `max_buffer_bytes`)."""
+        with self._lock:
+            return self._bytes + self._in_flight_bytes + sum(p.nbytes for p in self._retry)
+
+    @property
+    def writable(self) -> bool:
+        """False while the last write attempt failed or rows wait for a retry."""
+        with self._lock:
+            return not (self._last_write_failed or self._retry)
+
+    def health(self) -> dict[str, Any]:
+        """A summary for /health (no paths, no error texts: those go to the log)."""
+        status = "closed" if self._closed else "ok" if self.writable else "failing"
+        return {"status": status, "buffered_rows": self.buffered, "buffered_bytes": self.buffered_bytes,
+                "written_rows": self.written, "failed_writes": self.failed_writes, "dropped_rows": self.dropped,
+                "quarantined_rows": self.quarantined}
+
+    # ----- writing (the background thread, flush(), close()) -----
 
     def flush(self) -> int:
-        """Write everything buffered now (in the caller's thread); returns the rows written."""
-        with self._write_lock:
-            with self._lock:
-                items, self._buffer, rows, self._rows = self._buffer, [], self._rows, 0
-            if not items:
-                return 0
-            try:
-                self._write(items, rows)
-            except Exception:
-                with self._lock:  # keep the rows: the next flush tries again
-                    self._buffer[:0] = items
-                    self._rows += rows
-                raise
-            return rows
+        """Write everything buffered now, and retry every failed write, in the caller's thread; returns the
+        rows written. Never raises for a failed write: its rows wait for the next attempt (see the module
+        docstring), and `writable` turns False."""
+        return self._flush(retry_all=True)
 
-    def close(self) -> None:
-        """Stop the background thread and write what is left. Idempotent."""
+    def _flush(self, retry_all: bool, final: bool = False) -> int:
+        with self._write_lock:
+            now = time.monotonic()
+            with self._lock:
+                items = [item for item, _, _ in self._buffer]
+                self._in_flight_rows, self._in_flight_bytes = self._rows, self._bytes
+                self._buffer.clear()
+                self._rows = self._bytes = 0
+                due = [p for p in self._retry if retry_all or p.next_try <= now]
+                self._retry = deque(p for p in self._retry if not (retry_all or p.next_try <= now))
+            try:
+                parts, quarantine = self._parts(items)
+                written = 0
+                for part in due:
+                    written += self._write_part(part, final)
+                for hour, table, rows in parts:
+                    written += self._write_part(_Part(hour, table, rows, 0, now, ""), final)
+                for batches, reason in quarantine:
+                    self._quarantine(batches, reason)
+            finally:
+                with self._lock:
+                    self._in_flight_rows = self._in_flight_bytes = 0
+            return written
+
+    def _parts(self, items: list[Item]) -> tuple[list[tuple[int, pa.Table, int]], list[tuple[list[Batch], str]]]:
+        """Per-hour tables of the buffered rows, and the batches to quarantine (with why)."""
+        quarantine: list[tuple[list[Batch], str]] = []
+        by_hour: dict[int, list[Batch]] = defaultdict(list)
+        rows_now = [i for i in items if not isinstance(i, _Quarantined)]
+        for item in items:
+            if isinstance(item, _Quarantined):
+                quarantine.append(([item.batch], item.reason))
+        for batch in as_batches(rows_now):  # type: ignore[arg-type]
+            for hour, piece in split_by_hour(batch):
+                by_hour[hour].append(piece)
+        parts = []
+        for hour, pieces in sorted(by_hour.items()):
+            try:
+                parts.append((hour, batches_to_table(pieces), sum(p.n for p in pieces)))
+            except Exception:  # one unconvertible batch must not cost the others: build them one by one
+                good = []
+                for piece in pieces:
+                    try:
+                        batches_to_table([piece])
+                        good.append(piece)
+                    except Exception as exc:
+                        quarantine.append(([piece], f"values cannot become Arrow columns: {type(exc).__name__}: "
+                                                    f"{str(exc)[:200]}"))
+                if good:
+                    parts.append((hour, batches_to_table(good), sum(p.n for p in good)))
+        return parts, quarantine
+
+    def _write_part(self, part: _Part, final: bool) -> int:
+        from quiver.monitoring import metrics
+
+        started = time.perf_counter()
+        moment = datetime.fromtimestamp(part.hour * 3600, UTC)
+        folder = self.directory / f"date={moment:%Y-%m-%d}" / f"hour={moment:%H}"
+        try:
+            _write_atomically(part.table, folder, self.compression)
+        except Exception as exc:
+            part.attempts += 1
+            part.error = f"{type(exc).__name__}: {exc}"
+            self.failed_writes += 1
+            metrics.SERVING_LOG_FAILED_WRITES.inc()
+            with self._lock:
+                self._last_write_failed = True
+            if part.attempts >= self.max_write_attempts or final:
+                log.error("serving log: %d rows of %s could not be written (%d attempts, last: %s); "
+                          "quarantining them", part.rows, folder.relative_to(self.root), part.attempts, part.error)
+                self._quarantine_table(part.table, part.rows, f"write failed {part.attempts} times: "
+                                                              f"{type(exc).__name__}", "write_failed")
+            else:
+                delay = min(self.flush_interval_s * 2 ** (part.attempts - 1), _MAX_BACKOFF_S)
+                part.next_try = time.monotonic() + delay
+                log.warning("serving log: writing %d rows failed (attempt %d of %d, next in %.0f s): %s",
+                            part.rows, part.attempts, self.max_write_attempts, delay, part.error)
+                with self._lock:
+                    self._retry.append(part)
+                    self._retry = deque(sorted(self._retry, key=lambda p: p.hour))
+            return 0
+        with self._lock:
+            self._last_write_failed = False
+        self.files_written += 1
+        self.written += part.rows
+        metrics.SERVING_LOG_ROWS.inc(part.rows)
+        metrics.SERVING_LOG_FLUSH_SECONDS.observe(time.perf_counter() - started)
+        return part.rows
+
+    def _quarantine(self, batches: list[Batch], reason: str) -> None:
+        rows = sum(b.n for b in batches)
+        try:
+            table = batches_to_table(batches)
+        except Exception as exc:
+            log.error("serving log: %d rows cannot be converted even for the quarantine (%s): dropped", rows, exc)
+            self._count_dropped("unconvertible", rows)
+            return
+        self._quarantine_table(table, rows, reason, "time_out_of_range" if reason == _OUT_OF_RANGE
+                               else "unconvertible")
+
+    def _quarantine_table(self, table: pa.Table, rows: int, reason: str, kind: str) -> None:
+        from quiver.monitoring import metrics
+
+        ts = table.column("ts").cast(pa.int64())
+        table = table.drop_columns(["ts"]).add_column(0, "ts_us", ts)
+        table = table.append_column("quarantine_reason", pa.array([reason] * rows, pa.string()))
+        try:
+            _write_atomically(table, self.quarantine_directory, self.compression)
+        except Exception as exc:
+            log.error("serving log: the quarantine cannot be written either (%s: %s): %d rows dropped",
+                      type(exc).__name__, exc, rows)
+            self._count_dropped(kind if kind != "time_out_of_range" else "unconvertible", rows)
+            return
+        with self._lock:
+            self.quarantined_by[kind] += rows
+        metrics.SERVING_LOG_QUARANTINED.labels(reason=kind).inc(rows)
+        log.warning("serving log: %d rows quarantined (%s)", rows, reason)
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop the background thread and write what is left (one attempt each; what fails is quarantined or
+        dropped and counted). Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._wake.set()
-        self._thread.join()
-        self.flush()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():  # a write hangs (a frozen file system): do not hang the process too
+            log.error("serving log: the writer did not stop within %.0f s; %d rows not written", timeout_s,
+                      self.buffered)
+        else:
+            self._flush(retry_all=True, final=True)
         atexit.unregister(self.close)
 
     def __enter__(self) -> ServingLogger:
@@ -202,247 +455,65 @@ class ServingLogger:
             if closing:
                 return  # close() does the final flush in its own thread
             try:
-                self.flush()
-            except Exception:
-                log.exception("serving-log flush failed; rows kept for the next flush")
-
-    def _write(self, items: list[Record | Batch], rows: int) -> None:
-        from quiver.monitoring import metrics
-
-        started = time.perf_counter()
-        by_hour: dict[int, list[Batch]] = defaultdict(list)
-        for batch in _batches(items):
-            for hour, part in _split_by_hour(batch):
-                by_hour[hour].append(part)
-        for hour, parts in sorted(by_hour.items()):
-            table = batches_to_table(parts)
-            moment = datetime.fromtimestamp(hour * 3600, UTC)
-            folder = self.directory / f"date={moment:%Y-%m-%d}" / f"hour={moment:%H}"
-            folder.mkdir(parents=True, exist_ok=True)
-            name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
-            tmp = folder / f".{name}.tmp"
-            try:
-                pq.write_table(table, tmp, compression=self.compression)
-                os.replace(tmp, folder / name)
-            finally:
-                tmp.unlink(missing_ok=True)
-            self.files_written += 1
-        self.written += rows
-        metrics.SERVING_LOG_ROWS.inc(rows)
-        metrics.SERVING_LOG_FLUSH_SECONDS.observe(time.perf_counter() - started)
+                self._flush(retry_all=False)
+            except Exception:  # never let the writer thread die: log and go on
+                log.exception("serving-log flush failed")
 
 
-def _micros(ts: datetime) -> int:
-    if ts.tzinfo is None:
-        raise ValueError("serving-log timestamps must be timezone-aware (UTC)")
-    delta = ts - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+def _write_atomically(table: pa.Table, folder: Path, compression: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = folder / f".{name}.tmp"
+    try:
+        pq.write_table(table, tmp, compression=compression)
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def records_to_table(records: list[Record]) -> pa.Table:
-    """Buffered `log()` records as one Arrow table (columns as in the module docstring)."""
-    return batches_to_table([_records_batch(records)])
-
-
-def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
-    """Batches as one Arrow table, rows in order: the same columns and types as `log()` of the same rows."""
-    keys: dict[str, None] = {}
-    features: dict[str, None] = {}
-    for batch in batches:
-        keys.update(dict.fromkeys(batch.entity_keys))
-        features.update(dict.fromkeys(batch.features))
-    # The fixed columns are small next to the features: plain Python lists, exactly as `log()` builds them.
-    columns: dict[str, pa.Array] = {
-        "ts": pa.array(_flat(batches, "ts_us"), pa.int64()).cast(_BASE.field("ts").type),
-        "request_id": pa.array([r for b in batches for r in b.request_ids], pa.string()),
-        "call_id": pa.array(_flat(batches, "call_id"), pa.string()),
-        "model_version": pa.array(_flat(batches, "model_version"), pa.string()),
-        "arm": pa.array(_flat(batches, "arm"), pa.string()),
-        "latency_ms": pa.array(_flat(batches, "latency_ms"), pa.float64()),
-        "prediction": pa.array([p for b in batches for p in _predictions(b)], pa.float64()),
-        "error": pa.array(_flat(batches, "error"), pa.string()),
-        **_rollout_columns(batches),
-    }
-    for name in keys:
-        columns[KEY_PREFIX + name] = _merge([(b.entity_keys.get(name), b.n) for b in batches])
-    for name in features:
-        columns[FEATURE_PREFIX + name] = _merge([(b.features.get(name), b.n) for b in batches])
-    return pa.table(columns)
-
-
-def _rollout_columns(batches: Sequence[Batch]) -> dict[str, pa.Array]:
-    names = ("rollout_id", "rollout_step", "canary_fraction")
-    values: list[list[Any]] = [[], [], []]
-    for batch in batches:
-        tag = batch.rollout or (None, None, None)
-        for column, value in zip(values, tag, strict=True):
-            column.extend([value] * batch.n)
-    return {name: pa.array(column, _BASE.field(name).type) for name, column in zip(names, values, strict=True)}
-
-
-def _records_batch(records: list[Record]) -> Batch:
-    keys: dict[str, None] = {}
-    features: dict[str, None] = {}
-    for record in records:
-        keys.update(dict.fromkeys(record[2]))
-        features.update(dict.fromkeys(record[3]))
-    return Batch(len(records), np.array([r[0] for r in records], np.int64), [r[1] for r in records],
-                 {k: [r[2].get(k) for r in records] for k in keys},
-                 {f: [r[3].get(f) for r in records] for f in features},
-                 np.array([r[4] for r in records], object), np.array([r[5] for r in records], object),
-                 np.array([r[6] for r in records], object), np.array([r[7] for r in records], object),
-                 np.array([r[8] for r in records], object))
-
-
-def _batches(items: list[Record | Batch]) -> list[Batch]:
-    """Buffered items in order as batches: each run of `log()` records becomes one."""
-    out: list[Batch] = []
-    run: list[Record] = []
-    for item in items:
-        if isinstance(item, Batch):
-            if run:
-                out.append(_records_batch(run))
-                run = []
-            out.append(item)
-        else:
-            run.append(item)
-    if run:
-        out.append(_records_batch(run))
-    return out
-
-
-def _split_by_hour(batch: Batch) -> list[tuple[int, Batch]]:
-    if not isinstance(batch.ts_us, np.ndarray):
-        return [(batch.ts_us // _US_PER_HOUR, batch)]
-    hours = batch.ts_us // _US_PER_HOUR
-    if (hours == hours[0]).all():
-        return [(int(hours[0]), batch)]
-    return [(int(hour), _take(batch, np.flatnonzero(hours == hour))) for hour in np.unique(hours)]
-
-
-def _take(batch: Batch, index: np.ndarray) -> Batch:
-    def take(values: Any) -> Any:
-        if isinstance(values, np.ndarray):
-            return values[index]
-        if isinstance(values, str | int | float) or values is None:
-            return values
-        return [values[i] for i in index.tolist()]
-
-    return Batch(len(index), take(batch.ts_us), take(batch.request_ids),
-                 {k: take(v) for k, v in batch.entity_keys.items()}, {k: take(v) for k, v in batch.features.items()},
-                 take(batch.model_version), take(batch.arm), take(batch.latency_ms), take(batch.predictions),
-                 take(batch.error), batch.rollout, batch.call_id)
-
-
-def _flat(batches: Sequence[Batch], name: str) -> list[Any]:
-    """Field `name` with one value per row, whether a batch holds one value for all its rows or an array."""
-    out: list[Any] = []
-    for batch in batches:
-        value = getattr(batch, name)
-        out.extend(value.tolist() if isinstance(value, np.ndarray) else [value] * batch.n)
-    return out
-
-
-def _predictions(batch: Batch) -> list[float | None]:
-    if batch.predictions is None:
-        return [None] * batch.n
-    values: list[float | None] = batch.predictions.tolist()
-    if batch.predictions.dtype == object:  # from log(): the caller's values, nulls included
-        return values
-    if isinstance(batch.error, str):
-        return [None] * batch.n if batch.error else values
-    return [None if e else v for v, e in zip(values, batch.error.tolist(), strict=True)]
-
-
-_NUMPY_KINDS = frozenset("fibU")  # dtypes Arrow takes straight from numpy with the types `log()` infers
-
-
-def _array(values: Any) -> pa.Array:
-    """One column piece as Arrow, typed as `log()` would type the same Python values."""
+def _size(values: Any, n: int) -> int:
+    """Rough memory of one column (or one value for all rows) of a batch."""
+    if values is None or isinstance(values, bool | int | float):
+        return 8
+    if isinstance(values, str | bytes):
+        return len(values)
     if isinstance(values, np.ndarray):
-        kind = values.dtype.kind
-        if kind == "f":
-            return pa.array(values.astype(np.float64, copy=False))
-        if kind == "i" or (kind == "u" and values.dtype.itemsize <= 4):
-            return pa.array(values.astype(np.int64, copy=False))
-        if kind == "b":
-            return pa.array(values, pa.bool_())
-        if kind == "U":
-            return pa.array(values, pa.string())
-    return _values(_python(values))
+        if values.dtype != object:
+            return int(values.nbytes)
+        first = values[0] if n else None
+        return n * (16 + (len(first) + 49 if isinstance(first, str) else 24))
+    first = values[0] if n else None
+    return n * (8 + (len(first) + 49 if isinstance(first, str) else 24))
 
 
-def _python(values: Any) -> list[Any]:
-    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+def _estimate_bytes(batch: Batch) -> int:
+    columns: Iterable[Any] = (batch.ts_us, batch.request_ids, batch.model_version, batch.arm, batch.latency_ms,
+                              batch.predictions, batch.error, *batch.entity_keys.values(), *batch.features.values())
+    return 256 + sum(_size(c, batch.n) for c in columns)
 
 
-def _merge(pieces: list[tuple[Any, int]]) -> pa.Array:
-    """One key/feature column from its piece in each batch (None: the batch lacks it, so nulls)."""
-    present = [v for v, _ in pieces if v is not None]
-    numpy = [v for v in present if isinstance(v, np.ndarray) and v.dtype.kind in _NUMPY_KINDS]
-    if not numpy:  # Python values only: one inference over the whole column, as `log()` does
-        return _values([x for v, n in pieces for x in (_python(v) if v is not None else [None] * n)])
-    kinds = {v.dtype.kind for v in numpy}
-    if len(numpy) == len(pieces) and len(kinds) == 1:
-        return _array(np.concatenate(numpy) if len(numpy) > 1 else numpy[0])
-    arrays = [None if v is None else _array(v) for v, _ in pieces]
-    types = {a.type for a in arrays if a is not None and a.type != pa.null()}
-    if len(types) > 1:  # e.g. ints in one batch, floats or text in another: let one inference decide
-        return _values([x for v, n in pieces for x in (_python(v) if v is not None else [None] * n)])
-    target = types.pop() if types else pa.null()
-    return pa.concat_arrays([a if a is not None and a.type == target else pa.nulls(n, target)
-                             for a, (_, n) in zip(arrays, pieces, strict=True)])
+class _BufferCollector:
+    """Gauges over every live ServingLogger in the process, computed at scrape time."""
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        loggers = list(_LIVE)
+        yield GaugeMetricFamily("quiver_serving_log_buffered_rows", "Serving-log rows waiting to be written",
+                                value=sum(x.buffered for x in loggers))
+        yield GaugeMetricFamily("quiver_serving_log_buffered_bytes",
+                                "Estimated memory of the serving-log rows waiting", value=sum(x.buffered_bytes
+                                                                                             for x in loggers))
+        yield GaugeMetricFamily("quiver_serving_log_writable",
+                                "0 while a serving log's last write failed or rows wait for a retry",
+                                value=0 if any(not x.writable for x in loggers if not x._closed) else 1)
 
 
-def _values(values: list[Any]) -> pa.Array:
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        # Mixed types in one flush (e.g. a number and a string): keep every value, as text.
-        return pa.array([None if v is None else str(v) for v in values], pa.string())
+def _register_collector() -> None:
+    from prometheus_client import REGISTRY
+
+    with contextlib.suppress(ValueError):  # already registered (a reload of this module)
+        REGISTRY.register(_BufferCollector())  # type: ignore[arg-type]
 
 
-def read_serving_logs(root: str | Path, start: datetime | None = None, end: datetime | None = None,
-                      arm: str | None = None) -> pa.Table:
-    """Serving-log rows with start <= ts < end (optionally one arm), oldest first, schemas unified."""
-    directory = Path(root) / LOG_DIR
-    files = sorted(p for p in directory.glob("date=*/hour=*/part-*.parquet") if _hour_overlaps(p, start, end))
-    if not files:
-        return _BASE.empty_table()
-    tables = [pq.read_table(p) for p in files]
-    table = pa.concat_tables(tables, promote_options="permissive")
-    import pyarrow.compute as pc
-
-    mask = None
-    if start is not None:
-        mask = pc.greater_equal(table["ts"], pa.scalar(start, _BASE.field("ts").type))
-    if end is not None:
-        upper = pc.less(table["ts"], pa.scalar(end, _BASE.field("ts").type))
-        mask = upper if mask is None else pc.and_(mask, upper)
-    if arm is not None:
-        same = pc.equal(table["arm"], arm)
-        mask = same if mask is None else pc.and_(mask, same)
-    if mask is not None:
-        table = table.filter(mask)
-    for field in _BASE:  # files from older servers lack the newer columns: they read as nulls
-        if field.name not in table.column_names:
-            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
-    return table.sort_by([("ts", "ascending")])
-
-
-def _hour_overlaps(path: Path, start: datetime | None, end: datetime | None) -> bool:
-    try:
-        hour_start = datetime.strptime(f"{path.parent.parent.name[5:]} {path.parent.name[5:]}",
-                                       "%Y-%m-%d %H").replace(tzinfo=UTC)
-    except ValueError:
-        return False
-    hour_end = hour_start.timestamp() + 3600
-    if start is not None and hour_end <= start.timestamp():
-        return False
-    return not (end is not None and hour_start >= end)
-
-
-def feature_frame(table: pa.Table) -> pa.Table:
-    """Only the feature columns, with the `feature.` prefix removed (ready for drift checks)."""
-    names = [n for n in table.column_names if n.startswith(FEATURE_PREFIX)]
-    return table.select(names).rename_columns([n[len(FEATURE_PREFIX):] for n in names])
+_register_collector()

@@ -79,6 +79,17 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v in
   fi
 fi
 
+# Tests render the servers' /docs in a real (headless) browser, offline; a missing one fails them, never skips.
+if ! command -v chromium-headless-shell >/dev/null && ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    say "installing chromium-headless-shell (tests render /docs in a real browser)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium-headless-shell >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium-headless-shell >/dev/null; }
+  else
+    die "a headless Chromium is missing (tests render /docs in it): sudo apt-get install chromium-headless-shell"
+  fi
+fi
+
 # --- virtualenvs --------------------------------------------------------------------------------------
 stamp_hash() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
 

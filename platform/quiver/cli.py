@@ -75,7 +75,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def user_errors(func: F) -> F:
-    """Turn QuiverError into red lines on stderr and exit code 2."""
+    """Turn QuiverError (and registry database errors) into red lines on stderr and exit code 2."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -87,6 +87,14 @@ def user_errors(func: F) -> F:
             raise typer.Exit(2) from None
         except QuiverError as exc:
             _error(str(exc))
+            raise typer.Exit(2) from None
+        except Exception as exc:  # a registry database refusing (read-only, locked, gone): one line, no traceback
+            from quiver.registry.errors import describe_database_error
+
+            message = describe_database_error(exc)
+            if message is None:
+                raise
+            _error(message)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

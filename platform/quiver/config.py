@@ -60,9 +60,10 @@ class Config:
     def registry(self) -> str:
         """The registry URL with a relative SQLite path made absolute against the project root."""
         scheme, sep, rest = self.registry_url.partition(":///")
-        # sqlite:///rel.db and sqlite+pysqlite:///rel.db are relative; sqlite:////abs.db is absolute.
+        # sqlite:///rel.db and sqlite+pysqlite:///rel.db are relative; sqlite:////abs.db is absolute, and so is
+        # an SQLite URI filename (sqlite:///file:/abs.db?mode=ro&uri=true), passed on as it is.
         sqlite = sep and (scheme == "sqlite" or scheme.startswith("sqlite+"))
-        if sqlite and rest and not rest.startswith(("/", ":memory:", "?")):
+        if sqlite and rest and not rest.startswith(("/", ":memory:", "?", "file:")):
             return f"{scheme}:///{self._path(rest)}"
         return self.registry_url
 

@@ -31,7 +31,7 @@ def register(models: ModelRegistry, name: str = "fraud", status: str = "register
 
 
 def test_versions_are_numbered_per_name_and_read_back_whole(registry_url: str) -> None:
-    models = ModelRegistry(Registry(registry_url, project="m"))
+    models = ModelRegistry(Registry(registry_url, project="m"), verify_artifacts=False)
     first, second, other = register(models), register(models, auc=0.85), register(models, "churn")
     assert (first.version, second.version, other.version) == (1, 2, 1)
     got = models.get("fraud", 2)
@@ -42,12 +42,12 @@ def test_versions_are_numbered_per_name_and_read_back_whole(registry_url: str) -
     assert models.resolve("fraud", "v1") == first
     with pytest.raises(QuiverError, match=r"no version 9 \(its versions: 1, 2\)"):
         models.get("fraud", 9)
-    other_project = ModelRegistry(Registry(registry_url, project="elsewhere"))
+    other_project = ModelRegistry(Registry(registry_url, project="elsewhere"), verify_artifacts=False)
     assert other_project.versions() == []
 
 
 def test_alias_compare_and_set_history_and_rollback(registry_url: str) -> None:
-    models = ModelRegistry(Registry(registry_url, project="m"))
+    models = ModelRegistry(Registry(registry_url, project="m"), verify_artifacts=False)
     for _ in range(3):
         register(models)
     first = models.set_alias("fraud", "champion", 1, expected=None, reason="first model", by="alice")
@@ -81,7 +81,7 @@ def test_alias_compare_and_set_history_and_rollback(registry_url: str) -> None:
 
 
 def test_a_rejected_or_archived_version_never_gets_an_alias(registry_url: str) -> None:
-    models = ModelRegistry(Registry(registry_url, project="m"))
+    models = ModelRegistry(Registry(registry_url, project="m"), verify_artifacts=False)
     register(models)
     rejected = register(models, status="rejected", auc=0.6)
     with pytest.raises(QuiverError, match=r"fraud:2 is rejected .* can never get an alias"):
@@ -120,7 +120,7 @@ def test_the_registry_derives_the_status_and_a_rejected_artifact_needs_a_recorde
 
 
 def test_history_rows_are_only_ever_inserted(registry_url: str) -> None:
-    models = ModelRegistry(Registry(registry_url, project="m"))
+    models = ModelRegistry(Registry(registry_url, project="m"), verify_artifacts=False)
     register(models), register(models)
     models.set_alias("fraud", "champion", 1, expected=None, reason="a")
     before = _history_rows(registry_url)
@@ -144,7 +144,7 @@ def _history_rows(url: str) -> list[tuple[Any, ...]]:
 
 def _promote_worker(url: str, worker: int, moves: int, versions: int, barrier: Any, out: Any) -> None:
     try:
-        models = ModelRegistry(Registry(url, project="conc"))
+        models = ModelRegistry(Registry(url, project="conc"), verify_artifacts=False)
         barrier.wait(timeout=120)
         done = conflicts = 0
         while done < moves:
@@ -167,7 +167,7 @@ def _promote_worker(url: str, worker: int, moves: int, versions: int, barrier: A
 
 def test_concurrent_alias_moves_never_lose_or_interleave_a_history_entry(registry_url: str) -> None:
     workers, moves, versions = 4, 6, 4
-    models = ModelRegistry(Registry(registry_url, project="conc"))
+    models = ModelRegistry(Registry(registry_url, project="conc"), verify_artifacts=False)
     for _ in range(versions):
         register(models)
     ctx = mp.get_context("spawn")

@@ -125,9 +125,10 @@ def test_failed_write_keeps_rows_for_the_next_flush(tmp_path: Path, monkeypatch:
     logger = ServingLogger(tmp_path, flush_interval_s=3_600)
     for r in rows(50):
         logger.log(**r)
-    with pytest.raises(OSError):
-        logger.flush()
-    assert logger.buffered == 50
+    assert logger.flush() == 0  # a failed write is counted and kept, never raised into the caller
+    assert logger.buffered == 50 and logger.failed_writes == 1 and not logger.writable
+    assert logger.health()["status"] == "failing"
+    assert logger.flush() == 50 and logger.writable
     logger.close()
     assert read_serving_logs(tmp_path).num_rows == 50
 

@@ -220,17 +220,36 @@ def _one_status(value: bytes | None, at: int, presence: EntityPresence) -> int:
 _NO_TIME = np.iinfo(np.int64).max.to_bytes(8, "little", signed=True)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# The times the online path accepts (request times, serving-log rows): 1900-01-01T00:00:00Z up to, not
+# including, 2200-01-01T00:00:00Z. Wide enough for replays of old data and far-future tests, far inside what
+# datetimes and partition names hold (years 1..9999) and what int64 arithmetic on times ± windows holds.
+MIN_TIME_US = -2_208_988_800_000_000  # 1900-01-01T00:00:00Z
+MAX_TIME_US = 7_258_118_400_000_000  # 2200-01-01T00:00:00Z, excluded
+TIME_RANGE = "1900-01-01T00:00:00Z <= t < 2200-01-01T00:00:00Z"
 
-def timestamp_us(value: Any) -> int:
-    """Epoch microseconds of a datetime (naive = UTC), date, ISO string, numpy datetime64 or int µs."""
+
+def check_time_us(value: int, what: str = "time") -> int:
+    """`value` (epoch µs) when it lies in the supported range (TIME_RANGE); QuiverError naming `what` else."""
+    if not MIN_TIME_US <= value < MAX_TIME_US:
+        raise QuiverError(f"{what} {value} µs is outside the supported range {TIME_RANGE}")
+    return value
+
+
+def timestamp_us(value: Any, what: str = "time") -> int:
+    """Epoch microseconds of a datetime (naive = UTC), date, ISO string, numpy datetime64 or int µs, checked
+    against the supported range (TIME_RANGE); QuiverError naming `what` for anything else."""
     if isinstance(value, bool):
-        raise QuiverError(f"not a timestamp: {value!r}")
+        raise QuiverError(f"{what}: not a timestamp: {value!r}")
     if isinstance(value, int | np.integer):
-        return int(value)
+        return check_time_us(int(value), what)
     if isinstance(value, float | np.floating):
-        return round(float(value))
+        if not np.isfinite(value):
+            raise QuiverError(f"{what}: not a timestamp: {value!r}")
+        return check_time_us(round(float(value)), what)
     if isinstance(value, np.datetime64):
-        return int(value.astype("datetime64[us]").astype(np.int64))
+        if np.isnat(value):
+            raise QuiverError(f"{what}: not a timestamp: NaT")
+        return check_time_us(int(value.astype("datetime64[us]").astype(np.int64)), what)
     if isinstance(value, str):
         text = value.strip()
         if text.lower() == "now":
@@ -238,16 +257,16 @@ def timestamp_us(value: Any) -> int:
         try:
             value = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            raise QuiverError(f"not an ISO timestamp: {value!r} (e.g. 2026-11-03T12:00:00Z)") from None
+            raise QuiverError(f"{what}: not an ISO timestamp: {value!r} (e.g. 2026-11-03T12:00:00Z)") from None
     if isinstance(value, datetime):
         aware = value if value.tzinfo else value.replace(tzinfo=UTC)
         delta = aware - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return check_time_us((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds, what)
     if isinstance(value, date):
-        return timestamp_us(datetime(value.year, value.month, value.day, tzinfo=UTC))
+        return timestamp_us(datetime(value.year, value.month, value.day, tzinfo=UTC), what)
     if hasattr(value, "to_pydatetime"):  # pandas Timestamp
-        return timestamp_us(value.to_pydatetime())
-    raise QuiverError(f"not a timestamp: {value!r}")
+        return timestamp_us(value.to_pydatetime(), what)
+    raise QuiverError(f"{what}: not a timestamp: {value!r}")
 
 
 def now_us() -> int:

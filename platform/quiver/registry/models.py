@@ -84,9 +84,12 @@ class AliasMove:
 class ModelRegistry:
     """Model versions, aliases and alias history of one registry project."""
 
-    def __init__(self, registry: Registry):
+    def __init__(self, registry: Registry, *, verify_artifacts: bool = True):
         self.registry = registry
         self.project = registry.project
+        # An alias move checks the version's artifact (files, checksums, features) before it points anything
+        # at it; off only for registries whose versions have no artifact here (tests of the bookkeeping).
+        self.verify_artifacts = verify_artifacts
 
     # ----- versions -----
 
@@ -296,6 +299,38 @@ class ModelRegistry:
             why = ("it did not beat its baseline" if row["status"] == "rejected" else "it is archived")
             raise QuiverError(f"model {name}:{version} is {row['status']} ({why}) and can never get an alias "
                               f"(asked for {alias!r})")
+        if self.verify_artifacts:
+            self._check_artifact(connection, row, alias)
+
+    def _check_artifact(self, connection: Connection, row: RowMapping, alias: str) -> None:
+        """Refuse an alias to a version whose artifact a server could not load: files missing or changed
+        (checksums, and the sha256 recorded here), or features other than those registered or the catalog's."""
+        from pathlib import Path
+
+        from quiver.models.artifact import MODEL_FILE, verify_artifact
+
+        label = f"{row['name']}:{row['version']}"
+        folder = Path(row["artifact_path"])
+        try:
+            verify_artifact(folder, expected_sha256=row["sha256"])
+            meta = json.loads((folder / MODEL_FILE).read_text())
+        except (QuiverError, OSError, ValueError) as exc:
+            raise QuiverError(f"model {label} cannot get alias {alias!r}: its artifact fails verification "
+                              f"({exc})") from None
+        registered = json.loads(row["features_json"])
+        if list(meta.get("features") or []) != registered:
+            raise QuiverError(f"model {label} cannot get alias {alias!r}: its artifact scores features "
+                              f"{meta.get('features')}, the registry recorded {registered}")
+        latest = self.registry.latest(connection)
+        if latest is not None:  # the catalog applied now must still define every feature the model reads
+            from quiver.catalog.loader import catalog_from_dict
+            from quiver.models.artifact import check_features
+
+            try:
+                check_features(meta.get("feature_refs", []), catalog_from_dict(latest[2]), label)
+            except QuiverError as exc:
+                raise QuiverError(f"model {label} cannot get alias {alias!r} under catalog version {latest[0]}: "
+                                  f"{exc}") from None
 
     def _move(self, connection: Connection, name: str, alias: str, old: int | None, new: int | None,
               reason: str, by: str, decision_id: int | None) -> AliasMove:

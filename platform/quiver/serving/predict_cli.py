@@ -61,15 +61,24 @@ def register(app: typer.Typer) -> None:
                     micro_batch: Annotated[bool, typer.Option(help="score concurrent requests together (measured: no clear "
                                                                        "gain here, off by default)")] = False,
                     log_level: Annotated[str, typer.Option(help="uvicorn log level (debug, info, warning, "
-                                                                "error)")] = "warning") -> None:
-        """Serve POST /predict for MODEL: champion scores, canary routing, shadow after the response."""
+                                                                "error)")] = "warning",
+                    log_flush_interval: Annotated[float, typer.Option(help="seconds between serving-log "
+                                                                           "flushes")] = 5.0,
+                    per_client: Annotated[int, typer.Option(help="requests of one client in flight at most "
+                                                                 "(more: 429)")] = 8) -> None:
+        """Serve POST /predict for MODEL: champion scores, canary routing, shadow after the response.
+        SIGTERM or SIGINT stops it gracefully: requests in flight finish, the shadow queue is scored and
+        every buffered serving-log row is written."""
         from quiver.serving.predict_server import serve_model as run
+        from quiver.serving.runtime import ServerLimits
 
-        if poll_interval <= 0 or shadow_queue < 1:
-            raise QuiverError("--poll-interval must be positive and --shadow-queue at least 1")
+        if poll_interval <= 0 or shadow_queue < 1 or log_flush_interval <= 0 or per_client < 1:
+            raise QuiverError("--poll-interval and --log-flush-interval must be positive, --shadow-queue and "
+                              "--per-client at least 1")
         run(model, str(config) if config else None, host, port, poll_interval_s=poll_interval,
             shadow_queue_size=shadow_queue, torch_threads=torch_threads, micro_batch=micro_batch,
-            log_level=log_level)
+            log_level=log_level, log_flush_interval_s=log_flush_interval,
+            limits=ServerLimits(per_client_concurrency=per_client))
 
     @shadow_app.command("start")
     @user_errors

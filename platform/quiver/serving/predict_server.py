@@ -1,9 +1,13 @@
 """The HTTP prediction server (FastAPI): POST /predict, GET /health, GET /metrics, OpenAPI at /docs.
 
 Conventions of the feature server (`quiver.serving.server`): `X-API-Key` when a key is configured (401
-otherwise), pydantic bodies (422), bad entity keys or unknown features 400, bodies over the limit 413, the
-online store down 503 with Retry-After. Scoring (Redis round trip, torch) is blocking work: it runs in the
-thread pool, never on the event loop; the shadow arm runs on the service's own worker after the response.
+otherwise), strict JSON and pydantic bodies (422 naming the field, see `quiver.serving.edge`), bad entity keys
+or unknown features 400, bodies over the limit 413, more than `ServerLimits.per_client_concurrency` requests
+of one client in flight 429, the online store down or stalled 503 with Retry-After at once. Scoring (the
+Redis round trip, torch) is blocking work: it runs on the store gate's worker threads (`runtime.StoreGate`,
+the feature server's), never on the event loop, so /health and /metrics answer from the gate's own probe
+while Redis stalls; the shadow arm runs on the service's own worker after the response. Error bodies and
+/health never name hosts, socket paths or exception types (those go to the server log).
 """
 
 from __future__ import annotations
@@ -11,31 +15,40 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException
-from fastapi.concurrency import run_in_threadpool
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictStr
 
 from quiver.catalog.errors import QuiverError
-from quiver.online.base import OnlineStoreError, OnlineStoreUnavailable
+from quiver.online.base import TIME_RANGE, OnlineStoreError
+from quiver.serving.edge import (
+    COMMON_RESPONSES,
+    Busy,
+    ClientCounts,
+    ClientLimit,
+    EpochMicros,
+    FairSlots,
+    IsoTime,
+    client_key,
+    create_fastapi,
+    iso_time_us,
+)
 from quiver.serving.prediction import PredictionService
-from quiver.serving.runtime import ServerLimits, run_uvicorn
+from quiver.serving.runtime import ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
+from quiver.serving.schemas import IDENT, KEYS_SCHEMA, Int64, KeyValue
 from quiver.serving.server import MAX_BODY_BYTES, BodyLimit, Observe
 
 log = logging.getLogger(__name__)
-MAX_ROWS = 10_000
-_US_LIMIT = 2**62
+MAX_ROWS = 1_000  # rows per request: a bigger batch is several requests (fairness: see docs/prediction.md)
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-_IDENT = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 
-KeyValue = StrictInt | StrictStr | StrictBool
-FieldValue = StrictInt | StrictFloat | StrictStr | StrictBool | None
+FieldName = Annotated[str, Field(pattern=IDENT)]
+FieldValue = Int64 | Annotated[StrictFloat, Field(allow_inf_nan=False)] | StrictStr | StrictBool | None
 
 
 class PredictRow(BaseModel):
@@ -44,12 +57,18 @@ class PredictRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     request_id: Annotated[str, Field(min_length=1, max_length=128)]
-    entities: dict[Annotated[str, Field(pattern=_IDENT)], KeyValue] = Field(
-        min_length=1, max_length=16, examples=[{"user_id": 7, "merchant_id": 3}])
-    at: Annotated[int, Field(ge=-_US_LIMIT, le=_US_LIMIT)] | datetime | None = Field(
-        None, description="event time: epoch microseconds or ISO-8601 (default: now)")
-    fields: dict[Annotated[str, Field(pattern=_IDENT)], FieldValue] = Field(
-        default_factory=dict, max_length=256, description="request-time values, e.g. the amount")
+    entities: dict[FieldName, KeyValue] = Field(
+        min_length=1, max_length=16, examples=[{"user_id": 7, "merchant_id": 3}], json_schema_extra=KEYS_SCHEMA)
+    at: EpochMicros | IsoTime | None = Field(
+        None, description=f"event time: epoch microseconds (an integer) or ISO-8601 with a UTC offset "
+                          f"(default: now), {TIME_RANGE}")
+    fields: dict[FieldName, FieldValue] = Field(
+        default_factory=dict, max_length=256, description="request-time values, e.g. the amount",
+        json_schema_extra=KEYS_SCHEMA)
+
+    def at_us(self) -> int | None:
+        """The row's time in epoch µs (None: now)."""
+        return self.at if self.at is None or isinstance(self.at, int) else iso_time_us(self.at)
 
 
 class PredictRequest(BaseModel):
@@ -71,8 +90,12 @@ class PredictResponse(BaseModel):
 
 
 def create_app(service: PredictionService, api_key: str | None = None, *,
-               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """A FastAPI app over `service`. `api_key` defaults to QUIVER_API_KEY or the config's api_key."""
+               max_body_bytes: int = MAX_BODY_BYTES, gate: StoreGate | None = None,
+               limits: ServerLimits | None = None) -> FastAPI:
+    """A FastAPI app over `service`. `api_key` defaults to QUIVER_API_KEY or the config's api_key; `gate`
+    (default: one over the service's online store) runs the scoring calls; `limits` gives the per-client
+    concurrency (default ServerLimits())."""
+    limits = limits or ServerLimits()
     key = api_key if api_key is not None else (os.environ.get("QUIVER_API_KEY")
                                                or service.store.config.api_key or "")
     metrics = CollectorRegistry()
@@ -84,10 +107,26 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
     serving = Gauge("quiver_prediction_model_info", "1 for the version serving each arm", ["arm", "version"],
                     registry=metrics)
     fraction = Gauge("quiver_prediction_canary_fraction", "Traffic share routed to the canary", registry=metrics)
-    store_up = Gauge("quiver_online_store_up", "1 when the online store answered the last check", registry=metrics)
+    store_up = Gauge("quiver_online_store_up", "1 when the online store answered the last probe", registry=metrics)
+    refused = Gauge("quiver_client_limit_refused", "Requests refused with 429 (per-client concurrency) since start",
+                    registry=metrics)
 
-    app = FastAPI(title="Quiver prediction server", version="1",
-                  description=f"Scores of model {service.model_name!r}: champion, canary and shadow arms.")
+    def views() -> list[str]:
+        return sorted({ref.partition(":")[0] for ref in service.arms.feature_refs})
+
+    gate = gate or StoreGate(lambda: service.store.online, views())
+    client_counts = ClientCounts()
+    client_header = limits.client_header.lower().encode()
+    slots = FairSlots(limits.scoring_concurrency, max_waiting=gate.max_waiting)
+
+    def on_probe(probe: Any) -> None:
+        store_up.set(1 if probe.up else 0)
+        if not probe.up:  # a stall was noticed: the calls waiting for a slot fail now, not after it
+            slots.fail_waiting(StoreUnavailable("online store unavailable; retry later", gate.retry_after_s))
+
+    gate.on_probe(on_probe)
+    app = create_fastapi("Quiver prediction server",
+                         f"Scores of model {service.model_name!r}: champion, canary and shadow arms.")
     header = APIKeyHeader(name="X-API-Key", auto_error=False, description="required when the server has a key")
 
     async def authorized(given: str | None = Depends(header)) -> None:
@@ -95,45 +134,65 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             raise HTTPException(401, "missing or wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
 
     @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
-              responses={400: {"description": "bad entity keys, duplicate request ids"},
-                         401: {"description": "missing or wrong X-API-Key"},
-                         413: {"description": "body too large"},
-                         503: {"description": "online store unavailable"}})
-    async def predict(body: PredictRequest) -> Response:
+              responses={400: {"description": "bad entity keys, duplicate request ids"}, **COMMON_RESPONSES})
+    async def predict(body: PredictRequest, request: Request) -> Response:
         """Scores per row: the champion's, or the canary's for rows routed to it."""
-        rows = [{"request_id": r.request_id, "entities": r.entities, "at": r.at, "fields": r.fields}
+        rows = [{"request_id": r.request_id, "entities": r.entities, "at": r.at_us(), "fields": r.fields}
                 for r in body.rows]
         try:
-            # Redis and torch block: off the event loop, so other requests keep being read and answered.
-            predictions = await run_in_threadpool(service.predict, rows)
-        except OnlineStoreUnavailable as exc:
-            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+            # A fair slot first (a heavy client waits behind light ones), then Redis and torch on the gate's
+            # workers: other requests keep being read and answered, and while the store is down every request
+            # is refused at once instead of queueing.
+            gate.refuse_if_down()
+            await slots.acquire(client_key(request.scope, client_header), len(rows))
+            try:
+                predictions = await gate.call(service.predict, rows)
+            finally:
+                slots.release()
+        except Busy as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": str(gate.retry_after_s)}) from None
+        except StoreUnavailable as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except OnlineStoreError as exc:
-            raise HTTPException(502, str(exc)) from None
+            log.error("online store error: %s", exc)
+            raise HTTPException(502, "the online store refused the read; see the server log") from None
         except QuiverError as exc:
             raise HTTPException(400, str(exc)) from None
         payload = {"predictions": [{"request_id": p.request_id, "score": p.score, "model_version": p.model_version,
                                     "arm": p.arm, "fallback": p.fallback} for p in predictions]}
         return Response(_dumps(payload), media_type="application/json")
 
-    @app.get("/health", responses={503: {"description": "online store unavailable"}})
+    @app.get("/health", responses={503: {"description": "online store unavailable (see Retry-After)"}})
     async def health() -> Response:
-        """200 when the online store answers (with the versions served), else 503."""
+        """200 "ok" with the versions served; 200 "degraded" when serving logs cannot be written (or the store
+        holds no data for a view the models read); 503 "unavailable" when the online store does not answer.
+        Answers within the probe timeout even while the store is stalled."""
         arms = service.arms
-        status = {"project": service.store.config.project, "model": service.model_name,
-                  "champion": arms.champion.label, "canary": arms.canary.label if arms.canary else None,
-                  "canary_fraction": arms.fraction, "shadow": arms.shadow.label if arms.shadow else None}
-        try:
-            await run_in_threadpool(service.store.online.ping)
-        except OnlineStoreError as exc:
-            store_up.set(0)
-            return JSONResponse({"status": "unavailable", "detail": str(exc), **status}, status_code=503)
-        store_up.set(1)
-        return JSONResponse({"status": "ok", **status})
+        gate.views = views()
+        probe = await gate.health()
+        info: dict[str, Any] = {
+            "project": service.store.config.project, "model": service.model_name, "champion": arms.champion.label,
+            "canary": arms.canary.label if arms.canary else None, "canary_fraction": arms.fraction,
+            "shadow": arms.shadow.label if arms.shadow else None}
+        problems = []
+        if service.logger is not None:
+            info["serving_log"] = service.logger.health()
+            if info["serving_log"]["status"] != "ok":
+                problems.append("serving logs cannot be written")
+        if not probe.up:
+            return JSONResponse({"status": "unavailable", "detail": "online store did not answer", **info},
+                                status_code=503, headers={"Retry-After": str(gate.retry_after_s)})
+        if probe.views_without_data:
+            info["views_without_data"] = probe.views_without_data
+            problems.append("the online store holds no data for some views")
+        return JSONResponse({"status": "degraded" if problems else "ok",
+                             **({"detail": "; ".join(problems)} if problems else {}), **info})
 
     @app.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
-        """Prometheus metrics (text exposition format)."""
+        """Prometheus metrics (text exposition format): the server's, and the process's default registry
+        (serving-log counters and buffer gauges, monitoring metrics)."""
+        await gate.health()  # refreshes quiver_online_store_up; never waits on a stalled store
         for name, value in service.stats.snapshot().items():
             counters.labels(name).set(value)
         arms = service.arms
@@ -142,12 +201,16 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             if arm is not None:
                 serving.labels(arm_name, arm.label).set(1 if arm.model is not None else 0)
         fraction.set(arms.fraction if arms.canary else 0.0)
-        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+        refused.set(client_counts.refused)
+        return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency, paths=frozenset({"/predict"}),
+                       client_header=limits.client_header, counts=client_counts)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, latency=latency, requests=requests,
                        routes=frozenset({"/predict", "/health", "/metrics"}))
     app.state.api_key_required = bool(key)
+    app.state.gate = gate
     if not key:
         log.warning("prediction server runs without an API key: set QUIVER_API_KEY to require X-API-Key")
     return app
@@ -168,9 +231,10 @@ except ImportError:  # pragma: no cover
 def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,
                 api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
                 torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
-                limits: ServerLimits | None = None) -> None:
-    """Run the prediction server with uvicorn until interrupted (serving logs under the offline root), with
-    the feature server's connection limits (`limits`, default ServerLimits())."""
+                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0) -> None:
+    """Run the prediction server with uvicorn until SIGTERM or SIGINT (serving logs under the offline root),
+    with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
+    requests in flight, then scores the queued shadow work and writes every buffered serving-log row."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
     from quiver.monitoring.serving_log import ServingLogger
     from quiver.monitoring.settings import load_settings
@@ -187,16 +251,19 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     store = FeatureStore(config_path)
     registry = Registry(store.config.registry, project=store.config.project)
     alerts = AlertManager(registry, sinks_from_config(load_settings(store.config).alert_sinks))
-    service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
-                                poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,
-                                micro_batch=micro_batch,
-                                logger=ServingLogger(store.config.offline_dir))
-    app = create_app(service, api_key)
-    if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
-        raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
-    with service:
-        try:
-            run_uvicorn(app, host, port, log_level, limits)
-        finally:
-            if service.logger is not None:
-                service.logger.close()
+    logger = ServingLogger(store.config.offline_dir, flush_interval_s=log_flush_interval_s)
+    try:
+        service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
+                                    poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,
+                                    micro_batch=micro_batch, logger=logger)
+        app = create_app(service, api_key, limits=limits)
+        if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
+            raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
+        with service:  # on exit: the shadow queue is drained, its rows logged
+            stopped_by = run_uvicorn(app, host, port, log_level, limits)
+        app.state.gate.close()
+    finally:
+        logger.close()  # after the service, so the shadow rows it logged while stopping are written too
+    if stopped_by is not None:
+        log.warning("stopped by %s: %d serving-log rows written, %d dropped, %d quarantined",
+                    stopped_by.name, logger.written, logger.dropped, logger.quarantined)

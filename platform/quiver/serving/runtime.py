@@ -18,11 +18,14 @@ task) marks it up again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import os
+import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -115,6 +118,13 @@ class StoreGate:
         self._listeners.append(listener)
 
     # ----- calls -----
+
+    def refuse_if_down(self) -> None:
+        """StoreUnavailable at once while the store is marked down (and a probe soon, so the traffic itself
+        brings the server back): for callers that queue for something else before `call`."""
+        if not self.up:
+            self._probe_soon()
+            raise StoreUnavailable("online store unavailable; retry later", self.retry_after_s)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` on a worker thread; StoreUnavailable at once while the store is down or the
@@ -237,6 +247,12 @@ class ServerLimits:
       connection opens); else the connection closes (slow or half-sent requests, idle new connections).
     - `keep_alive_s`: an idle keep-alive connection closes after this.
     - `max_concurrency`: open connections plus requests in flight; beyond it new requests get 503.
+    - `per_client_concurrency`: requests of one client in flight on the data routes (/predict,
+      /features/online); beyond it 429 + Retry-After at once, so one heavy client cannot hold every worker.
+      The client is its peer address, or the value of `client_header` when set (behind a proxy that sets,
+      say, X-Forwarded-For and overwrites what clients send).
+    - `scoring_concurrency` (prediction server): scoring calls at once (default: the CPU count, at least 2);
+      the next slot goes to the waiting client served the fewest rows lately (`edge.FairSlots`).
     """
 
     max_header_bytes: int = 16 * 1024
@@ -244,6 +260,9 @@ class ServerLimits:
     keep_alive_s: float = 5.0
     max_concurrency: int = 1024
     backlog: int = 2048
+    per_client_concurrency: int = 8
+    client_header: str = ""
+    scoring_concurrency: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
 
     def uvicorn_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `uvicorn.run` / `uvicorn.Config` applying these limits."""
@@ -252,13 +271,40 @@ class ServerLimits:
                 "h11_max_incomplete_event_size": self.max_header_bytes}
 
 
-def run_uvicorn(app: Any, host: str, port: int, log_level: str, limits: ServerLimits | None = None) -> None:
-    """Serve `app` with uvicorn until interrupted, under `limits` (default: ServerLimits()): the one way
-    both the feature server and the prediction server run."""
+def run_uvicorn(app: Any, host: str, port: int, log_level: str,
+                limits: ServerLimits | None = None) -> signal.Signals | None:
+    """Serve `app` with uvicorn until SIGTERM or SIGINT, under `limits` (default: ServerLimits()): the one way
+    both the feature server and the prediction server run. Returns the signal that stopped it (None: it
+    stopped otherwise), after uvicorn finished the requests in flight.
+
+    uvicorn re-raises a captured signal once it has shut down; with SIGTERM's default action that kills the
+    process there, before the caller's cleanup (closing the serving log, draining the shadow queue) runs.
+    This server keeps the signal instead and returns it, so the caller's `finally` and `with` blocks run."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                **(limits or ServerLimits()).uvicorn_kwargs())
+    class Server(uvicorn.Server):
+        stopped_by: signal.Signals | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    captured = getattr(self, "_captured_signals", [])
+                    if captured:
+                        self.stopped_by = signal.Signals(captured[0])
+                        captured.clear()  # nothing left for uvicorn to re-raise
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                            **(limits or ServerLimits()).uvicorn_kwargs())
+    server = Server(config)
+    server.run()
+    if not server.started and server.stopped_by is None:
+        from uvicorn.config import STARTUP_FAILURE
+
+        raise SystemExit(STARTUP_FAILURE)  # uvicorn could not start (port taken, …): it logged why
+    return server.stopped_by
 
 
 def guarded_protocol(limits: ServerLimits) -> type:

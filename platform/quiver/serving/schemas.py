@@ -2,65 +2,58 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
+
+from quiver.online.base import TIME_RANGE
+from quiver.serving.edge import EpochMicros, IsoTime, iso_time_us, whole_number
 
 MAX_ENTITIES = 10_000
 MAX_FEATURES = 2_000
-_IDENT = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 _REF = r"^[A-Za-z_][A-Za-z0-9_]{0,62}:[A-Za-z_][A-Za-z0-9_]{0,62}$"
-_US_LIMIT = 2**62  # epoch µs far beyond any real time, and safe in int64 arithmetic
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 FeatureRef = Annotated[str, Field(pattern=_REF, description="'view:feature'")]
-KeyName = Annotated[str, Field(pattern=_IDENT)]
-KeyValue = StrictInt | StrictStr | StrictBool
+KeyName = Annotated[str, Field(pattern=IDENT)]
+# Join-key values: integers, text or booleans. Integers within ±(2^53 − 1), the range RFC 8259 (§6) says JSON
+# implementations agree on; a larger integer key (up to int64) goes as a string of digits, which an int64 key
+# reads exactly. Beyond int64 is an error, never a key wrapped around.
+INT_LIMIT = 2**53 - 1
+Int64 = Annotated[int, Field(ge=-INT_LIMIT, le=INT_LIMIT), BeforeValidator(whole_number)]
+KeyValue = Int64 | StrictStr | StrictBool
+# Only keys matching the pattern: `patternProperties` alone would let any other key through the schema.
+KEYS_SCHEMA: dict[str, Any] = {"additionalProperties": False, "propertyNames": {"pattern": IDENT}}
+
+
+def _one_of(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [{"required": ["features"], "not": {"required": ["feature_service"]}},
+                       {"required": ["feature_service"], "not": {"required": ["features"]}}]
+    schema["not"] = {"required": ["at", "at_us"]}
+    for name in ("features", "feature_service", "at", "at_us"):  # absent, never null (see the field types)
+        schema["properties"][name].pop("default", None)
 
 
 class OnlineRequest(BaseModel):
     """Which features, for which entities, as of when. Give `features` or `feature_service`, not both."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of)
 
-    features: list[FeatureRef] | None = Field(None, min_length=1, max_length=MAX_FEATURES,
-                                              examples=[["user_spend:amount_sum_1h"]])
-    feature_service: Annotated[str, Field(pattern=_IDENT)] | None = Field(None, examples=["fraud_model"])
+    # Not Optional: an explicit null is a 422 (the schema says array / string); absent means "not given".
+    features: Annotated[list[FeatureRef], Field(min_length=1, max_length=MAX_FEATURES)] = Field(
+        None, examples=[["user_spend:amount_sum_1h"]])  # type: ignore[assignment,arg-type]
+    feature_service: Annotated[str, Field(pattern=IDENT)] = Field(
+        None, examples=["fraud_model"])  # type: ignore[assignment,arg-type]
     entities: dict[KeyName, Annotated[list[KeyValue], Field(max_length=MAX_ENTITIES)]] = Field(
-        min_length=1, max_length=16, description="join key → one value per entity", examples=[{"user_id": [7, 8]}])
-    at: StrictStr | None = Field(
-        None, description="request time as an ISO-8601 string with a UTC offset, e.g. 2026-11-03T12:00:00Z "
-                          "(default: now); for epoch microseconds use `at_us`",
+        min_length=1, max_length=16, description="join key → one value per entity", examples=[{"user_id": [7, 8]}],
+        json_schema_extra=KEYS_SCHEMA)
+    at: IsoTime = Field(  # type: ignore[assignment]
+        None, description=f"request time as an ISO-8601 string with a UTC offset, e.g. 2026-11-03T12:00:00Z "
+                          f"(default: now), {TIME_RANGE}; for epoch microseconds use `at_us`",
         examples=["2026-11-03T12:00:00Z"])
-    at_us: Annotated[StrictInt, Field(ge=-_US_LIMIT, le=_US_LIMIT)] | None = Field(
-        None, description="request time in epoch microseconds (instead of `at`)")
+    at_us: EpochMicros = Field(  # type: ignore[assignment]
+        None, description=f"request time in epoch microseconds (instead of `at`), {TIME_RANGE}")
     full_feature_names: StrictBool = Field(False, description="name columns view__feature instead of feature")
-
-    @field_validator("at")
-    @classmethod
-    def _iso_with_offset(cls, value: str | None) -> str | None:
-        # One form only: a number's unit would depend on how it is written (1.5 s? 15 µs?), and a time
-        # without an offset on the server's idea of local time.
-        if value is None:
-            return None
-        try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise ValueError("`at` must be an ISO-8601 time with a UTC offset, e.g. 2026-11-03T12:00:00Z "
-                             "(epoch microseconds go in `at_us`)") from None
-        if parsed.tzinfo is None:
-            raise ValueError("`at` needs a UTC offset (…Z or …+01:00): a time without one is ambiguous")
-        return value
 
     @model_validator(mode="after")
     def _one_selection(self) -> OnlineRequest:
@@ -74,11 +67,7 @@ class OnlineRequest(BaseModel):
         """The request time in epoch µs, None for now."""
         if self.at_us is not None:
             return self.at_us
-        if self.at is None:
-            return None
-        parsed = datetime.fromisoformat(self.at.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-        delta = parsed - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return None if self.at is None else iso_time_us(self.at)
 
 
 Status = Literal["PRESENT", "NULL_VALUE", "NOT_FOUND", "OUTSIDE_MAX_AGE"]

@@ -3,9 +3,11 @@
 - Auth: when an API key is configured (QUIVER_API_KEY, or `api_key` passed in), /features/online needs the
   header `X-API-Key`; a missing or wrong key is a 401. /health and /metrics stay open for probes and
   scrapers (they reveal no feature values and no hosts; details go to the log).
-- Input: pydantic models; malformed bodies are 422, unknown features or wrong key types 400, bodies over
-  the limit 413 (checked on Content-Length and on the bytes actually received), request heads over the
-  limit 431 (see `runtime.ServerLimits`).
+- Input: strict JSON and pydantic models (`quiver.serving.edge`); malformed bodies (NaN, 1e400, lone
+  surrogates, times outside the supported range, keys beyond int64) are 422 naming the field, unknown
+  features or wrong key types 400, bodies over the limit 413 (checked on Content-Length and on the bytes
+  actually received), request heads over the limit 431, more than `per_client_concurrency` requests of one
+  client in flight 429 (see `runtime.ServerLimits`).
 - The store: every read runs on a worker thread through `runtime.StoreGate`, never on the event loop. While
   Redis is down or stalled requests get 503 + Retry-After at once, /health and /metrics keep answering,
   and the first probe that gets an answer brings the server back.
@@ -37,6 +39,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from quiver.catalog.errors import QuiverError
 from quiver.online.base import STATUS_NAMES, OnlineStoreError, now_us
+from quiver.serving.edge import COMMON_RESPONSES, ClientCounts, ClientLimit, create_fastapi
 from quiver.serving.result import OnlineResult
 from quiver.serving.runtime import Probe, ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
 from quiver.serving.schemas import OnlineRequest, OnlineResponse
@@ -54,12 +57,15 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
-               gate: StoreGate | None = None, store_io: str = "async") -> FastAPI:
+               gate: StoreGate | None = None, store_io: str = "async",
+               limits: ServerLimits | None = None) -> FastAPI:
     """A FastAPI app serving `store`. `api_key` defaults to QUIVER_API_KEY or the config's api_key;
     `gate` (default: one over `store.online`) runs the store calls off the event loop: on its worker
     with the asyncio client for a store with `fetch_async` (Redis; `store_io="async"`, the default: on a quiet
     machine benchmarks/_serve_modes.py measured it within 5 % of the blocking inline read and 20 % ahead of
-    worker threads, at the lowest server CPU per request), or on its worker threads (`store_io="thread"`)."""
+    worker threads, at the lowest server CPU per request), or on its worker threads (`store_io="thread"`);
+    `limits` gives the per-client concurrency (default ServerLimits())."""
+    limits = limits or ServerLimits()
     if store_io not in ("thread", "async"):
         raise QuiverError(f"store_io must be 'thread' or 'async', got {store_io!r}")
     key = api_key if api_key is not None else (os.environ.get("QUIVER_API_KEY")
@@ -97,8 +103,8 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
                 freshness.labels(view).set(max(0.0, (now - ts) / 1e6))
 
     gate.on_probe(publish)
-    app = FastAPI(title="Quiver feature server", version="1",
-                  description="Online feature values from the Quiver online store.")
+    app = create_fastapi("Quiver feature server", "Online feature values from the Quiver online store.")
+    client_counts = ClientCounts()
     header = APIKeyHeader(name="X-API-Key", auto_error=False, description="required when the server has a key")
 
     async def authorized(given: str | None = Depends(header)) -> None:
@@ -123,10 +129,7 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         fetch_async = None  # the asyncio client speaks no TLS: rediss:// reads go through the worker threads
 
     @app.post("/features/online", response_model=OnlineResponse, dependencies=[Depends(authorized)],
-              responses={400: {"description": "unknown features or bad entity keys"},
-                         401: {"description": "missing or wrong X-API-Key"},
-                         413: {"description": "body too large"},
-                         503: {"description": "online store unavailable (see Retry-After)"}})
+              responses={400: {"description": "unknown features or bad entity keys"}, **COMMON_RESPONSES})
     async def features_online(body: OnlineRequest) -> Response:
         """Feature values and their statuses for the given entities as of `at` (default: now)."""
         # Only the store round trip leaves the loop, on a worker thread (or the asyncio client); planning and
@@ -151,7 +154,7 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
             raise HTTPException(400, str(exc)) from None
         return Response(payload, media_type="application/json")
 
-    @app.get("/health", responses={503: {"description": "online store unavailable"}})
+    @app.get("/health", responses={503: {"description": "online store unavailable (see Retry-After)"}})
     async def health() -> Response:
         """200 when the online store answers ("degraded" when it holds no data for some views), else 503.
         Answers within the probe timeout even while the store is stalled."""
@@ -170,6 +173,8 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         await gate.health()  # refreshes the gauges; never waits on a stalled store
         return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency,
+                       paths=frozenset({"/features/online"}), client_header=limits.client_header, counts=client_counts)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, latency=latency, requests=requests,
                        routes=frozenset({"/features/online", "/health", "/metrics"}))
@@ -270,7 +275,7 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
           api_key: str | None = None, log_level: str = "warning", limits: ServerLimits | None = None) -> None:
     """Run the feature server with uvicorn until interrupted (connection limits: `limits`)."""
     store = FeatureStore(config_path)
-    app = create_app(store, api_key)
+    app = create_app(store, api_key, limits=limits)
     if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
         raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
     try:
@@ -280,4 +285,8 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
     log.warning("serving catalog version %s of project %r%s", store.catalog_version or "(unapplied, from disk)",
                 store.config.project, "; the definitions on disk differ (not served until `quiver apply`)"
                 if store.disk_differs else "")
-    run_uvicorn(app, host, port, log_level, limits)
+    try:
+        run_uvicorn(app, host, port, log_level, limits)
+    finally:
+        app.state.gate.close()
+        store.close()

@@ -22,7 +22,17 @@ from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.references import expand_on_demand, input_column, resolve_features
 from quiver.config import Config, load_config
-from quiver.online.base import Batch, Column, OnlineStore, ViewRead, now_us, timestamp_us
+from quiver.online.base import (
+    MAX_TIME_US,
+    MIN_TIME_US,
+    TIME_RANGE,
+    Batch,
+    Column,
+    OnlineStore,
+    ViewRead,
+    now_us,
+    timestamp_us,
+)
 from quiver.serving.result import OnlineResult
 
 Features = str | Sequence[str]
@@ -117,14 +127,7 @@ def entity_columns(plan: ReadPlan, entity_rows: EntityRows) -> dict[str, np.ndar
 def _typed(key: str, values: Any, dtype: str) -> np.ndarray:
     try:
         if dtype == "int64":
-            arr = np.asarray(values)
-            if arr.dtype.kind in "iu":
-                return arr.astype(np.int64, copy=False).reshape(-1)
-            if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
-                return arr.astype(np.int64).reshape(-1)
-            if arr.dtype.kind in "OUS" and not any(isinstance(v, bool | float) for v in arr.reshape(-1)):
-                return np.array([int(v) for v in arr.reshape(-1)], dtype=np.int64)
-            raise ValueError(f"not integers: {arr.dtype}")
+            return _int64_keys(values)
         if dtype == "bool":
             arr = np.asarray(values)
             if arr.dtype != bool:
@@ -138,16 +141,51 @@ def _typed(key: str, values: Any, dtype: str) -> np.ndarray:
         raise QuiverError(f"join key {key!r} must hold {dtype} values ({exc})") from None
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64_keys(values: Any) -> np.ndarray:
+    """Integer join keys as int64, exactly: a value outside int64 is an error, never wrapped around."""
+    arr = np.asarray(values)
+    kind = arr.dtype.kind
+    if kind == "i":
+        return arr.astype(np.int64, copy=False).reshape(-1)
+    if kind == "u":  # numpy picks uint64 for Python ints in [2^63, 2^64): astype(int64) would wrap them
+        if arr.size and int(arr.max()) > _INT64_MAX:
+            raise ValueError(f"{int(arr.max())} is outside the int64 range")
+        return arr.astype(np.int64).reshape(-1)
+    if kind == "f" and isinstance(values, np.ndarray):  # a float column of whole numbers
+        if not np.all(np.mod(arr, 1) == 0):
+            raise ValueError("not integers: float64")
+        if not np.all((arr >= -(2.0**63)) & (arr < 2.0**63)):
+            raise ValueError("a value is outside the int64 range")
+        return arr.astype(np.int64).reshape(-1)
+    if kind not in "OUSf":
+        raise ValueError(f"not integers: {arr.dtype}")
+    # Python values (a list mixing ints beyond int64, floats, digit strings): one by one, exactly.
+    out = []
+    for value in arr.reshape(-1).tolist():
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(f"not an integer: {value!r}")
+        number = int(value)
+        if not _INT64_MIN <= number <= _INT64_MAX:
+            raise ValueError(f"{number} is outside the int64 range")
+        out.append(number)
+    return np.array(out, dtype=np.int64)
+
+
 def request_times(at: Any, n: int) -> int | np.ndarray:
     """`at` as epoch µs: None → now; a scalar; or one time per entity."""
     if at is None:
         return now_us()
     if isinstance(at, np.ndarray) and at.dtype.kind == "M":
         arr = at.astype("datetime64[us]").astype(np.int64)
+        if arr.size and (np.isnat(at).any() or arr.min() < MIN_TIME_US or arr.max() >= MAX_TIME_US):
+            raise QuiverError(f"`at`: a time is NaT or outside the supported range {TIME_RANGE}")
     elif isinstance(at, np.ndarray | list | tuple):
-        arr = np.array([timestamp_us(v) for v in at], dtype=np.int64)
+        arr = np.array([timestamp_us(v, "`at`") for v in at], dtype=np.int64)
     else:
-        return timestamp_us(at)
+        return timestamp_us(at, "`at`")
     if len(arr) != n:
         raise QuiverError(f"`at` has {len(arr)} times for {n} entities")
     return arr

@@ -1,0 +1,90 @@
+"""Reading serving logs back: the hourly files (`read_serving_logs`), the quarantine (`read_quarantine`), the
+feature columns (`feature_frame`). Layout and columns: `quiver.monitoring.serving_log`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX
+
+LOG_DIR = "serving_logs"
+QUARANTINE_DIR = "_quarantine/serving_logs"
+
+
+def read_quarantine(root: str | Path) -> pa.Table:
+    """Every quarantined serving-log row under `root` (columns as logged, `ts_us`, `quarantine_reason`)."""
+    files = sorted((Path(root) / QUARANTINE_DIR).glob("part-*.parquet"))
+    if not files:
+        return pa.table({"ts_us": pa.array([], pa.int64()), "quarantine_reason": pa.array([], pa.string())})
+    return pa.concat_tables([pq.read_table(p) for p in files], promote_options="permissive")
+
+
+def read_serving_logs(root: str | Path, start: datetime | None = None, end: datetime | None = None,
+                      arm: str | None = None) -> pa.Table:
+    """Serving-log rows with start <= ts < end (optionally one arm), oldest first, schemas unified."""
+    directory = Path(root) / LOG_DIR
+    files = sorted(p for p in directory.glob("date=*/hour=*/part-*.parquet") if _hour_overlaps(p, start, end))
+    if not files:
+        return BASE_SCHEMA.empty_table()
+    table = _concat([pq.read_table(p) for p in files])
+    import pyarrow.compute as pc
+
+    mask = None
+    if start is not None:
+        mask = pc.greater_equal(table["ts"], pa.scalar(start, BASE_SCHEMA.field("ts").type))
+    if end is not None:
+        upper = pc.less(table["ts"], pa.scalar(end, BASE_SCHEMA.field("ts").type))
+        mask = upper if mask is None else pc.and_(mask, upper)
+    if arm is not None:
+        same = pc.equal(table["arm"], arm)
+        mask = same if mask is None else pc.and_(mask, same)
+    if mask is not None:
+        table = table.filter(mask)
+    for field in BASE_SCHEMA:  # files from older servers lack the newer columns: they read as nulls
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.sort_by([("ts", "ascending")])
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """Tables of several flushes as one. A key or feature logged as numbers in one flush and as text in
+    another (a client sending user_id 7, another "7") becomes text in all, as within one flush."""
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        types: dict[str, set[pa.DataType]] = defaultdict(set)
+        for table in tables:
+            for field in table.schema:
+                if field.type != pa.null():
+                    types[field.name].add(field.type)
+        mixed = {name for name, kinds in types.items() if len(kinds) > 1}
+        fixed = []
+        for table in tables:
+            for name in mixed & set(table.column_names):
+                index = table.schema.get_field_index(name)
+                table = table.set_column(index, name, table.column(name).cast(pa.string()))
+            fixed.append(table)
+        return pa.concat_tables(fixed, promote_options="permissive")
+
+
+def _hour_overlaps(path: Path, start: datetime | None, end: datetime | None) -> bool:
+    try:
+        hour_start = datetime.strptime(f"{path.parent.parent.name[5:]} {path.parent.name[5:]}",
+                                       "%Y-%m-%d %H").replace(tzinfo=UTC)
+    except ValueError:
+        return False
+    hour_end = hour_start.timestamp() + 3600
+    if start is not None and hour_end <= start.timestamp():
+        return False
+    return not (end is not None and hour_start >= end)
+
+
+def feature_frame(table: pa.Table) -> pa.Table:
+    """Only the feature columns, with the `feature.` prefix removed (ready for drift checks)."""
+    names = [n for n in table.column_names if n.startswith(FEATURE_PREFIX)]
+    return table.select(names).rename_columns([n[len(FEATURE_PREFIX):] for n in names])

@@ -1,0 +1,211 @@
+"""Serving-log rows in memory (`Batch`, `Record`) and as Arrow tables (`batches_to_table`): the columns and
+types described in `quiver.monitoring.serving_log`, the same whether rows came from `log()` or `log_batch()`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+KEY_PREFIX = "key."
+FEATURE_PREFIX = "feature."
+US_PER_HOUR = 3_600_000_000
+BASE_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa.string()), ("call_id", pa.string()),
+                         ("model_version", pa.string()), ("arm", pa.string()), ("latency_ms", pa.float64()),
+                         ("prediction", pa.float64()), ("error", pa.string()), ("rollout_id", pa.int64()),
+                         ("rollout_step", pa.int64()), ("canary_fraction", pa.float64())])
+
+Record = tuple[int, str, Mapping[str, Any], Mapping[str, Any], str, str, float, float | None, str]
+RolloutTag = tuple[int, int, float]  # (rollout id, step, canary fraction) a row was routed under
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows of one `log_batch` call as columns; a str/float field holds one value for every row."""
+
+    n: int
+    ts_us: int | np.ndarray
+    request_ids: Sequence[str]
+    entity_keys: Mapping[str, Any]
+    features: Mapping[str, Any]
+    model_version: str | np.ndarray
+    arm: str | np.ndarray
+    latency_ms: float | np.ndarray
+    predictions: np.ndarray | None
+    error: str | np.ndarray
+    rollout: RolloutTag | None = None
+    call_id: str = ""  # the request these rows came in: its rows on one arm were one model call
+
+
+def micros(ts: datetime) -> int:
+    if ts.tzinfo is None:
+        raise ValueError("serving-log timestamps must be timezone-aware (UTC)")
+    delta = ts - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def records_to_table(records: list[Record]) -> pa.Table:
+    """Buffered `log()` records as one Arrow table (columns as in the module docstring)."""
+    return batches_to_table([_records_batch(records)])
+
+
+def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
+    """Batches as one Arrow table, rows in order: the same columns and types as `log()` of the same rows."""
+    keys: dict[str, None] = {}
+    features: dict[str, None] = {}
+    for batch in batches:
+        keys.update(dict.fromkeys(batch.entity_keys))
+        features.update(dict.fromkeys(batch.features))
+    # The fixed columns are small next to the features: plain Python lists, exactly as `log()` builds them.
+    columns: dict[str, pa.Array] = {
+        "ts": pa.array(_flat(batches, "ts_us"), pa.int64()).cast(BASE_SCHEMA.field("ts").type),
+        "request_id": pa.array([r for b in batches for r in b.request_ids], pa.string()),
+        "call_id": pa.array(_flat(batches, "call_id"), pa.string()),
+        "model_version": pa.array(_flat(batches, "model_version"), pa.string()),
+        "arm": pa.array(_flat(batches, "arm"), pa.string()),
+        "latency_ms": pa.array(_flat(batches, "latency_ms"), pa.float64()),
+        "prediction": pa.array([p for b in batches for p in _predictions(b)], pa.float64()),
+        "error": pa.array(_flat(batches, "error"), pa.string()),
+        **_rollout_columns(batches),
+    }
+    for name in keys:
+        columns[KEY_PREFIX + name] = _merge([(b.entity_keys.get(name), b.n) for b in batches])
+    for name in features:
+        columns[FEATURE_PREFIX + name] = _merge([(b.features.get(name), b.n) for b in batches])
+    return pa.table(columns)
+
+
+def _rollout_columns(batches: Sequence[Batch]) -> dict[str, pa.Array]:
+    names = ("rollout_id", "rollout_step", "canary_fraction")
+    values: list[list[Any]] = [[], [], []]
+    for batch in batches:
+        tag = batch.rollout or (None, None, None)
+        for column, value in zip(values, tag, strict=True):
+            column.extend([value] * batch.n)
+    return {name: pa.array(column, BASE_SCHEMA.field(name).type) for name, column in zip(names, values, strict=True)}
+
+
+def _records_batch(records: list[Record]) -> Batch:
+    keys: dict[str, None] = {}
+    features: dict[str, None] = {}
+    for record in records:
+        keys.update(dict.fromkeys(record[2]))
+        features.update(dict.fromkeys(record[3]))
+    return Batch(len(records), np.array([r[0] for r in records], np.int64), [r[1] for r in records],
+                 {k: [r[2].get(k) for r in records] for k in keys},
+                 {f: [r[3].get(f) for r in records] for f in features},
+                 np.array([r[4] for r in records], object), np.array([r[5] for r in records], object),
+                 np.array([r[6] for r in records], object), np.array([r[7] for r in records], object),
+                 np.array([r[8] for r in records], object))
+
+
+def as_batches(items: list[Record | Batch]) -> list[Batch]:
+    """Buffered items in order as batches: each run of `log()` records becomes one."""
+    out: list[Batch] = []
+    run: list[Record] = []
+    for item in items:
+        if isinstance(item, Batch):
+            if run:
+                out.append(_records_batch(run))
+                run = []
+            out.append(item)
+        else:
+            run.append(item)
+    if run:
+        out.append(_records_batch(run))
+    return out
+
+
+def split_by_hour(batch: Batch) -> list[tuple[int, Batch]]:
+    if not isinstance(batch.ts_us, np.ndarray):
+        return [(batch.ts_us // US_PER_HOUR, batch)]
+    hours = batch.ts_us // US_PER_HOUR
+    if (hours == hours[0]).all():
+        return [(int(hours[0]), batch)]
+    return [(int(hour), take_rows(batch, np.flatnonzero(hours == hour))) for hour in np.unique(hours)]
+
+
+def take_rows(batch: Batch, index: np.ndarray) -> Batch:
+    def take(values: Any) -> Any:
+        if isinstance(values, np.ndarray):
+            return values[index]
+        if isinstance(values, str | int | float) or values is None:
+            return values
+        return [values[i] for i in index.tolist()]
+
+    return Batch(len(index), take(batch.ts_us), take(batch.request_ids),
+                 {k: take(v) for k, v in batch.entity_keys.items()}, {k: take(v) for k, v in batch.features.items()},
+                 take(batch.model_version), take(batch.arm), take(batch.latency_ms), take(batch.predictions),
+                 take(batch.error), batch.rollout, batch.call_id)
+
+
+def _flat(batches: Sequence[Batch], name: str) -> list[Any]:
+    """Field `name` with one value per row, whether a batch holds one value for all its rows or an array."""
+    out: list[Any] = []
+    for batch in batches:
+        value = getattr(batch, name)
+        out.extend(value.tolist() if isinstance(value, np.ndarray) else [value] * batch.n)
+    return out
+
+
+def _predictions(batch: Batch) -> list[float | None]:
+    if batch.predictions is None:
+        return [None] * batch.n
+    values: list[float | None] = batch.predictions.tolist()
+    if batch.predictions.dtype == object:  # from log(): the caller's values, nulls included
+        return values
+    if isinstance(batch.error, str):
+        return [None] * batch.n if batch.error else values
+    return [None if e else v for v, e in zip(values, batch.error.tolist(), strict=True)]
+
+
+_NUMPY_KINDS = frozenset("fibU")  # dtypes Arrow takes straight from numpy with the types `log()` infers
+
+
+def _array(values: Any) -> pa.Array:
+    """One column piece as Arrow, typed as `log()` would type the same Python values."""
+    if isinstance(values, np.ndarray):
+        kind = values.dtype.kind
+        if kind == "f":
+            return pa.array(values.astype(np.float64, copy=False))
+        if kind == "i" or (kind == "u" and values.dtype.itemsize <= 4):
+            return pa.array(values.astype(np.int64, copy=False))
+        if kind == "b":
+            return pa.array(values, pa.bool_())
+        if kind == "U":
+            return pa.array(values, pa.string())
+    return _values(_python(values))
+
+
+def _python(values: Any) -> list[Any]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+def _merge(pieces: list[tuple[Any, int]]) -> pa.Array:
+    """One key/feature column from its piece in each batch (None: the batch lacks it, so nulls)."""
+    present = [v for v, _ in pieces if v is not None]
+    numpy = [v for v in present if isinstance(v, np.ndarray) and v.dtype.kind in _NUMPY_KINDS]
+    if not numpy:  # Python values only: one inference over the whole column, as `log()` does
+        return _values([x for v, n in pieces for x in (_python(v) if v is not None else [None] * n)])
+    kinds = {v.dtype.kind for v in numpy}
+    if len(numpy) == len(pieces) and len(kinds) == 1:
+        return _array(np.concatenate(numpy) if len(numpy) > 1 else numpy[0])
+    arrays = [None if v is None else _array(v) for v, _ in pieces]
+    types = {a.type for a in arrays if a is not None and a.type != pa.null()}
+    if len(types) > 1:  # e.g. ints in one batch, floats or text in another: let one inference decide
+        return _values([x for v, n in pieces for x in (_python(v) if v is not None else [None] * n)])
+    target = types.pop() if types else pa.null()
+    return pa.concat_arrays([a if a is not None and a.type == target else pa.nulls(n, target)
+                             for a, (_, n) in zip(arrays, pieces, strict=True)])
+
+
+def _values(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # Mixed types in one flush (e.g. a number and a string): keep every value, as text.
+        return pa.array([None if v is None else str(v) for v in values], pa.string())

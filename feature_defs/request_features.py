@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 from user_features import user_spend
 
-from quiver import Bool, Field, Float64, Int64, OnDemandFeatureView, RequestSource
+from quiver import Bool, Check, Contract, Field, Float64, Int64, OnDemandFeatureView, RequestSource
 
 transaction = RequestSource(
     name="transaction",
     schema=[Field("amount", Float64, description="Amount of the transaction being scored."),
             Field("is_online", Bool, description="Card-not-present transaction.")],
+    contract=Contract({"amount": Check(finite=True, min=0.0)}),  # the rules the stored transactions follow
     description="The transaction a fraud score is asked for.",
 )
 

@@ -425,12 +425,20 @@ def rollback(config: Config, model_name: str, *, reason: str, by: str = "") -> t
 
 
 def _manual_rollback_of_latest(loop: _Loop, model: str) -> Decision | None:
-    """The manual rollback that ended `model`'s newest rollout, if that is how it ended."""
+    """The manual rollback that ended `model`'s newest rollout, if that is how it ended and nothing has moved
+    the champion since (then a second call is a retry of the first; else a new request, refused)."""
     latest = rollouts.list_rollouts(loop.registry, model)[:1]
     if not latest or latest[0].status != rollouts.ROLLED_BACK:
         return None
     found = rollouts.list_decisions(loop.registry, model, rollout_id=latest[0].id, kind="manual_rollback", limit=1)
-    return found[0] if found else None
+    if not found:
+        return None
+    decision = found[0]
+    # Ending a running rollout keeps the champion; reverting a watched promotion puts back the candidate.
+    expected = decision.candidate_version if decision.statistics.get("status") == rollouts.WATCHING \
+        else decision.champion_version
+    champion = loop.models.aliases(model).get("champion")
+    return decision if f"{model}:{champion}" == expected else None
 
 
 def _routing_columns(loop: _Loop, model: str, rollout: Rollout, joined: pd.DataFrame) -> list[str]:

@@ -33,6 +33,9 @@ QUALITY_BATCHES = Counter(
 QUALITY_FAILURES = Counter(
     "quiver_quality_failures_total", "Failed expectations in validated batches", ["source", "expectation"])
 QUALITY_BAD_ROWS = Counter("quiver_quality_bad_rows_total", "Rows flagged by row-level expectations", ["source"])
+CONTRACT_REFUSED = Counter(
+    "quiver_contract_refused_rows_total", "Rows refused by their source's contract, by failed check and path "
+    "(backfill, request; the stream's are quiver_stream_quarantined_total)", ["source", "check", "path"])
 LATE_EVENTS = Counter("quiver_late_events_total", "Events that arrived behind the watermark", ["source"])
 ALERTS = Counter("quiver_alerts_total", "Alerts raised (created, escalated or repeated)",
                  ["kind", "severity", "outcome"])

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.catalog.errors import QuiverError
-from quiver.catalog.ir import Catalog
+from quiver.catalog.ir import Catalog, ContractSpec
 
 _TYPE_LISTS = {
     "int64": ["int64", "int32", "Int64Dtype", "Int32Dtype"],
@@ -61,6 +61,9 @@ _TYPE_LISTS = {
     "timestamp": ["datetime64[us]", "datetime64[ns]", "datetime64[ms]"],
 }
 _SAMPLE = 20
+REFUSED_COLUMN = "__refused"
+CONTRACT_REASON = "contract_reason"
+_REFUSED_BY = "__refused_by."
 
 
 class QualityGateError(QuiverError):
@@ -110,6 +113,7 @@ def catalog_expectations(catalog: Catalog, source: str, now: datetime | None = N
         not_null.update(dict.fromkeys(view.key_names))
         used.update(dict.fromkeys(f.column for f in view.fields))
         used.update(dict.fromkeys(a.column for a in view.aggregations))
+    used.update(dict.fromkeys(spec.contract.columns if spec.contract else ()))
     origin = {"origin": "catalog"}
     out: list[dict[str, Any]] = []
     for col in used:
@@ -117,15 +121,48 @@ def catalog_expectations(catalog: Catalog, source: str, now: datetime | None = N
         if dtypes.get(col) in _TYPE_LISTS:
             out.append(_exp("expect_column_values_to_be_in_type_list", origin, column=col,
                             type_list=_TYPE_LISTS[dtypes[col]]))
-    for col in not_null:
-        out.append(_exp("expect_column_values_to_not_be_null", origin, column=col))
-    limit = (now or datetime.now(UTC)) + future_skew
-    out.append(_exp("expect_column_values_to_be_between", origin, column=spec.timestamp_field,
-                    max_value=limit.astimezone(UTC).replace(tzinfo=None).isoformat()))
+    if spec.contract is not None:  # the contract is the one statement of what a valid row is
+        out += contract_expectations(spec.contract)
+    else:
+        for col in not_null:
+            out.append(_exp("expect_column_values_to_not_be_null", origin, column=col))
+        limit = (now or datetime.now(UTC)) + future_skew
+        out.append(_exp("expect_column_values_to_be_between", origin, column=spec.timestamp_field,
+                        max_value=limit.astimezone(UTC).replace(tzinfo=None).isoformat()))
     tags = dict(spec.tags)
     for view in views:
         tags.update(dict(view.tags))
     return out + tag_expectations(tags, dtypes)
+
+
+def contract_expectations(contract: ContractSpec) -> list[dict[str, Any]]:
+    """The gate of a source with a contract: the share of rows it refuses at most `max_invalid_share`, and
+    (for the report) the same bound on the rows each check refused first. They run on the columns
+    `contract_columns` adds, which the row filter of every path computes the same way, so the gate and the
+    filter cannot disagree: the batch passes exactly when refused rows / rows <= max_invalid_share."""
+    mostly = 1.0 - contract.max_invalid_share
+    meta = {"origin": "contract", "max_invalid_share": contract.max_invalid_share}
+    out = [_exp("expect_column_values_to_be_in_set", {**meta, "check": "any"}, column=REFUSED_COLUMN,
+                value_set=[False], mostly=mostly)]
+    out += [_exp("expect_column_values_to_be_in_set", {**meta, "check": c.reason}, column=_REFUSED_BY + c.reason,
+                 value_set=[False], mostly=mostly) for c in contract.checks]
+    return out
+
+
+def contract_columns(frame: pd.DataFrame, contract: ContractSpec, now: datetime | None = None) -> pd.DataFrame:
+    """`frame` with the columns the contract expectations read: `__refused` (the row fails a check), one
+    `__refused_by.<rule>:<column>` per check (that check is the first it fails) and `contract_reason`."""
+    from quiver.compile.contracts import reason_strings, violations
+
+    moment = now or datetime.now(UTC)
+    table = pa.Table.from_pandas(frame[contract.columns], preserve_index=False)
+    first = violations(table, contract, int(moment.timestamp() * 1_000_000))
+    out = frame.copy()
+    out[REFUSED_COLUMN] = first >= 0
+    for index, check in enumerate(contract.checks):
+        out[_REFUSED_BY + check.reason] = first == index
+    out[CONTRACT_REASON] = reason_strings(first, contract)
+    return out
 
 
 def tag_expectations(tags: Mapping[str, str], dtypes: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
@@ -230,7 +267,18 @@ class QualityGate:
                  expectations: Sequence[dict[str, Any]] | None = None) -> tuple[bool, dict[str, Any]]:
         """Run GE on `frame` (no side effects): (success, GE result as JSON-ready dict)."""
         entries = list(expectations) if expectations is not None else self.suite_for(source)
-        return _run_suite(self._ge(), frame, source, entries)
+        return _run_suite(self._ge(), self.prepare(frame, source), source, entries)
+
+    def prepare(self, frame: pd.DataFrame, source: str) -> pd.DataFrame:
+        """`frame` with its source's contract columns added (see `contract_columns`), when it has a contract
+        and they are not there yet; otherwise `frame` itself."""
+        spec = self.catalog.sources.get(source) if self.catalog is not None else None
+        if spec is None or spec.contract is None or REFUSED_COLUMN in frame.columns:
+            return frame
+        missing = [c for c in spec.contract.columns if c not in frame.columns]
+        if missing:  # the structure expectations report it; no row can be judged
+            return frame
+        return contract_columns(frame, spec.contract)
 
     def _ge(self) -> Any:
         if self._validator is None:
@@ -253,7 +301,7 @@ class QualityGate:
 
         started = time.perf_counter()
         origin = Path(batch) if isinstance(batch, str | Path) else None
-        frame = read_batch(batch)
+        frame = self.prepare(read_batch(batch), source)
         batch_id = batch_id or _batch_id(origin)
         success, validation = self.validate(frame, source)
         failed, bad_rows, per_row = _summarize(validation, len(frame))
@@ -290,6 +338,8 @@ class QualityGate:
         target = self.quarantine_dir / result.source / result.batch_id
         staging = target.with_name(f".tmp-{target.name}")
         (staging / "batch").mkdir(parents=True)
+        helpers = [c for c in frame.columns if c == REFUSED_COLUMN or str(c).startswith(_REFUSED_BY)]
+        frame = frame.drop(columns=helpers)  # bad rows keep `contract_reason`, the batch is kept as it came
         bad = frame.iloc[result.bad_rows].copy()
         bad.insert(0, "_row", result.bad_rows)
         bad["_failed_expectations"] = [",".join(per_row.get(int(i), ["table-level"])) for i in result.bad_rows]
@@ -307,7 +357,8 @@ class QualityGate:
             else:
                 (staging / "batch").rmdir()  # a check by hand leaves the input where it is
         else:
-            frame_or_table = batch if isinstance(batch, pa.Table) else pa.Table.from_pandas(frame)
+            frame_or_table = batch if isinstance(batch, pa.Table) else pa.Table.from_pandas(
+                frame.drop(columns=[CONTRACT_REASON], errors="ignore"))
             pq.write_table(frame_or_table, staging / "batch" / "batch.parquet")
         os.replace(staging, target)
         return target

@@ -8,10 +8,16 @@ prediction service: its rows on one arm were scored by one model call), `model_v
 (champion / shadow / canary / paired …), `latency_ms`, `prediction` (float64, may be null), `error` (empty, or
 why the model failed on the row: then `prediction` is null), `rollout_id`, `rollout_step` (int64) and
 `canary_fraction` (float64): the rollout, step and traffic share the row was routed under (null when no rollout
-ran), so a judge counts only rows served under the step it judges; then one column per entity
+ran), so a judge counts only rows served under the step it judges, `missing_inputs` (int64: how many of the
+serving model's inputs were missing, null where not known); then one column per request field the client sent
+named `request.<name>` (what on-demand features read, so a model can later be trained on it), one per entity
 key named `key.<name>` and one per feature named `feature.<name>` (names as the caller gives them, e.g.
 "user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart. A file holds the
-rows of one flush that fall into its hour; its schema is the union of the keys and features in that flush.
+rows of one flush that fall into its hour. Given `schema=log_schema(catalog)` (the servers do), every file has
+every key, request field and feature of the catalog, typed from it, null where the serving model did not read
+it: one schema for the dataset, so pandas, `pyarrow.dataset`, DuckDB and Spark read the folder as it is. Other
+columns keep the type they were first written with; a catalog change adds columns (read with DuckDB's
+`union_by_name`, Spark's `mergeSchema`, or `read_serving_logs`).
 Quarantine files hold the same columns with `ts` as plain epoch µs (`ts_us`), plus `quarantine_reason`.
 
 Latency: `log()` appends one tuple to a list under a lock (~1 µs); `log_batch()` appends one record of whole
@@ -71,6 +77,7 @@ from quiver.monitoring.serving_log_read import (
     read_serving_logs,
 )
 from quiver.monitoring.serving_log_tables import (
+    BASE_SCHEMA,
     FEATURE_PREFIX,
     KEY_PREFIX,
     Batch,
@@ -78,6 +85,8 @@ from quiver.monitoring.serving_log_tables import (
     RolloutTag,
     as_batches,
     batches_to_table,
+    conform,
+    log_schema,
     micros,
     records_to_table,
     split_by_hour,
@@ -91,8 +100,8 @@ _MAX_BACKOFF_S = 60.0
 _OUT_OF_RANGE = f"time outside the supported range {TIME_RANGE}"
 
 __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",
-           "ServingLogger", "batches_to_table", "feature_frame", "read_quarantine", "read_serving_logs",
-           "records_to_table"]
+           "ServingLogger", "batches_to_table", "feature_frame", "log_schema", "read_quarantine",
+           "read_serving_logs", "records_to_table"]
 
 
 @dataclass(slots=True)
@@ -128,7 +137,7 @@ class ServingLogger:
 
     def __init__(self, root: str | Path, *, flush_rows: int = 10_000, flush_interval_s: float = 5.0,
                  max_buffer_bytes: int = 64 << 20, max_write_attempts: int = 8, compression: str = "zstd",
-                 max_buffer_rows: int | None = None):
+                 max_buffer_rows: int | None = None, schema: pa.Schema | None = None):
         if flush_rows < 1 or flush_interval_s <= 0 or max_buffer_bytes < 1 or max_write_attempts < 1:
             raise ValueError("flush_rows, max_buffer_bytes and max_write_attempts must be >= 1 and "
                              "flush_interval_s > 0")
@@ -152,6 +161,13 @@ class ServingLogger:
         self._write_lock = threading.Lock()  # one writer at a time: the thread, flush() or close()
         self._wake = threading.Event()
         self._closed = False
+        # One schema for the whole dataset, so any Parquet reader takes the folder as it is: the declared
+        # columns (`log_schema(catalog)`) in every file, typed even when a flush holds only nulls; any other
+        # column keeps the type it was first written with (here or by an earlier process).
+        self._order: list[str] = schema.names if schema is not None else BASE_SCHEMA.names
+        self._declared = {f.name: f.type for f in schema} if schema is not None else {}
+        self._types: dict[str, pa.DataType] = {**_newest_types(self.directory), **self._declared}
+        self._uncastable: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="quiver-serving-log", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -174,18 +190,21 @@ class ServingLogger:
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
                   latency_ms: float | np.ndarray = 0.0, predictions: np.ndarray | None = None,
                   ts_us: np.ndarray | int | None = None, error: str | np.ndarray = "",
-                  rollout: RolloutTag | None = None, call_id: str = "") -> None:
+                  rollout: RolloutTag | None = None, call_id: str = "", request: Mapping[str, Any] | None = None,
+                  missing: np.ndarray | None = None) -> None:
         """Buffer many served rows given as columns (numpy arrays or lists, one value per row); returns at once.
 
         `model_version`, `arm`, `latency_ms` and `error` are one value for all rows or one per row; `ts_us` is
         epoch microseconds UTC (default: now); `prediction` is null where `error` is non-empty (and everywhere
         when `predictions` is None); `rollout` tags every row with the rollout, step and canary fraction it was
-        routed under; `call_id` names the request all these rows came in (one model call per arm). The files
+        routed under; `call_id` names the request all these rows came in (one model call per arm); `request`
+        holds its fields (columns `request.<name>`) and `missing` per row how many of the serving model's inputs
+        were missing (`missing_inputs`). The files
         written are the same as from `log()` of the same rows. Rows whose time lies outside TIME_RANGE are
         quarantined. Nothing passed may be mutated afterwards (the arrays are written
         by the background thread)."""
         n = len(request_ids)
-        for what, columns in (("entity_keys", entity_keys), ("features", features)):
+        for what, columns in (("entity_keys", entity_keys), ("features", features), ("request", request or {})):
             for name, values in columns.items():
                 if len(values) != n:
                     raise ValueError(f"log_batch: {what}[{name!r}] holds {len(values)} values for {n} request_ids")
@@ -199,7 +218,7 @@ class ServingLogger:
         stamp = time.time_ns() // 1000 if ts_us is None else \
             ts_us.astype(np.int64, copy=False) if isinstance(ts_us, np.ndarray) else int(ts_us)
         batch = Batch(n, stamp, request_ids, dict(entity_keys), dict(features), model_version, arm,
-                      latency_ms, predictions, error, rollout, call_id)
+                      latency_ms, predictions, error, rollout, call_id, dict(request) if request else None, missing)
         if isinstance(stamp, int):
             bad = None if MIN_TIME_US <= stamp < MAX_TIME_US else np.ones(n, dtype=bool)
         else:
@@ -344,7 +363,7 @@ class ServingLogger:
         parts = []
         for hour, pieces in sorted(by_hour.items()):
             try:
-                parts.append((hour, batches_to_table(pieces), sum(p.n for p in pieces)))
+                parts.append((hour, self._table(pieces), sum(p.n for p in pieces)))
             except Exception:  # one unconvertible batch must not cost the others: build them one by one
                 good = []
                 for piece in pieces:
@@ -355,8 +374,24 @@ class ServingLogger:
                         quarantine.append(([piece], f"values cannot become Arrow columns: {type(exc).__name__}: "
                                                     f"{str(exc)[:200]}"))
                 if good:
-                    parts.append((hour, batches_to_table(good), sum(p.n for p in good)))
+                    parts.append((hour, self._table(good), sum(p.n for p in good)))
         return parts, quarantine
+
+    def _table(self, batches: list[Batch]) -> pa.Table:
+        """The batches as one table in the dataset's schema (see `__init__`)."""
+        table = batches_to_table(batches)
+        # A learned type only types a column that is all null here: values are never recast on a guess.
+        types = {**{f.name: self._types[f.name] for f in table.schema
+                    if f.type == pa.null() and f.name in self._types}, **self._declared}
+        table, failed = conform(table, types, self._order)
+        for name in set(failed) - self._uncastable:  # e.g. an int key sent as "abc": kept as text, said once
+            self._uncastable.add(name)
+            log.warning("serving log: column %s holds values that are not %s; written as %s in this file",
+                        name, types[name], table[name].type)
+        for column in table.schema:
+            if column.name not in self._types and column.type != pa.null():
+                self._types[column.name] = column.type
+        return table
 
     def _write_part(self, part: _Part, final: bool) -> int:
         from quiver.monitoring import metrics
@@ -460,6 +495,17 @@ class ServingLogger:
                 log.exception("serving-log flush failed")
 
 
+def _newest_types(directory: Path) -> dict[str, pa.DataType]:
+    """The column types of the newest file of a log dataset (none yet: empty), which later files keep."""
+    with contextlib.suppress(OSError, ValueError, pa.ArrowException):
+        for day in sorted(directory.glob("date=*"), reverse=True):
+            for hour in sorted(day.glob("hour=*"), reverse=True):
+                files = sorted(hour.glob("part-*.parquet"))
+                if files:
+                    return {f.name: f.type for f in pq.read_schema(files[-1]) if f.type != pa.null()}
+    return {}
+
+
 def _write_atomically(table: pa.Table, folder: Path, compression: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
@@ -488,7 +534,8 @@ def _size(values: Any, n: int) -> int:
 
 def _estimate_bytes(batch: Batch) -> int:
     columns: Iterable[Any] = (batch.ts_us, batch.request_ids, batch.model_version, batch.arm, batch.latency_ms,
-                              batch.predictions, batch.error, *batch.entity_keys.values(), *batch.features.values())
+                              batch.predictions, batch.error, *batch.entity_keys.values(), *batch.features.values(),
+                              *(batch.request or {}).values())
     return 256 + sum(_size(c, batch.n) for c in columns)
 
 

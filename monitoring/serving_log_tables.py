@@ -13,11 +13,13 @@ import pyarrow as pa
 
 KEY_PREFIX = "key."
 FEATURE_PREFIX = "feature."
+REQUEST_PREFIX = "request."
 US_PER_HOUR = 3_600_000_000
 BASE_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa.string()), ("call_id", pa.string()),
                          ("model_version", pa.string()), ("arm", pa.string()), ("latency_ms", pa.float64()),
                          ("prediction", pa.float64()), ("error", pa.string()), ("rollout_id", pa.int64()),
-                         ("rollout_step", pa.int64()), ("canary_fraction", pa.float64())])
+                         ("rollout_step", pa.int64()), ("canary_fraction", pa.float64()),
+                         ("missing_inputs", pa.int64())])
 
 Record = tuple[int, str, Mapping[str, Any], Mapping[str, Any], str, str, float, float | None, str]
 RolloutTag = tuple[int, int, float]  # (rollout id, step, canary fraction) a row was routed under
@@ -39,6 +41,8 @@ class Batch:
     error: str | np.ndarray
     rollout: RolloutTag | None = None
     call_id: str = ""  # the request these rows came in: its rows on one arm were one model call
+    request: Mapping[str, Any] | None = None  # the request's fields (what on-demand features read)
+    missing: np.ndarray | None = None  # per row, how many of the serving model's inputs were missing
 
 
 def micros(ts: datetime) -> int:
@@ -57,9 +61,11 @@ def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
     """Batches as one Arrow table, rows in order: the same columns and types as `log()` of the same rows."""
     keys: dict[str, None] = {}
     features: dict[str, None] = {}
+    fields: dict[str, None] = {}
     for batch in batches:
         keys.update(dict.fromkeys(batch.entity_keys))
         features.update(dict.fromkeys(batch.features))
+        fields.update(dict.fromkeys(batch.request or {}))
     # The fixed columns are small next to the features: plain Python lists, exactly as `log()` builds them.
     columns: dict[str, pa.Array] = {
         "ts": pa.array(_flat(batches, "ts_us"), pa.int64()).cast(BASE_SCHEMA.field("ts").type),
@@ -71,11 +77,15 @@ def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
         "prediction": pa.array([p for b in batches for p in _predictions(b)], pa.float64()),
         "error": pa.array(_flat(batches, "error"), pa.string()),
         **_rollout_columns(batches),
+        "missing_inputs": pa.array([m for b in batches for m in (b.missing.tolist() if b.missing is not None
+                                                                  else [None] * b.n)], pa.int64()),
     }
     for name in keys:
         columns[KEY_PREFIX + name] = _merge([(b.entity_keys.get(name), b.n) for b in batches])
     for name in features:
         columns[FEATURE_PREFIX + name] = _merge([(b.features.get(name), b.n) for b in batches])
+    for name in fields:
+        columns[REQUEST_PREFIX + name] = _merge([((b.request or {}).get(name), b.n) for b in batches])
     return pa.table(columns)
 
 
@@ -140,7 +150,9 @@ def take_rows(batch: Batch, index: np.ndarray) -> Batch:
     return Batch(len(index), take(batch.ts_us), take(batch.request_ids),
                  {k: take(v) for k, v in batch.entity_keys.items()}, {k: take(v) for k, v in batch.features.items()},
                  take(batch.model_version), take(batch.arm), take(batch.latency_ms), take(batch.predictions),
-                 take(batch.error), batch.rollout, batch.call_id)
+                 take(batch.error), batch.rollout, batch.call_id,
+                 None if batch.request is None else {k: take(v) for k, v in batch.request.items()},
+                 take(batch.missing))
 
 
 def _flat(batches: Sequence[Batch], name: str) -> list[Any]:
@@ -209,3 +221,46 @@ def _values(values: list[Any]) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         # Mixed types in one flush (e.g. a number and a string): keep every value, as text.
         return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+def log_schema(catalog: Any) -> pa.Schema:
+    """The serving-log columns a project's catalog can produce, typed: the fixed columns, every entity key,
+    request field and feature (stored and on-demand), so every file has them whichever model logged it."""
+    from quiver.offline.layout import arrow_type
+
+    fields = list(BASE_SCHEMA)
+    keys = {name: dtype for entity in catalog.entities.values() for name, dtype in entity.keys}
+    fields += [pa.field(KEY_PREFIX + name, arrow_type(dtype)) for name, dtype in keys.items()]
+    requests = {name: dtype for source in catalog.request_sources.values() for name, dtype in source.columns}
+    fields += [pa.field(REQUEST_PREFIX + name, arrow_type(dtype)) for name, dtype in requests.items()]
+    for views in (catalog.views, catalog.on_demand):
+        for view in views.values():
+            fields += [pa.field(f"{FEATURE_PREFIX}{view.name}:{name}", arrow_type(view.feature_dtype(name)))
+                       for name in view.feature_names]
+    return pa.schema(fields)
+
+
+def conform(table: pa.Table, types: Mapping[str, pa.DataType], order: Sequence[str] = ()) -> tuple[pa.Table, list[str]]:
+    """`table` with each column of a known type cast to it (an all-null column becomes typed nulls) and the
+    `order` columns it lacks added as typed nulls, those first and in that order; returns the table and the
+    columns that could not be cast (kept as they were: a value the declared type cannot hold is not lost)."""
+    columns: dict[str, pa.ChunkedArray | pa.Array] = {}
+    failed = []
+    for name in [*order, *(n for n in table.column_names if n not in set(order))]:
+        want = types.get(name)
+        if name not in table.column_names:
+            if want is not None:
+                columns[name] = pa.nulls(table.num_rows, want)
+            continue
+        column = table[name]
+        if want is not None and column.type != want:
+            try:
+                if pa.types.is_floating(column.type) and not pa.types.is_floating(want):
+                    import pyarrow.compute as pc  # NaN is how numpy says "missing": a null in any other type
+
+                    column = pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column)
+                column = column.cast(want)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                failed.append(name)
+        columns[name] = column
+    return pa.table(columns), failed

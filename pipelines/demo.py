@@ -63,11 +63,14 @@ def run_backfill(config: Config, catalog: Catalog, days: int, engine: str) -> No
     from rich.table import Table
 
     from quiver.offline.backfill import backfill
+    from quiver.offline.cli import refused_text
 
     report = backfill(config, catalog, START, START + timedelta(days=days - 1), engine=engine)
-    table = Table("view", "kind", "events read", "rows written", "quarantined")
+    table = Table("view", "kind", "events read", "rows written", "null keys", "no time", "refused by contract")
     for name, view in sorted(report.views.items()):
-        table.add_row(name, view.kind, f"{view.events_read:,}", f"{view.rows_written:,}", f"{view.quarantined:,}")
+        table.add_row(name, view.kind, f"{view.events_read:,}", f"{view.rows_written:,}",
+                      f"{view.quarantined_null_keys:,}", f"{view.quarantined_null_ts:,}",
+                      refused_text(view.quarantined_by_check))
     console.print(table)
     console.print(f"offline store: {config.offline_dir}")
 

@@ -37,7 +37,10 @@ def align_current(logged: pa.Table, features: Sequence[str]) -> pa.Table:
     from quiver.monitoring.serving_log import feature_frame
 
     frame = feature_frame(logged)
-    by_bare = {name.rsplit(":", 1)[-1]: name for name in frame.column_names}
+    # Logs carry every catalog feature, null where the serving model did not read it: a bare name maps to
+    # the logged column of that name holding values (two views may share a feature name).
+    by_bare = {name.rsplit(":", 1)[-1]: name for name in frame.column_names
+               if frame[name].null_count < frame.num_rows}
     columns: dict[str, pa.ChunkedArray] = {}
     for feature in features:
         source = feature if feature in frame.column_names else by_bare.get(feature)

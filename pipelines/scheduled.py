@@ -21,8 +21,9 @@ def _project(config_path: str | None) -> tuple[Config, Any]:
 def quality_gate_day(day: str, config_path: str | None = None, max_bad_fraction: float = 0.01) -> dict[str, Any]:
     """Gate the day's input batches (one `date=<day>` partition per source) before they are backfilled.
 
-    A batch whose flagged rows stay within `max_bad_fraction` passes: the backfill quarantines those rows one
-    by one. A batch above it, or with a table-level failure (missing column, wrong type), fails the gate: it
+    A source with a contract passes while the share of rows its contract refuses stays within the contract's
+    `max_invalid_share` (the backfill quarantines those rows one by one, by the same rules); without one, a
+    batch whose flagged rows stay within `max_bad_fraction` passes. A batch above it, or with a table-level failure (missing column, wrong type), fails the gate: it
     is moved to quarantine with its report and an alert is raised, so the backfill never reads it. Re-running
     the day changes nothing further: a quarantined batch is no longer in the ingest path.
     """
@@ -45,7 +46,9 @@ def quality_gate_day(day: str, config_path: str | None = None, max_bad_fraction:
             success, validation = gate.validate(frame, name)
             flagged, table_level = _flagged_rows(validation)
             entry = {"file": batch.name, "rows": len(frame), "flagged_rows": flagged, "passed": True}
-            if not success and (table_level or flagged > max_bad_fraction * max(len(frame), 1)):
+            # With a contract the suite itself holds the threshold (the contract's max_invalid_share).
+            strict = source.contract is not None
+            if not success and (strict or table_level or flagged > max_bad_fraction * max(len(frame), 1)):
                 result = gate.gate(batch, name)  # the pipeline's gate: the failing file leaves the ingest path
                 entry.update(passed=False, bad_rows=result.n_bad_rows,
                              quarantine=str(result.quarantine_path) if result.quarantine_path else None)

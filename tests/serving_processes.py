@@ -52,7 +52,7 @@ def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, sh
     from quiver.config import load_config
     from quiver.registry import Registry
     from quiver.registry.models import ModelRegistry
-    from tests.integration.test_prediction_service import save_model
+    from tests.integration.test_prediction_service import BEAT_BASELINE, save_model
 
     (root / "feature_defs").mkdir(parents=True)
     (root / "feature_defs" / "defs.py").write_text(DEFS)
@@ -72,7 +72,7 @@ def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, sh
     models = ModelRegistry(registry)
     for seed in (1, 2) if shadow else (1,):
         folder, sha = save_model(root / "models", seed)
-        models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics={}, window_start=now - timedelta(days=7),
+        models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics=BEAT_BASELINE, window_start=now - timedelta(days=7),
                         cutoff=now, features=["f0", "f1", "category"], catalog_version=None, label_column="label",
                         lineage={}, reference_path=str(folder / "reference.parquet"))
     models.set_alias(MODEL, "champion", 1, expected=None, reason="test")

@@ -8,6 +8,8 @@ import typing as _typing
 
 from quiver.catalog.definitions import (
     Aggregation,
+    Check,
+    Contract,
     Entity,
     FeatureService,
     FeatureView,
@@ -55,7 +57,9 @@ __all__ = [
     "Bool",
     "Catalog",
     "CatalogError",
+    "Check",
     "Config",
+    "Contract",
     "Entity",
     "FeatureService",
     "FeatureStore",

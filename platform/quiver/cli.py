@@ -273,8 +273,9 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
     if not found:
         plural = {"view": "views", "service": "services", "entity": "entities", "source": "sources",
                   "on_demand": "on-demand views", "request": "request sources"}
+        optional = ("on_demand", "request")  # listed only where the catalog has some
         known = "; ".join(f"{plural[k]}: {', '.join(sorted(by_kind[v])) or '-'}" for k, v in _DESCRIBE_KINDS.items()
-                          if k in kinds)
+                          if k in kinds and (by_kind[v] or kind == k or k not in optional))
         raise QuiverError(f"no {kind or 'definition'} named {name!r} ({known})")
     if len(found) > 1:
         console.print(f"[dim]{name!r} names a {' and a '.join(k for k, _ in found)}; showing the {found[0][0]} "
@@ -309,6 +310,15 @@ def _describe_request(cat: Catalog, spec: Any) -> None:
                   + ", ".join(f"{n} {t}" for n, t in spec.columns), highlight=False)
     users = sorted(v.name for v in cat.on_demand.values() if spec.name in v.request_sources)
     console.print(f"read by: {', '.join(users) or '-'}")
+    _print_contract(spec.contract)
+
+
+def _print_contract(contract: Any) -> None:
+    from quiver.catalog.contracts import describe_contract
+
+    if contract is not None:
+        console.print("contract (a row failing it is refused, quarantined and counted on every path):\n  "
+                      + "\n  ".join(describe_contract(contract)), highlight=False)
 
 
 def _describe_view(cat: Catalog, spec: Any) -> None:
@@ -366,6 +376,7 @@ def _describe_source(cat: Catalog, spec: Any) -> None:
                       + (f", Kafka topic {spec.stream.kafka_topic}" if spec.stream.kafka_topic else ""))
     views = sorted(v.name for v in cat.views.values() if v.source == spec.name)
     console.print(f"feature views reading it: {', '.join(views) or '-'}")
+    _print_contract(spec.contract)
 
 
 @app.command()

@@ -119,11 +119,38 @@ def assert_rows_equal(actual: list[Row], expected: list[Row], what: str) -> None
 # ---- the reference ----
 
 
+def brute_reason(row: Row, contract: Any, now_us: int) -> str | None:
+    """The first check of `contract` the row fails, as `<rule>:<column>` (docs/data-contracts.md), or None."""
+    for check in contract.checks:
+        value = row[check.column]
+        if check.rule == "not_null":
+            failed = value is None
+        elif value is None:
+            failed = False
+        elif check.rule == "finite":
+            failed = not math.isfinite(value)
+        elif check.rule == "one_of":
+            failed = value not in check.value
+        else:
+            number = _us(value) if isinstance(value, datetime) else value
+            if check.rule == "future":
+                failed = number > now_us + check.value
+            else:
+                nan = isinstance(number, float) and math.isnan(number)
+                failed = nan or (number < check.value if check.rule == "min" else number > check.value)
+        if failed:
+            return str(check.reason)
+    return None
+
+
 def _in_range(table: pa.Table, view: ViewSpec, start_us: int, end_us: int) -> list[Row]:
     rows = []
+    now_us = int(datetime.now(UTC).timestamp() * 1_000_000)
     for row in table.to_pylist():
         ts = row["ts"]
         if ts is None or any(row[k] is None for k in view.key_names):
+            continue
+        if view.contract is not None and brute_reason(row, view.contract, now_us) is not None:
             continue
         us = _us(ts)
         if start_us <= us < end_us:

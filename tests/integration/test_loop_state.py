@@ -272,7 +272,7 @@ def test_the_champion_scores_the_canary_rows_off_the_path_and_its_own_failures_a
         service = project.service(logger=logger, alerts=AlertManager(project.registry, [LogSink()]))
         service.arms.champion.model.predict = lambda columns: (_ for _ in ()).throw(RuntimeError("boom"))  # type: ignore
         with pytest.raises(RuntimeError, match="boom"):
-            service.predict(rows([0, 1, 2], prefix="x"))
+            service.predict(rows(list(range(40)), prefix="x"))  # some users route to the champion
     failed = read_serving_logs(project.config.offline_dir, arm="champion").to_pandas()
     failed = failed[failed["request_id"].str.startswith("x")]
     assert len(failed) >= 1 and (failed["error"].str.contains("boom")).all() and failed["prediction"].isna().all()

@@ -108,7 +108,7 @@ def test_the_registry_derives_the_status_and_a_rejected_artifact_needs_a_recorde
                                   label_column="is_fraud", lineage={}, reference_path="")
     assert no_evidence.status == "rejected"
     # The same artifact again, as a "new" serving version: refused without a recorded override.
-    with pytest.raises(QuiverError, match="rejected as fraud:1.*override"):
+    with pytest.raises(QuiverError, match=r"rejected as fraud:1.*override"):
         register(models, sha256=sha)
     forced = models.register("fraud", artifact_path="/models/x", sha256=sha, metrics=lost.metrics, window_start=START,
                              cutoff=CUTOFF, features=["f"], catalog_version=None, label_column="is_fraud",

@@ -35,8 +35,7 @@ def post(client: httpx.Client, body: object, key: str | None = KEY) -> httpx.Res
 def test_scores_over_http(served: tuple[httpx.Client, Project, int]) -> None:
     client, project, v1 = served
     users = [3, 1, 4, 1, 5]
-    body = {"rows": [{"request_id": f"q{i}", "entities": {"user_id": u}, "fields": {"amount": 12.5}}
-                     for i, u in enumerate(users)]}
+    body = {"rows": [{"request_id": f"q{i}", "entities": {"user_id": u}} for i, u in enumerate(users)]}
     r = post(client, body)
     assert r.status_code == 200, r.text
     predictions = r.json()["predictions"]
@@ -58,6 +57,7 @@ def test_scores_over_http(served: tuple[httpx.Client, Project, int]) -> None:
     ({"rows": [{"request_id": "a", "entities": {"user_id": [1]}}]}, 422),
     ({"rows": [{"request_id": "a", "entities": {"merchant_id": 1}}]}, 400),  # the model needs user_id
     ({"rows": [{"request_id": "a", "entities": {"user_id": "x"}}]}, 400),
+    ({"rows": [{"request_id": "a", "entities": {"user_id": 1}, "fields": {"amount": 1.0}}]}, 400),  # read by none
     ({"rows": [{"request_id": "a", "entities": {"user_id": 1}}, {"request_id": "a", "entities": {"user_id": 2}}]},
      400),
 ])

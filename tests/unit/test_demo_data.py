@@ -34,7 +34,8 @@ SCHEMAS = {
     "merchant_risk": pa.schema([("merchant_id", pa.int64()), ("risk_score", pa.float64()),
                                 ("merchant_category", pa.string()), ("event_ts", TS)]),
     "labels": pa.schema([("transaction_id", pa.string()), ("user_id", pa.int64()), ("merchant_id", pa.int64()),
-                         ("event_ts", TS), ("is_fraud", pa.int64())]),
+                         ("event_ts", TS), ("amount", pa.float64()), ("is_online", pa.bool_()),
+                         ("is_fraud", pa.int64()), ("label_arrived_at", TS)]),
 }
 
 
@@ -194,6 +195,17 @@ def test_drift_shifts_amount_online_category_and_risk(drifted: GenerationSummary
     # Days before the drift are untouched: identical to the undrifted run.
     for mine, ref in zip(drifted.paths["transactions"][:3], clean.paths["transactions"][:3], strict=True):
         assert mine.read_bytes() == ref.read_bytes()
+
+
+def test_labels_carry_the_transaction_and_arrive_a_day_or_more_later(clean: GenerationSummary) -> None:
+    labels = pq.read_table(clean.paths["labels"][0]).to_pandas()
+    tx = _read_all(clean, "transactions").to_pandas().set_index("transaction_id")
+    joined = labels.set_index("transaction_id").join(tx[["amount", "is_online"]], rsuffix="_tx", how="inner")
+    clean_rows = joined[joined.amount_tx.notna() & (joined.amount_tx > 0)]
+    assert (clean_rows.amount == clean_rows.amount_tx).all() and (clean_rows.is_online == clean_rows.is_online_tx).all()
+    delay = labels.label_arrived_at - labels.event_ts
+    assert delay.min() >= pd.Timedelta(days=1)
+    assert delay[labels.is_fraud == 1].median() > delay[labels.is_fraud == 0].median()  # chargebacks come late
 
 
 def test_fraud_rate_in_range_and_learnable_from_amount_ratio(clean: GenerationSummary) -> None:

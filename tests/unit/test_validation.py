@@ -306,8 +306,12 @@ def test_example_catalog_validates_against_demo_data(tmp_path: Path) -> None:
     assert [(f.name, f.column, f.dtype) for f in last.fields] == [("last_amount", "amount", "float64"),
         ("last_merchant_id", "merchant_id", "int64"), ("last_category", "category", "string")]
     assert dict(catalog.sources["transactions"].columns)["event_ts"] == "timestamp"
+    assert sorted(catalog.request_sources) == ["transaction"] and sorted(catalog.on_demand) == ["transaction_context"]
+    context = catalog.on_demand["transaction_context"]
+    assert context.inputs == (("user_spend", "amount_mean_7d"),) and context.feature_dtype("tx_amount") == "float64"
+    assert dict(context.request_fields) == {"amount": "float64", "is_online": "bool"}
     service = catalog.services["fraud_model"]
-    assert len(service.features) == sum(len(v.feature_names) for v in catalog.views.values())
+    assert len(service.features) == sum(len(v.feature_names) for v in catalog.views.values()) + len(context.feature_names)
     # Locations point at the user's files, never at quiver's or at dataclass-generated code.
     assert Path(spend.location.file) == repo / "feature_defs" / "user_features.py"
     assert spend.location.line == line_of(repo / "feature_defs" / "user_features.py", "user_spend = FeatureView(")

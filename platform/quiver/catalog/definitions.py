@@ -10,7 +10,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +92,43 @@ class StreamBinding:
 
 
 @dataclass(frozen=True)
+class Check:
+    """What a valid value of one column is; a row is valid when every column passes its check.
+
+    `not_null`: a value must be there. `finite`: no NaN or ±infinity (float columns). `min` / `max`:
+    inclusive bounds (numbers; for timestamps a datetime or ISO-8601 text with an offset); NaN is outside
+    every range. `one_of`: the allowed values (text, integers or booleans). `max_future`: a timestamp at most
+    this far after the clock of the job that reads the row ("5m"). A null passes every rule but `not_null`.
+    """
+
+    not_null: bool = False
+    finite: bool = False
+    min: float | int | str | datetime | None = None
+    max: float | int | str | datetime | None = None
+    one_of: Sequence[str | int | bool] | None = None
+    max_future: timedelta | str | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a valid row of a source is: a `Check` per column. Every path that reads the source (backfill,
+    stream, request) refuses a row that fails one, quarantines and counts it; the batch quality gate fails a
+    batch when more than `max_invalid_share` of its rows are refused."""
+
+    checks: Mapping[str, Check]
+    max_invalid_share: float = 0.01
+    location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _located(self)
+
+
+@dataclass(frozen=True)
 class Source:
-    """An event table: Parquet files (path or glob, relative to the project root) with an event-time column."""
+    """An event table: Parquet files (path or glob, relative to the project root) with an event-time column.
+
+    `contract` says what a valid row is (see `Contract`); without one, only rows without an event time or
+    join key are set aside."""
 
     name: str
     path: str
@@ -102,6 +137,7 @@ class Source:
     description: str = ""
     owner: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    contract: Contract | None = None
     location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -233,6 +269,7 @@ class RequestSource:
     description: str = ""
     owner: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    contract: Contract | None = None  # checked on every request's fields, as a source's rows are
     location: Location = field(default=Location("<unknown>", 0), compare=False, repr=False)
 
     def __post_init__(self) -> None:

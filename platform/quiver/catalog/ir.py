@@ -35,6 +35,46 @@ class StreamSpec:
     allowed_lateness_us: int
 
 
+CHECK_RULES = ("not_null", "finite", "min", "max", "one_of", "future")  # the order a row's reason is taken in
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One rule on one column. `value`: the bound (timestamps in epoch µs), the allowed values, or the
+    tolerance in µs after the reading job's clock (`future`); None for `not_null` and `finite`."""
+
+    column: str
+    dtype: str
+    rule: str  # one of CHECK_RULES
+    value: Any = None
+
+    @property
+    def reason(self) -> str:
+        """How a row failing this rule is counted and quarantined: `<rule>:<column>`."""
+        return f"{self.rule}:{self.column}"
+
+
+@dataclass(frozen=True)
+class ContractSpec:
+    """A validated contract: its rules in the order a row's reason is taken (columns as declared, then
+    CHECK_RULES), and the share of refused rows above which the batch gate fails."""
+
+    checks: tuple[CheckSpec, ...]
+    max_invalid_share: float = 0.01
+
+    @property
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys(c.column for c in self.checks))
+
+    @property
+    def reasons(self) -> list[str]:
+        return [c.reason for c in self.checks]
+
+    @property
+    def uses_clock(self) -> bool:
+        return any(c.rule == "future" for c in self.checks)
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     name: str
@@ -46,6 +86,7 @@ class SourceSpec:
     owner: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location("<unknown>", 0), compare=False)
+    contract: ContractSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +125,7 @@ class ViewSpec:
     owner: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location("<unknown>", 0), compare=False)
+    contract: ContractSpec | None = None  # the source's, copied: its rules decide which rows the view reads
 
     @property
     def kind(self) -> str:
@@ -144,6 +186,7 @@ class RequestSourceSpec:
     owner: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location("<unknown>", 0), compare=False)
+    contract: ContractSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -227,8 +270,8 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
     """One definition as plain JSON data, without its location."""
     out: dict[str, Any] = {}
     for name in spec.__dataclass_fields__:
-        if name in ("location", "udf"):
-            continue
+        if name in ("location", "udf") or (name == "contract" and spec.contract is None):
+            continue  # no contract: the dict (and hash) of a catalog from before contracts existed
         out[name] = _plain(getattr(spec, name))
     return out
 

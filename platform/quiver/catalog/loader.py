@@ -14,6 +14,8 @@ from quiver.catalog.errors import CatalogError, DefinitionProblem, QuiverError
 from quiver.catalog.ir import (
     AggSpec,
     Catalog,
+    CheckSpec,
+    ContractSpec,
     EntitySpec,
     FieldSpec,
     OnDemandSpec,
@@ -132,6 +134,7 @@ def catalog_from_dict(data: dict[str, Any]) -> Catalog:
     for name, spec in data.get("source", {}).items():
         fields = plain(spec, "columns", "tags")
         fields["stream"] = StreamSpec(**spec["stream"]) if spec.get("stream") else None
+        fields["contract"] = _contract(spec.get("contract"))
         sources[name] = SourceSpec(**fields)
     views = {}
     for name, spec in data.get("feature_view", {}).items():
@@ -139,10 +142,12 @@ def catalog_from_dict(data: dict[str, Any]) -> Catalog:
         fields["entities"] = tuple(spec["entities"])
         fields["fields"] = tuple(FieldSpec(**f) for f in spec.get("fields", ()))
         fields["aggregations"] = tuple(AggSpec(**a) for a in spec.get("aggregations", ()))
+        fields["contract"] = _contract(spec.get("contract"))
         views[name] = ViewSpec(**fields)
     services = {n: ServiceSpec(**{**plain(s, "tags"), "features": tuple(s["features"])})
                 for n, s in data.get("feature_service", {}).items()}
-    requests = {n: RequestSourceSpec(**plain(s, "columns", "tags")) for n, s in data.get("request_source", {}).items()}
+    requests = {n: RequestSourceSpec(**{**plain(s, "columns", "tags"), "contract": _contract(s.get("contract"))})
+                for n, s in data.get("request_source", {}).items()}
     on_demand = {}
     for name, spec in data.get("on_demand_view", {}).items():
         from quiver.catalog.on_demand import udf_from_source
@@ -154,3 +159,12 @@ def catalog_from_dict(data: dict[str, Any]) -> Catalog:
         fields["udf"] = udf_from_source(name, spec["udf_name"], spec["udf_source"])
         on_demand[name] = OnDemandSpec(**fields)
     return Catalog(entities, sources, views, services, requests, on_demand)
+
+
+def _contract(data: dict[str, Any] | None) -> ContractSpec | None:
+    if not data:
+        return None
+    checks = tuple(CheckSpec(c["column"], c["dtype"], c["rule"],
+                             tuple(c["value"]) if isinstance(c.get("value"), list) else c.get("value"))
+                   for c in data["checks"])
+    return ContractSpec(checks, float(data.get("max_invalid_share", 0.01)))

@@ -15,6 +15,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from quiver.catalog.contracts import contract_spec
 from quiver.catalog.definitions import Field, Location, OnDemandFeatureView, RequestSource
 from quiver.catalog.ir import FieldSpec, OnDemandSpec, RequestSourceSpec, ViewSpec
 from quiver.catalog.types import DTYPES, is_identifier
@@ -31,8 +32,13 @@ def request_source_spec(add: Add, source: RequestSource) -> RequestSourceSpec | 
         if name == REQUEST_TS:
             add("request_source", source.name, source.location,
                 f"field {REQUEST_TS!r} is reserved: it is the request's own time")
+    contract = None
+    if source.contract is not None:
+        where = getattr(source.contract, "location", source.location)
+        contract = contract_spec(lambda message: add("request_source", source.name, where, message),
+                                 source.contract, {f.name: f.dtype for f in fields})
     return RequestSourceSpec(source.name, tuple((f.name, f.dtype) for f in fields), source.description,
-                             source.owner, tuple(sorted(source.tags.items())), source.location)
+                             source.owner, tuple(sorted(source.tags.items())), source.location, contract)
 
 
 def _fields(add: Add, kind: str, name: str, where: Location, schema: Any, what: str) -> list[FieldSpec]:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from quiver.catalog.contracts import contract_spec
 from quiver.catalog.definitions import (
     Aggregation,
     Entity,
@@ -212,9 +213,14 @@ def _source_spec(problems: _Problems, source: Source, reader: SchemaReader) -> S
         if not is_identifier(column):
             problems.add("source", source.name, loc, f"column {column!r} is not a plain identifier")
     stream = _stream_spec(problems, source, source.stream) if source.stream else None
+    contract = None
+    if source.contract is not None:
+        where = getattr(source.contract, "location", loc)
+        contract = contract_spec(lambda message: problems.add("source", source.name, where, message),
+                                 source.contract, {c: t or UNSUPPORTED for c, t in columns.items()})
     return SourceSpec(source.name, source.path, source.timestamp_field,
                       tuple((c, t or UNSUPPORTED) for c, t in columns.items()), stream,
-                      source.description, source.owner, tuple(sorted(source.tags.items())), loc)
+                      source.description, source.owner, tuple(sorted(source.tags.items())), loc, contract)
 
 
 def _stream_spec(problems: _Problems, source: Source, stream: StreamBinding) -> StreamSpec | None:
@@ -285,7 +291,7 @@ def _view_spec(problems: _Problems, view: FeatureView, sources: dict[str, Source
         name, tuple(e.name for e in view.entities), tuple(keys.items()), source.name, source.timestamp_field,
         tuple(f for f in fields if f), tuple(a for a in aggs if a),
         to_micros(ttl) if ttl else None, to_micros(tile) if tile else None, view.online,
-        view.description, view.owner, tuple(sorted(view.tags.items())), loc,
+        view.description, view.owner, tuple(sorted(view.tags.items())), loc, source.contract,
     )
 
 

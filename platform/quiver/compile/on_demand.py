@@ -15,15 +15,20 @@ type its outputs with `outputs`. So online and offline values can differ only if
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from quiver.catalog.errors import QuiverError, RequestFieldError
-from quiver.catalog.ir import OnDemandSpec
+from quiver.catalog.ir import ContractSpec, OnDemandSpec
 from quiver.catalog.on_demand import REQUEST_TS
+from quiver.compile.contracts import counts as contract_counts
+from quiver.compile.contracts import violations
 
 _PANDAS = {"float64": "float64", "int64": "Int64", "bool": "boolean", "string": "object",
            "timestamp": "datetime64[ns, UTC]"}
@@ -105,7 +110,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {"float64": (int, float), "int64": (i
                                             "string": (str,), "timestamp": (str,)}
 
 
-def check_request_rows(rows: list[Mapping[str, Any]], request_fields: Mapping[str, str]) -> None:
+def check_request_rows(rows: Sequence[Mapping[str, Any]], request_fields: Mapping[str, str]) -> None:
     """Request `fields` as a client sent them (JSON values, one mapping per row) against the declared fields:
     every declared field present (null is a value: unknown), none unknown, each of its type (no strings for
     numbers, no booleans for numbers). RequestFieldError names the first problem and its row."""
@@ -129,3 +134,46 @@ def check_request_rows(rows: list[Mapping[str, Any]], request_fields: Mapping[st
 def pandas_dtype(dtype: str) -> str:
     """The pandas dtype a column of `dtype` has in training sets and input frames."""
     return _PANDAS[dtype]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Request rows failing their request sources' contracts: how many per (source, reason), and the first."""
+
+    counts: dict[tuple[str, str], int]
+    first: str  # "rows[i].fields.<column>: …" (empty when nothing was refused)
+
+
+def check_request_contracts(fields: Mapping[str, Sequence[Any]], dtypes: Mapping[str, str],
+                            contracts: Sequence[tuple[str, ContractSpec]]) -> Refusal:
+    """Request fields (one value per row) against their request sources' contracts, by the rules every other
+    path applies (`quiver.compile.contracts`; the clock is now). The caller counts the refusals and
+    refuses the request, naming the first."""
+    counts: dict[tuple[str, str], int] = {}
+    first = ""
+    now_us = time.time_ns() // 1000
+    for source, contract in contracts:
+        try:
+            table = pa.table({c: _arrow_column(fields[c], dtypes[c]) for c in contract.columns})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
+            raise RequestFieldError(f"request fields of {source!r} do not have their declared types: {exc}"[:300]) \
+                from None
+        failed = violations(table, contract, now_us)
+        for reason, n in contract_counts(failed, contract).items():
+            counts[(source, reason)] = n
+        bad = np.flatnonzero(failed >= 0)
+        if len(bad) and not first:
+            row = int(bad[0])
+            check = contract.checks[int(failed[row])]
+            first = (f"rows[{row}].fields.{check.column}: refused by the contract of {source!r} "
+                     f"({check.reason}; value {fields[check.column][row]!r})")[:300]
+    return Refusal(counts, first)
+
+
+def _arrow_column(values: Sequence[Any], dtype: str) -> pa.Array:
+    if dtype == "timestamp":
+        return pa.array(pd.to_datetime(pd.Series(list(values), dtype=object), utc=True, format="ISO8601"))
+    return pa.array(list(values), _ARROW_TYPES[dtype])
+
+
+_ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "bool": pa.bool_(), "string": pa.string()}

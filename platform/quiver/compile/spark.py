@@ -25,6 +25,7 @@ SPARK: Final = Dialect(
     struct="named_struct('t', {t}, 'v', {v})",
     field="{s}.{f}",
     order_by="DISTRIBUTE BY {date} SORT BY {cols}",
+    backslash_escapes=True,
 )
 
 

@@ -23,12 +23,13 @@ tiles alone.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from quiver.catalog.errors import QuiverError
-from quiver.catalog.ir import AggSpec, ViewSpec
+from quiver.catalog.ir import AggSpec, CheckSpec, ViewSpec
 from quiver.catalog.types import Int64
 from quiver.compile.aggregations import (
     AGG_FUNCTIONS,
@@ -41,6 +42,7 @@ from quiver.compile.aggregations import (
     partial_column,
     view_partials,
 )
+from quiver.compile.contracts import NOW_PARAM, reason_sql
 
 START_PARAM: Final = "start_us"
 END_PARAM: Final = "end_us"
@@ -101,11 +103,18 @@ class Dialect:
     struct: str  # {t}, {v} → a struct ordered by t, then v
     field: str  # {s}, {f} → field f of struct s
     order_by: str  # {date}, {cols} → how a result is ordered for writing
+    backslash_escapes: bool = False  # whether \ escapes inside '…' (Spark's default)
 
     def quote(self, name: str) -> str:
         """`name` as a quoted identifier (the validator refuses unsafe names; quote anyway)."""
         q = self.quote_char
         return q + name.replace(q, q + q) + q
+
+    def string(self, value: str) -> str:
+        """`value` as a string literal."""
+        if self.backslash_escapes:
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return "'" + value.replace("'", "''") + "'"
 
     def cast(self, expr: str, dtype: str) -> str:
         return f"CAST({expr} AS {self.types[dtype]})"
@@ -263,35 +272,93 @@ def compile_last_values(d: Dialect, view: ViewSpec) -> str:
 
 
 def compile_quarantine(d: Dialect, view: ViewSpec) -> str:
-    """Source rows the view skips: a null join key (event time in range) or a null event time (anywhere).
+    """Source rows the view skips, with their reason: a null event time anywhere in the source; with a
+    contract, a row whose first failing check puts its event time beyond the clock, anywhere too; in
+    range, any other failing check, or a null join key.
 
-    Columns keep their source names and logical types; `__date` is NULL for rows without an event time.
+    Columns keep their source names and logical types (the view's columns, then the contract's others);
+    `__date` is NULL for rows without a usable event time.
     """
     q = d.quote
     ts = q(view.timestamp_field)
-    cols = [(d.cast(q(name), dtype), q(name)) for name, dtype in view.source_columns]
-    reason = f"CASE WHEN {ts} IS NULL THEN '{NULL_EVENT_TS}' ELSE '{NULL_KEY}' END"
-    cols += [(reason, q(REASON_COLUMN)), (d.date_from_us.format(us=d.epoch_us.format(ts=ts)), q(DATE_COLUMN))]
+    cols = [(d.cast(q(name), dtype), q(name)) for name, dtype in quarantine_columns(view)]
+    day = d.date_from_us.format(us=d.epoch_us.format(ts=ts))
+    if view.contract is None:
+        reason = f"CASE WHEN {ts} IS NULL THEN '{NULL_EVENT_TS}' ELSE '{NULL_KEY}' END"
+        cols += [(reason, q(REASON_COLUMN)), (day, q(DATE_COLUMN))]
+        return "\n".join([
+            _header(d, view, "quarantine"),
+            _select(cols),
+            f"FROM {q(view.source)}",
+            f"WHERE {ts} IS NULL",
+            f"   OR ({_in_range(d, ts)} AND ({_any_key_null(d, view)}))",
+        ]) + "\n"
+    failed = q("__reason")
+    undated = " OR ".join(f"{failed} = {d.string(c.reason)}" for c in _undated_checks(view))
+    if undated:
+        day = f"CASE WHEN {failed} IS NULL OR NOT ({undated}) THEN {day} END"
+    reason = f"CASE WHEN {ts} IS NULL THEN '{NULL_EVENT_TS}' ELSE coalesce({failed}, '{NULL_KEY}') END"
+    cols += [(reason, q(REASON_COLUMN)), (day, q(DATE_COLUMN))]
+    rows = f"SELECT *, {reason_sql(d, view.contract, d.p(NOW_PARAM))} AS {failed}\nFROM {q(view.source)}"
     return "\n".join([
         _header(d, view, "quarantine"),
+        f"WITH {q('checked')} AS (",
+        _indent(rows),
+        ")",
         _select(cols),
-        f"FROM {q(view.source)}",
+        f"FROM {q('checked')}",
         f"WHERE {ts} IS NULL",
-        f"   OR ({_in_range(d, ts)} AND ({_any_key_null(d, view)}))",
+        *([f"   OR {undated}"] if undated else []),
+        f"   OR ({_in_range(d, ts)} AND ({failed} IS NOT NULL OR {_any_key_null(d, view)}))",
     ]) + "\n"
 
 
 def compile_stats(d: Dialect, view: ViewSpec) -> str:
-    """One row: events_in_range (null keys included), null_keys (in range), null_event_ts (anywhere)."""
+    """One row: events_in_range (refused rows included), null_keys (in range, otherwise valid), null_event_ts
+    (anywhere) and, with a contract, one column per check named by its reason: the rows it refused (in
+    range; a check on the event time's future: anywhere), each row under its first failing check."""
     q = d.quote
     ts = q(view.timestamp_field)
     in_range = _in_range(d, ts)
-    cols = [
-        (f"count(*) FILTER (WHERE {in_range})", q("events_in_range")),
-        (f"count(*) FILTER (WHERE {in_range} AND ({_any_key_null(d, view)}))", q("null_keys")),
-        (f"count(*) FILTER (WHERE {ts} IS NULL)", q("null_event_ts")),
-    ]
-    return "\n".join([_header(d, view, "stats"), _select(cols), f"FROM {q(view.source)}"]) + "\n"
+    if view.contract is None:
+        cols = [
+            (f"count(*) FILTER (WHERE {in_range})", q("events_in_range")),
+            (f"count(*) FILTER (WHERE {in_range} AND ({_any_key_null(d, view)}))", q("null_keys")),
+            (f"count(*) FILTER (WHERE {ts} IS NULL)", q("null_event_ts")),
+        ]
+        return "\n".join([_header(d, view, "stats"), _select(cols), f"FROM {q(view.source)}"]) + "\n"
+    clock = d.p(NOW_PARAM)
+    inner = [(in_range, q("__in_range")), (f"{ts} IS NULL", q("__null_ts")),
+             (f"({_any_key_null(d, view)})", q("__null_key")),
+             (f"CASE WHEN {ts} IS NOT NULL THEN {reason_sql(d, view.contract, clock)} END", q("__reason"))]
+    reason, inside = q("__reason"), q("__in_range")
+    cols = [(f"count(*) FILTER (WHERE {inside})", q("events_in_range")),
+            (f"count(*) FILTER (WHERE {inside} AND {reason} IS NULL AND {q('__null_key')})", q("null_keys")),
+            (f"count(*) FILTER (WHERE {q('__null_ts')})", q("null_event_ts"))]
+    undated = {c.reason for c in _undated_checks(view)}
+    for check in view.contract.checks:
+        where = f"{reason} = {d.string(check.reason)}"
+        cols.append((f"count(*) FILTER (WHERE {where if check.reason in undated else f'{inside} AND {where}'})",
+                     q(check.reason)))
+    return "\n".join([_header(d, view, "stats"), f"WITH {q('rows')} AS (",
+                      _indent(_select(inner) + f"\nFROM {q(view.source)}"), ")", _select(cols),
+                      f"FROM {q('rows')}"]) + "\n"
+
+
+def quarantine_columns(view: ViewSpec) -> list[tuple[str, str]]:
+    """(column, dtype) of a view's quarantined rows: what it reads, then the other columns its contract checks."""
+    columns = dict(view.source_columns)
+    for check in view.contract.checks if view.contract else ():
+        columns.setdefault(check.column, check.dtype)
+    return list(columns.items())
+
+
+def query_params(view: ViewSpec, start_us: int, end_us: int, now_us: int | None = None) -> dict[str, int]:
+    """The parameters of a view's queries: the range, and the clock (default now) when its contract reads it."""
+    params = {START_PARAM: start_us, END_PARAM: end_us}
+    if view.contract is not None and view.contract.uses_clock:
+        params[NOW_PARAM] = time.time_ns() // 1000 if now_us is None else now_us
+    return params
 
 
 def compile_values_at_boundary(d: Dialect, view: ViewSpec, tiles_table: str = "tiles") -> str:
@@ -368,7 +435,10 @@ def _events_cte(d: Dialect, view: ViewSpec, tile_us: int | None = None,
         fields = [(d.cast(q(c), dtypes[c]), q(c)) for c in inputs if c not in view.key_names]
     cols += fields
     not_null = " AND ".join(f"{q(k)} IS NOT NULL" for k in view.key_names)
-    return _select(cols) + f"\nFROM {q(view.source)}\nWHERE {_in_range(d, ts)}\n  AND {not_null}"
+    where = f"\nFROM {q(view.source)}\nWHERE {_in_range(d, ts)}\n  AND {not_null}"
+    if view.contract is not None:  # a row failing its source's contract never reaches a tile or last value
+        where += f"\n  AND {reason_sql(d, view.contract, d.p(NOW_PARAM))} IS NULL"
+    return _select(cols) + where
 
 
 def floor_to(epoch: str, step: int) -> str:
@@ -385,6 +455,13 @@ def _in_range(d: Dialect, ts: str) -> str:
     start = d.timestamp_from_us.format(us=d.p(START_PARAM))
     end = d.timestamp_from_us.format(us=d.p(END_PARAM))
     return f"{ts} >= {start} AND {ts} < {end}"
+
+
+def _undated_checks(view: ViewSpec) -> list[CheckSpec]:
+    """Checks that, failed first, make a row's event time unusable (beyond the clock): such a row is judged
+    anywhere in the source, like one without an event time."""
+    checks = view.contract.checks if view.contract else ()
+    return [c for c in checks if c.rule == "future" and c.column == view.timestamp_field]
 
 
 def _any_key_null(d: Dialect, view: ViewSpec) -> str:

@@ -10,10 +10,12 @@
    `layout.replace_partition`; a date without events gets an empty partition, so re-running a range
    replaces exactly those dates and nothing else.
 
-Rows with a null join key and an event time in range go to `_quarantine/<view>/date=…/` (replaced with
-their date); rows without an event time belong to no date, so every run rewrites the snapshot
-`_quarantine/<view>/no_event_ts/` of all of them in the source. Both are counted in the report, never
-dropped silently. Each view's run is recorded in the registry (kind 'backfill') with its counts.
+Rows with an event time in range that fail the source's contract (`Contract`: first failing check) or have
+a null join key go to `_quarantine/<view>/date=…/` (replaced with their date); rows without a usable event
+time (none, or one beyond the run's clock by more than the contract's `max_future`) belong to no date, so
+every run rewrites the snapshot `_quarantine/<view>/no_event_ts/` of all of them in the source. All are
+counted in the report (contract refusals per check), never dropped silently; none reaches a tile or a
+last value. Each view's run is recorded in the registry (kind 'backfill') with its counts.
 
 A run that fails before the swap changes nothing in the store. The swap itself is one rename per date and
 view: a crash in the middle of it leaves some dates new and some old, each of them whole.
@@ -39,14 +41,14 @@ from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.schema import logical_dtype, source_files
 from quiver.compile.sql import (
     DATE_COLUMN,
-    END_PARAM,
     REASON_COLUMN,
-    START_PARAM,
     compile_last_values,
     compile_quarantine,
     compile_stats,
     compile_tiles,
     main_kind,
+    quarantine_columns,
+    query_params,
 )
 from quiver.config import Config
 from quiver.offline import layout
@@ -67,13 +69,15 @@ class ViewReport:
     events_read: int = 0  # source rows with an event time in range (null keys included)
     quarantined_null_keys: int = 0
     quarantined_null_ts: int = 0  # rows without an event time anywhere in the source
+    # Rows refused by the source's contract, per failed check (`<rule>:<column>`, its first failing one).
+    quarantined_by_check: dict[str, int] = field(default_factory=dict)
     rows_written: int = 0  # tiles or last-value rows
     rows_by_date: dict[date, int] = field(default_factory=dict)
     run_id: int | None = None
 
     @property
     def quarantined(self) -> int:
-        return self.quarantined_null_keys + self.quarantined_null_ts
+        return self.quarantined_null_keys + self.quarantined_null_ts + sum(self.quarantined_by_check.values())
 
 
 @dataclass
@@ -121,7 +125,7 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
          end: date, engine: str, registry: Any, progress: Progress | None, began: float,
          threads: int | None = None) -> BackfillReport:
     root = config.offline_dir
-    params = {START_PARAM: _day_us(start), END_PARAM: _day_us(end + timedelta(days=1))}
+    now_us = time.time_ns() // 1000  # one clock for the whole run: a contract's `max_future` reads it
     report = BackfillReport(start, end, engine, {v.name: ViewReport(v.name, main_kind(v)) for v in specs})
     start_ts, end_ts = _utc(start), _utc(end + timedelta(days=1))
     for spec in specs:
@@ -140,6 +144,7 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
         for spec in specs:
             if progress:
                 progress(done, total, f"{spec.name}: {main_kind(spec)}")
+            params = query_params(spec, _day_us(start), _day_us(end + timedelta(days=1)), now_us)
             _stage_view(runner, spec, params, staging[spec.name], report.views[spec.name], _days(start, end))
             done += 1
             if progress:
@@ -248,6 +253,8 @@ def _stage_view(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], sta
     report.events_read = int(stats["events_in_range"])
     report.quarantined_null_keys = int(stats["null_keys"])
     report.quarantined_null_ts = int(stats["null_event_ts"])
+    report.quarantined_by_check = {reason: int(stats[reason]) for reason in
+                                   (spec.contract.reasons if spec.contract else ()) if stats[reason]}
     kind = main_kind(spec)
     sql = compile_tiles(runner.dialect, spec) if kind == "tiles" else compile_last_values(runner.dialect, spec)
     runner.write_by_date(sql, params, stage / kind)
@@ -273,8 +280,9 @@ def _stage_quarantine(runner: BatchEngine, spec: ViewSpec, params: dict[str, int
 
 
 def quarantine_schema(spec: ViewSpec) -> pa.Schema:
-    """Arrow schema of a view's quarantined rows: the source columns it reads, then the reason."""
-    fields = [pa.field(name, layout.arrow_type(dtype)) for name, dtype in spec.source_columns]
+    """Arrow schema of a view's quarantined rows: the source columns it reads and its contract checks, then
+    the reason."""
+    fields = [pa.field(name, layout.arrow_type(dtype)) for name, dtype in quarantine_columns(spec)]
     return pa.schema([*fields, pa.field(REASON_COLUMN, pa.string())])
 
 
@@ -371,6 +379,7 @@ def _detail(report: BackfillReport, view: ViewReport) -> dict[str, Any]:
         "start": report.start.isoformat(), "end": report.end.isoformat(), "engine": report.engine,
         "kind": view.kind, "events_read": view.events_read,
         "quarantined_null_keys": view.quarantined_null_keys, "quarantined_null_ts": view.quarantined_null_ts,
+        "quarantined_by_check": dict(sorted(view.quarantined_by_check.items())),
         "rows_written": view.rows_written, "seconds": round(report.seconds, 3),
         "rows_by_date": {d.isoformat(): n for d, n in sorted(view.rows_by_date.items())},
     }

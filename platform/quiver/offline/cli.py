@@ -83,13 +83,20 @@ def register(app: typer.Typer) -> None:
                 bar.update(task, completed=done, total=total, description=what)
 
             report = backfill(cfg, cat, first, last, engine=engine or cfg.engine, views=selected, progress=step)
-        table = Table("view", "kind", "events read", "null keys", "null time", "rows written", "dates",
+        table = Table("view", "kind", "events read", "null keys", "null time", "refused by contract",
+                      "rows written", "dates",
                       title=f"backfill {first}..{last} with {report.engine} in {report.seconds:.1f} s")
         for item in report.views.values():
             table.add_row(item.view, item.kind, f"{item.events_read:,}", f"{item.quarantined_null_keys:,}",
-                          f"{item.quarantined_null_ts:,}", f"{item.rows_written:,}", str(len(item.rows_by_date)))
+                          f"{item.quarantined_null_ts:,}", refused_text(item.quarantined_by_check),
+                          f"{item.rows_written:,}", str(len(item.rows_by_date)))
         console.print(table)
         console.print(f"offline store: {cfg.offline_dir}")
+
+
+def refused_text(by_check: dict[str, int]) -> str:
+    """Rows a contract refused, per check: "finite:amount 17, one_of:category 26" (or "0")."""
+    return ", ".join(f"{reason} {n:,}" for reason, n in sorted(by_check.items())) or "0"
 
 
 def _day(text: str, option: str) -> date:

@@ -11,6 +11,7 @@ and merges follow compile.aggregations (see pit_ranges and pit_merge).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import pyarrow.dataset as ds
 
 from quiver.catalog.errors import QuiverError
 from quiver.compile.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
+from quiver.compile.contracts import violations
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
 from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds
 from quiver.offline.pit_plan import LabelSet, ViewRequest, ascending_order, timestamps_us
@@ -389,12 +391,15 @@ def _head_partials(req: ViewRequest, index: EntityIndex, columns: list[str], kin
         return None
     dataset = ds.dataset([str(f) for f in files], format="parquet")
     expression = _time_filter(dataset.schema.field(ts_name).type, ts_name, lo, hi)
-    table = _read(req, files, [*view.key_names, ts_name, *columns], f"source {view.source!r}", expression)
+    read = list(dict.fromkeys([*view.key_names, ts_name, *columns, *(view.contract.columns if view.contract else ())]))
+    table = _read(req, files, read, f"source {view.source!r}", expression)
     if table is None or not table.num_rows:
         return None
     codes = index.encode([table[k] for k in view.key_names])
     ts, ts_nulls = timestamps_us(table[ts_name])
     keep = (codes >= 0) & (ts >= lo) & (ts < hi)
+    if view.contract is not None:  # the rows the backfill refused never count in a head either
+        keep &= violations(table, view.contract, time.time_ns() // 1000) < 0
     if ts_nulls is not None:
         keep &= ~ts_nulls
     keep &= _in_label_tiles(codes, ts, int(view.tile_us or 1), q_codes, q_floor, index.n_codes)

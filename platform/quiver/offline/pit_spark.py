@@ -17,6 +17,7 @@ same code the embedded engine ends in — so the engines differ at most in float
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 
 from quiver.compile import dialect_for
 from quiver.compile.aggregations import TILE_START, PartialColumn, last_ts_column, view_partials
+from quiver.compile.contracts import reason_sql
 from quiver.compile.sql import MERGE_OPS, tile_exprs
 from quiver.config import Config
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
@@ -217,6 +219,9 @@ def _head(spark: Any, req: ViewRequest, labelled: Any, tile: int, lo: int, hi: i
     if events is None:
         return None
     d, keys = dialect_for("spark"), req.view.key_names
+    if req.view.contract is not None:  # the rows the backfill refused never count in a head either
+        clock = str(time.time_ns() // 1000)
+        events = events.where(F.expr(f"({reason_sql(d, req.view.contract, clock)}) IS NULL"))
     columns = list(dict.fromkeys(a.column for a in req.aggregations))
     ts = _micros(F.col(req.view.timestamp_field))
     events = (events.select(*keys, ts.alias(_T), *columns)

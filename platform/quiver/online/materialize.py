@@ -194,7 +194,7 @@ def _head_tiles(config: Config, catalog: Catalog, spec: ViewSpec, end_us: int) -
     if floor == end_us:
         return layout.tile_schema(spec).empty_table()
     from quiver.catalog.schema import source_files
-    from quiver.compile.sql import END_PARAM, START_PARAM, compile_tiles
+    from quiver.compile.sql import compile_tiles, query_params
     from quiver.offline.engines import open_engine
 
     source = catalog.sources[spec.source]
@@ -205,7 +205,7 @@ def _head_tiles(config: Config, catalog: Catalog, spec: ViewSpec, end_us: int) -
     engine = open_engine("duckdb")
     try:
         engine.register_source(spec.source, files, any(s != schemas[0] for s in schemas))
-        rows = engine.fetch(compile_tiles(engine.dialect, spec), {START_PARAM: floor, END_PARAM: end_us})
+        rows = engine.fetch(compile_tiles(engine.dialect, spec), query_params(spec, floor, end_us))
     finally:
         engine.close()
     schema = layout.tile_schema(spec)

@@ -75,14 +75,19 @@ class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rows: list[PredictRow] = Field(min_length=1, max_length=MAX_ROWS)
+    explain_missing: bool = Field(False, description="name the missing inputs of each prediction")
 
 
 class PredictionOut(BaseModel):
     request_id: str
-    score: float
+    score: float | None = Field(description="null when the model's missing-input policy refused the row")
     model_version: str
     arm: str = Field(description="champion or canary")
     fallback: bool = Field(description="routed to the canary but answered by the champion")
+    missing: int = Field(description="inputs of the serving model that were missing (not found, too old, null)")
+    flagged: bool = Field(description="more inputs missing than the model's policy allows; scored anyway")
+    refused: bool = Field(description="more inputs missing than the model's policy allows; not scored")
+    missing_features: list[str] = Field(default_factory=list, description="which, with explain_missing")
 
 
 class PredictResponse(BaseModel):
@@ -111,8 +116,9 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
     refused = Gauge("quiver_client_limit_refused", "Requests refused with 429 (per-client concurrency) since start",
                     registry=metrics)
 
-    def views() -> list[str]:
-        return sorted({ref.partition(":")[0] for ref in service.arms.feature_refs})
+    def views() -> list[str]:  # stored views only: on-demand features are computed, never read
+        refs = list(service.arms.feature_refs)
+        return sorted({read.view.name for read in service.store.plan(refs).reads}) if refs else []
 
     gate = gate or StoreGate(lambda: service.store.online, views())
     client_counts = ClientCounts()
@@ -134,7 +140,8 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             raise HTTPException(401, "missing or wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
 
     @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
-              responses={400: {"description": "bad entity keys, duplicate request ids"}, **COMMON_RESPONSES})
+              responses={400: {"description": "bad entity keys, duplicate request ids"},
+                         **COMMON_RESPONSES})
     async def predict(body: PredictRequest, request: Request) -> Response:
         """Scores per row: the champion's, or the canary's for rows routed to it."""
         rows = [{"request_id": r.request_id, "entities": r.entities, "at": r.at_us(), "fields": r.fields}
@@ -146,7 +153,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             gate.refuse_if_down()
             await slots.acquire(client_key(request.scope, client_header), len(rows))
             try:
-                predictions = await gate.call(service.predict, rows)
+                predictions = await gate.call(service.predict, rows, explain_missing=body.explain_missing)
             finally:
                 slots.release()
         except Busy as exc:
@@ -158,8 +165,10 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             raise HTTPException(502, "the online store refused the read; see the server log") from None
         except QuiverError as exc:
             raise HTTPException(400, str(exc)) from None
-        payload = {"predictions": [{"request_id": p.request_id, "score": p.score, "model_version": p.model_version,
-                                    "arm": p.arm, "fallback": p.fallback} for p in predictions]}
+        payload = {"predictions": [{"request_id": p.request_id, "score": None if p.refused else p.score,
+                                    "model_version": p.model_version, "arm": p.arm, "fallback": p.fallback,
+                                    "missing": p.missing, "flagged": p.flagged, "refused": p.refused,
+                                    "missing_features": list(p.missing_features)} for p in predictions]}
         return Response(_dumps(payload), media_type="application/json")
 
     @app.get("/health", responses={503: {"description": "online store unavailable (see Retry-After)"}})
@@ -236,7 +245,7 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
     requests in flight, then scores the queued shadow work and writes every buffered serving-log row."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
-    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.monitoring.settings import load_settings
     from quiver.serving.store import FeatureStore
 
@@ -251,7 +260,8 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     store = FeatureStore(config_path)
     registry = Registry(store.config.registry, project=store.config.project)
     alerts = AlertManager(registry, sinks_from_config(load_settings(store.config).alert_sinks))
-    logger = ServingLogger(store.config.offline_dir, flush_interval_s=log_flush_interval_s)
+    logger = ServingLogger(store.config.offline_dir, flush_interval_s=log_flush_interval_s,
+                           schema=log_schema(store.catalog))
     try:
         service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
                                     poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,

@@ -148,7 +148,7 @@ class PredictionService:
         flushed, by `close()`), alerting to the project's alert sinks. Not started: call `start()` for the
         poller and the shadow worker, or `refresh()` to pick up alias moves by hand."""
         from quiver.monitoring.alerts import AlertManager, sinks_from_config
-        from quiver.monitoring.serving_log import ServingLogger
+        from quiver.monitoring.serving_log import ServingLogger, log_schema
         from quiver.monitoring.settings import load_settings
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry
@@ -156,9 +156,9 @@ class PredictionService:
 
         registry = Registry(config.registry, project=config.project)
         kwargs.setdefault("alerts", AlertManager(registry, sinks_from_config(load_settings(config).alert_sinks)))
-        logger = ServingLogger(config.offline_dir) if log else None
-        service = cls(store or FeatureStore(config=config), model_name, models=ModelRegistry(registry),
-                      logger=logger, **kwargs)
+        store = store or FeatureStore(config=config)
+        logger = ServingLogger(config.offline_dir, schema=log_schema(store.catalog)) if log else None
+        service = cls(store, model_name, models=ModelRegistry(registry), logger=logger, **kwargs)
         service._owns_logger = log
         return service
 
@@ -411,7 +411,8 @@ class PredictionService:
         self.stats.add(requests=1, rows=n, champion_rows=n - canary_count, canary_rows=canary_count)
         if self.logger is not None:
             self._log(request_ids, entities, columns, arms, scores, on_canary, canary_error,
-                      feature_ms + champion_ms, feature_ms + canary_ms, logged_at, call_id)
+                      feature_ms + champion_ms, feature_ms + canary_ms, logged_at, call_id,
+                      {name: fields[name] for name, _ in plan.request_fields if name in fields}, missing, refused)
         if arms.shadow is not None and arms.shadow.model is not None:
             self._off_path(_OffPath(arms.shadow, "shadow", request_ids, entities, columns, feature_ms, logged_at,
                                     arms.rollout, call_id), "shadow_dropped")
@@ -453,7 +454,8 @@ class PredictionService:
 
     def _log(self, request_ids: list[str], entities: Mapping[str, Any], columns: Mapping[str, Any], arms: ArmSet,
              scores: np.ndarray, on_canary: np.ndarray, canary_error: str, champion_ms: float,
-             canary_ms: float, logged_at: np.ndarray | int, call_id: str) -> None:
+             canary_ms: float, logged_at: np.ndarray | int, call_id: str, request: Mapping[str, Any],
+             missing: np.ndarray, refused: np.ndarray) -> None:
         assert self.logger is not None
         version: str | np.ndarray = arms.champion.label
         arm: str | np.ndarray = "champion"
@@ -465,8 +467,11 @@ class PredictionService:
             latency = np.where(on_canary, canary_ms, champion_ms)
             if canary_error:  # its rows log the error and no score
                 error = np.where(on_canary, canary_error, "")
+        if refused.any():  # refused by the model's missing-input policy: no score, and why
+            error = np.where(refused, "refused: too many inputs missing", error)
         self.logger.log_batch(request_ids, entities, _features_of(arms, columns), version, arm, latency, scores,
-                              ts_us=logged_at, error=error, rollout=arms.rollout, call_id=call_id)
+                              ts_us=logged_at, error=error, rollout=arms.rollout, call_id=call_id,
+                              request=request or None, missing=missing)
 
     def _shadow_worker(self) -> None:
         while True:

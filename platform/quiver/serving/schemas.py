@@ -54,6 +54,9 @@ class OnlineRequest(BaseModel):
     at_us: EpochMicros = Field(  # type: ignore[assignment]
         None, description=f"request time in epoch microseconds (instead of `at`), {TIME_RANGE}")
     full_feature_names: StrictBool = Field(False, description="name columns view__feature instead of feature")
+    request: dict[KeyName, Annotated[list[Any], Field(max_length=MAX_ENTITIES)]] = Field(
+        default_factory=dict, description="request fields on-demand features read: field → one value per entity",
+        examples=[{"amount": [42.5, 9.99], "is_online": [True, False]}], json_schema_extra=KEYS_SCHEMA)
 
     @model_validator(mode="after")
     def _one_selection(self) -> OnlineRequest:

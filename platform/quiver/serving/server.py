@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,13 +138,15 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         try:
             call = store.prepare_online(features, body.entities, at=body.at_us_value(),
                                         full_feature_names=body.full_feature_names)
+            check_request_columns(body.request, dict(call.plan.request_fields),
+                                  len(next(iter(call.entities.values()), ())))
             if call.pending is None:
                 fetched = None
             elif fetch_async is not None:
                 fetched = await gate.call_async(fetch_async, call.pending)
             else:
                 fetched = await gate.call(store.online.fetch, call.pending)
-            payload = encode(store.finish_online(call, fetched))
+            payload = encode(store.finish_online(call, fetched, body.request))
         except StoreUnavailable as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except OnlineStoreError as exc:
@@ -183,6 +185,21 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
     if not key:
         log.warning("feature server runs without an API key: set QUIVER_API_KEY to require X-API-Key")
     return app
+
+
+def check_request_columns(request: Mapping[str, Sequence[Any]], fields: dict[str, str], n: int) -> None:
+    """The feature server's `request` (field → one value per entity) against the fields the features read."""
+    from quiver.catalog.errors import RequestFieldError
+    from quiver.compile.on_demand import check_request_rows
+
+    for name, values in request.items():
+        if name in fields and len(values) != n:
+            raise RequestFieldError(f"request.{name}: {len(values)} values for {n} entities")
+    rows = [{name: values[i] for name, values in request.items() if i < len(values)} for i in range(n)]
+    try:
+        check_request_rows(rows, fields)
+    except RequestFieldError as exc:  # name the field as this endpoint spells it
+        raise RequestFieldError(str(exc).replace("].fields.", "].request.")) from None
 
 
 def _json_dumps(payload: Any) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from quiver.catalog.errors import QuiverError
-from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.catalog.errors import QuiverError, RequestFieldError
+from quiver.catalog.ir import Catalog, ContractSpec, ViewSpec
 from quiver.catalog.references import expand_on_demand, input_column, resolve_features
 from quiver.config import Config, load_config
 from quiver.online.base import (
@@ -52,6 +52,7 @@ class ReadPlan:
     on_demand: tuple[str, ...] = ()
     request_fields: tuple[tuple[str, str], ...] = ()  # (name, dtype) the on-demand views read
     inputs: tuple[tuple[tuple[str, str], str], ...] = ()  # ((view, feature), column read into)
+    request_contracts: tuple[tuple[str, ContractSpec], ...] = ()  # (request source, its contract)
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,11 @@ def resolve(catalog: Catalog, features: Features, full_feature_names: bool = Fal
     reads = tuple(ViewRead(catalog.views[v], tuple(fs)) for v, fs in per_view.items())
     inputs = tuple(((v, f), input_column(expanded, refs, v, f)) for name in expanded.on_demand
                    for v, f in catalog.on_demand[name].inputs)
+    sources = dict.fromkeys(s for name in expanded.on_demand for s in catalog.on_demand[name].request_sources)
+    contracts = tuple((s, c) for s in sources if (c := catalog.request_sources[s].contract) is not None)
     return ReadPlan(reads, tuple((r.column, r.view, r.feature) for r in refs), tuple(keys.items()),
                     tuple((r.column, (r.view, r.feature)) for r in refs), tuple(expanded.on_demand),
-                    tuple(expanded.request_fields.items()), inputs)
+                    tuple(expanded.request_fields.items()), inputs, contracts)
 
 
 def _view(catalog: Catalog, name: str) -> ViewSpec:
@@ -279,6 +282,8 @@ class FeatureStore:
 
         n = len(next(iter(call.entities.values()))) if call.entities else 0
         fields = request_columns(plan, request, n)
+        if plan.request_contracts:
+            check_contracts(fields, plan)
         columns: dict[str, Any] = dict(fields)
         for name in plan.on_demand:
             spec = self.catalog.on_demand[name]
@@ -315,6 +320,21 @@ class FeatureStore:
 def _empty(dtype: str) -> Column:
     np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_, "timestamp": np.int64}.get(dtype, object)
     return Column(np.zeros(0, dtype=np_dtype), np.zeros(0, dtype=bool), dtype)
+
+
+def check_contracts(fields: Mapping[str, Sequence[Any]], plan: ReadPlan) -> None:
+    """Refuse a request whose fields fail their request source's contract (RequestFieldError naming the
+    first row), after counting every refused row on `quiver_contract_refused_rows_total{path="request"}`."""
+    from quiver.compile.on_demand import check_request_contracts
+
+    refusal = check_request_contracts(fields, dict(plan.request_fields), plan.request_contracts)
+    if refusal.counts:
+        from quiver.monitoring import metrics
+
+        for (source, reason), n in refusal.counts.items():
+            metrics.CONTRACT_REFUSED.labels(source=source, check=reason, path="request").inc(n)
+        total = sum(refusal.counts.values())
+        raise RequestFieldError(f"{refusal.first}" + (f" ({total} rows refused in all)" if total > 1 else ""))
 
 
 def request_columns(plan: ReadPlan, request: Mapping[str, Any], n: int) -> dict[str, Any]:

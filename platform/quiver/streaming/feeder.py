@@ -9,6 +9,10 @@ Because it sees every line in order, the feeder also does what would otherwise c
   with the explicit schema (strict: `"3"` is not a number, `"yes"` not a boolean, `1.5` not an integer);
   a chunk that fails is bisected until the bad lines are isolated, and each gets its reason
   (`unparseable_json`, `bad_type:<col>`, `null_event_ts`, `reserved_field:__batch`) in the quarantine log;
+* **refuse** rows failing the source's contract (`Contract`), with the same rules and reasons
+  (`<rule>:<column>`, its first failing check) as the backfill, vectorised over the typed batch (the
+  feeder's clock is the one `max_future` reads): they go to the quarantine log, are counted per check
+  (`refused:<reason>` in the manifests), and neither reach the job nor move the watermark;
 * **split** late events: the watermark is the greatest event time fed so far minus the source's
   watermark delay; an event at or before `watermark - allowed_lateness` is late. The rule is exact and
   deterministic (it is kept in the manifests, so it survives restarts);
@@ -50,7 +54,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.catalog.ir import Catalog, ContractSpec, ViewSpec
+from quiver.compile.contracts import counts as contract_counts
+from quiver.compile.contracts import violations
 from quiver.compile.flink import BATCH_FIELD, LEGACY_TIME_FIELD, TIME_FIELD, source_columns
 from quiver.streaming.paths import StreamPaths, visible_files
 
@@ -77,6 +83,7 @@ class SourceFeed:
     timestamp_field: str
     watermark_delay_us: int
     allowed_lateness_us: int
+    contract: ContractSpec | None = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -100,7 +107,8 @@ def source_feeds(catalog: Catalog, views: Sequence[ViewSpec]) -> dict[str, Sourc
             if column != source.timestamp_field and dtype in _ARROW:
                 columns.setdefault(column, dtype)
         out[name] = SourceFeed(name, tuple(columns.items()), tuple((v.name, tuple(v.key_names)) for v in of),
-                               source.timestamp_field, stream.watermark_delay_us, stream.allowed_lateness_us)
+                               source.timestamp_field, stream.watermark_delay_us, stream.allowed_lateness_us,
+                               source.contract)
     return out
 
 
@@ -213,9 +221,12 @@ class Feeder:
         table, rows = checked.table, checked.rows
         ts = table.column(TIME_FIELD).to_numpy(zero_copy_only=False).astype(np.int64) if table.num_rows else \
             np.empty(0, np.int64)
-        future = ts > int(self.clock() * 1e6) + self.max_future_us
-        watermark, late = late_mask(ts, future, self._watermark[source], feed)
-        on_time = ~(late | future)
+        now_us = int(self.clock() * 1e6)
+        refused = self._refuse(feed, table, now_us, lines, rows, origin, files, quarantine, counts)
+        future = ~refused & (ts > now_us + self.max_future_us)
+        # A refused row neither moves the watermark nor counts as late: it is not an event of the source.
+        watermark, late = late_mask(ts, future | refused, self._watermark[source], feed)
+        on_time = ~(late | future | refused)
         for view, keys in feed.keys:
             null = np.zeros(table.num_rows, dtype=bool)
             for key in keys:
@@ -248,6 +259,23 @@ class Feeder:
         for target_counts, key in ((result.unparseable, "unparseable"), (result.late, "late"),
                                    (result.future, "future")):
             target_counts[source] = target_counts.get(source, 0) + counts[key]
+
+    @staticmethod
+    def _refuse(feed: SourceFeed, table: pa.Table, now_us: int, lines: list[bytes], rows: np.ndarray,
+                origin: list[int], files: list[Path], quarantine: list[dict[str, Any]],
+                counts: dict[str, int]) -> np.ndarray:
+        """Rows failing the source's contract: quarantined with their reason and counted per check."""
+        if feed.contract is None or not table.num_rows:
+            return np.zeros(table.num_rows, dtype=bool)
+        columns = {c: table.column(TIME_FIELD if c == feed.timestamp_field else c) for c in feed.contract.columns}
+        first = violations(pa.table(columns), feed.contract, now_us)
+        reasons = feed.contract.reasons
+        for i in np.flatnonzero(first >= 0):
+            quarantine.append({"reason": reasons[first[i]], "view": "", "file": files[origin[rows[i]]].name,
+                               "line": lines[rows[i]].decode("utf-8", "replace")})
+        for reason, n in contract_counts(first, feed.contract).items():
+            counts[f"refused:{reason}"] = n
+        return first >= 0
 
     def _write_late(self, feed: SourceFeed, batch: str, rows: pa.Table) -> None:
         """Late and future-dated rows → Parquet per UTC day, with the source's event-time column."""

@@ -1,10 +1,25 @@
 """Test catalog behind the golden SQL snapshots and the cross-engine backfill tests.
 
 It covers every aggregation fn on float, int and bool inputs, `count`/`last` on a string, a view keyed by
-two entities, and last-value views (one renaming a column, one with two keys).
+two entities, last-value views (one renaming a column, one with two keys), and views of a second source over
+the same files with a contract using every rule.
 """
 
-from quiver import Aggregation, Bool, Entity, FeatureView, Field, Float64, Int64, Source, String
+from datetime import UTC, datetime
+
+from quiver import (
+    Aggregation,
+    Bool,
+    Check,
+    Contract,
+    Entity,
+    FeatureView,
+    Field,
+    Float64,
+    Int64,
+    Source,
+    String,
+)
 
 FNS = ("count", "sum", "mean", "min", "max", "last", "stddev")
 
@@ -59,5 +74,34 @@ pair_last = FeatureView(
     entities=[user, merchant],
     source=events,
     schema=[Field("amount", Float64), Field("cat", String)],
+    ttl="1d",
+)
+
+checked_events = Source(
+    name="checked_events",
+    path="events",
+    timestamp_field="ts",
+    contract=Contract({
+        "user_id": Check(not_null=True),
+        "amount": Check(finite=True, min=1.0, max=150.0),
+        "qty": Check(min=-3, max=5),
+        "cat": Check(one_of=["a", "b", "c"]),
+        "ts": Check(min=datetime(2024, 2, 29, 6, tzinfo=UTC), max_future="1h"),
+    }, max_invalid_share=0.5),
+)
+
+checked_activity = FeatureView(
+    name="checked_activity",
+    entities=[user],
+    source=checked_events,
+    tile="5m",
+    aggregations=[Aggregation("amount", fn, "1h") for fn in FNS] + [Aggregation("qty", "sum", "2h")],
+)
+
+checked_last = FeatureView(
+    name="checked_last",
+    entities=[merchant],
+    source=checked_events,
+    schema=[Field("amount", Float64), Field("flag", Bool)],
     ttl="1d",
 )

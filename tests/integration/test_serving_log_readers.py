@@ -1,0 +1,124 @@
+"""A serving-log folder is one dataset with one schema: pandas, pyarrow.dataset, DuckDB and Spark read it as it
+is, and agree with `read_serving_logs` — even when a flush held only nulls for a column (before, a one-row file
+stored such a column with Arrow's `null` type and `pd.read_parquet` on the folder failed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from quiver.config import Config
+from quiver.monitoring.serving_log import ServingLogger, log_schema, read_serving_logs
+from tests.integration.test_request_features import odfv_catalog
+
+pytestmark = pytest.mark.integration
+T0 = datetime(2026, 11, 3, 10, tzinfo=UTC)
+F0, AMOUNT, PRODUCT = "feature.stats:f0", "request.amount", "feature.ctx:amount_x_f0"
+
+
+def _us(t: datetime) -> int:
+    return int(t.timestamp() * 1_000_000)
+
+
+def write_logs(root: Path) -> pd.DataFrame:
+    """Three flushes in three hours: one row with every feature missing, a batch with values, and rows of a
+    model that reads no request field. Returns what was logged, as the readers should see it."""
+    with ServingLogger(root, schema=log_schema(odfv_catalog())) as logger:
+        logger.log_batch(["r0"], {"user_id": np.array([7])}, {"stats:f0": [None], "stats:category": [None]},
+                         "m:1", predictions=np.array([np.nan]), ts_us=_us(T0), error="refused", request={"amount": [None]})
+        logger.flush()
+        logger.log_batch(["r1", "r2"], {"user_id": np.array([1, 2])},
+                         {"stats:f0": np.array([0.5, -1.0]), "stats:category": ["a", None],
+                          "ctx:amount_x_f0": np.array([5.0, np.nan])}, "m:2", predictions=np.array([0.1, 0.2]),
+                         ts_us=_us(T0 + timedelta(hours=1)), request={"amount": np.array([10.0, 3.0])})
+        logger.flush()
+        logger.log_batch(["r3"], {"user_id": np.array([3])}, {"stats:f1": np.array([2.0])}, "m:3",
+                         predictions=np.array([0.3]), ts_us=_us(T0 + timedelta(hours=2)))
+    return pd.DataFrame({"request_id": ["r0", "r1", "r2", "r3"], F0: [None, 0.5, -1.0, None],
+                         AMOUNT: [None, 10.0, 3.0, None], PRODUCT: [None, 5.0, None, None]})
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    root = tmp_path_factory.mktemp("logs")
+    return root / "serving_logs", write_logs(root)
+
+
+def _check(frame: pd.DataFrame, expected: pd.DataFrame) -> None:
+    got = frame.sort_values("request_id").reset_index(drop=True)[list(expected.columns)]
+    def plain(f: pd.DataFrame) -> pd.DataFrame:
+        return f.astype(object).where(f.notna(), None)
+
+    pd.testing.assert_frame_equal(plain(got), plain(expected), check_dtype=False)
+
+
+def test_every_file_has_the_catalogs_columns_typed(logs: tuple[Path, pd.DataFrame]) -> None:
+    folder, _ = logs
+    schemas = [pq.read_schema(p) for p in sorted(folder.rglob("part-*.parquet"))]
+    assert len(schemas) == 3 and all(s.equals(schemas[0]) for s in schemas)
+    assert not [f.name for f in schemas[0] if f.type == pa.null()]
+    types = {f.name: f.type for f in schemas[0]}
+    assert types[F0] == pa.float64() and types[AMOUNT] == pa.float64() and types["request.channel"] == pa.string()
+    assert types["key.user_id"] == pa.int64() and types["feature.stats:category"] == pa.string()
+
+
+def test_pandas_reads_the_folder(logs: tuple[Path, pd.DataFrame]) -> None:
+    folder, expected = logs
+    _check(pd.read_parquet(folder), expected)
+
+
+def test_pyarrow_dataset_reads_the_folder(logs: tuple[Path, pd.DataFrame]) -> None:
+    folder, expected = logs
+    _check(ds.dataset(folder, format="parquet", partitioning="hive").to_table().to_pandas(), expected)
+    _check(read_serving_logs(folder.parent).to_pandas(), expected)
+
+
+def test_duckdb_reads_the_folder(logs: tuple[Path, pd.DataFrame]) -> None:
+    import duckdb
+
+    folder, expected = logs
+    frame = duckdb.sql(f"SELECT * FROM read_parquet('{folder}/**/*.parquet', hive_partitioning = true)").df()
+    _check(frame, expected)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from quiver.offline import pit_spark
+
+    existed = SparkSession.getActiveSession() is not None
+    session = pit_spark.session(Config(spark_master="local[2]"))
+    yield session
+    if not existed:
+        session.stop()
+
+
+def test_spark_reads_the_folder(logs: tuple[Path, pd.DataFrame], spark: Any) -> None:
+    folder, expected = logs
+    table = spark.read.parquet(str(folder))
+    assert table.count() == 4
+    names = list(expected.columns)
+    rows = table.select(*[f"`{n}`" for n in names]).collect()
+    _check(pd.DataFrame([list(r) for r in rows], columns=names), expected)
+
+
+def test_a_logger_without_a_catalog_keeps_the_types_already_in_the_folder(tmp_path: Path) -> None:
+    """Another process, no declared schema: an all-null column takes the type the dataset already has."""
+    with ServingLogger(tmp_path) as first:
+        first.log_batch(["a"], {"user_id": np.array([1])}, {"v:x": np.array([1.5])}, ts_us=_us(T0))
+    with ServingLogger(tmp_path) as second:
+        second.log_batch(["b"], {"user_id": np.array([2])}, {"v:x": [None]}, ts_us=_us(T0 + timedelta(hours=1)))
+    schemas = [pq.read_schema(p) for p in sorted((tmp_path / "serving_logs").rglob("part-*.parquet"))]
+    assert [s.field("feature.v:x").type for s in schemas] == [pa.float64(), pa.float64()]
+    values = pd.read_parquet(tmp_path / "serving_logs").sort_values("request_id")["feature.v:x"].tolist()
+    assert values[0] == 1.5 and pd.isna(values[1]) and len(values) == 2

@@ -523,14 +523,15 @@ def _registries(config: Config) -> tuple[Registry, Any]:
     from quiver.registry.models import ModelRegistry
 
     registry = Registry(config.registry, project=config.project)
-    return registry, ModelRegistry(registry)
+    from quiver.artifacts import ArtifactStore
+
+    return registry, ModelRegistry(registry, ArtifactStore.from_config(config))
 
 
 def _routing_columns(config: Config, models: Any, model: str, version: int, keys: list[str]) -> list[str]:
     """The serving-log column of the key the split hashed (rows of one user share an arm, so counting
     user × merchant pairs would see a mismatch that is not there); every key column when it is unknown."""
     import json
-    from pathlib import Path
 
     from quiver.models.artifact import MODEL_FILE
     from quiver.monitoring.serving_log import KEY_PREFIX
@@ -538,7 +539,8 @@ def _routing_columns(config: Config, models: Any, model: str, version: int, keys
     from quiver.serving.arms import routing_key_for
 
     try:
-        meta = json.loads((Path(models.get(model, version).artifact_path) / MODEL_FILE).read_text())
+        found = models.get(model, version)
+        meta = json.loads((models.artifacts.local_dir(found.artifact_path) / MODEL_FILE).read_text())
         column = KEY_PREFIX + routing_key_for(load_applied_catalog(config).catalog, meta["feature_refs"])
     except (OSError, KeyError, ValueError, QuiverError):
         return keys
@@ -548,12 +550,12 @@ def _routing_columns(config: Config, models: Any, model: str, version: int, keys
 def _reference_edges(models: Any, model: str, version: int, bins: int) -> FloatArray | None:
     """Score bins from the champion's validation scores (its reference Parquet), when it has one."""
     try:
-        path = models.get(model, version).reference_path
-        if not path:
+        found = models.get(model, version)
+        if not found.reference_path:
             return None
-        import pyarrow.parquet as pq
-
-        scores = pq.read_table(path, columns=["score"])["score"].to_numpy(zero_copy_only=False)
-    except (OSError, KeyError, ValueError):
+        table = models.artifacts.read_reference(found.artifact_path, found.reference_path, found.sha256,
+                                                columns=["score"])
+        scores = table["score"].to_numpy(zero_copy_only=False)
+    except (OSError, KeyError, ValueError, QuiverError):
         return None
     return score_edges_from(np.asarray(scores, dtype=np.float64), bins)

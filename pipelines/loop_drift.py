@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from quiver.pipelines.loop_common import CHAMPION, Project, iso
 
@@ -66,7 +65,7 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
                        if r["drifted"]]
             return {**base, "status": "recorded", "run_id": run["id"], "dataset_drift": bool(run["dataset_drift"]),
                     "drift_share": run["drift_share"], "drifted": drifted, "repeated": True}
-    reference = pq.read_table(project.path(champion.reference_path))
+    reference = project.reference(champion)  # through the artifact store: any worker can read it
     features = [f for f in [*champion.features, SCORE] if f in reference.column_names]
     logged = read_serving_logs(project.serving_log_root, start, end, arm=CHAMPION)
     current = align_current(logged, features)

@@ -71,9 +71,7 @@ def _version_summary(version: Any, reused: bool) -> dict[str, Any]:
 
 def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
     """The new version's validation split as (feature frame, labels), rebuilt point-in-time from its lineage."""
-    import pyarrow.parquet as pq
-
-    reference = pq.read_table(project.path(version.reference_path))
+    reference = project.reference(version)
     if version.label_column in reference.column_names:
         frame = reference.to_pandas()
         return frame, frame[version.label_column].to_numpy(np.float64)
@@ -82,8 +80,10 @@ def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
 
     lineage = version.lineage
     boundary = utc(lineage["split"]["boundary"])
-    labels = window_labels(lineage["labels_source"], boundary, utc(version.cutoff),
-                           lineage["pit"]["timestamp_column"])
+    # The label snapshot the version was trained on (artifact store, sha256-checked), so the gate needs no
+    # file of the machine that trained it.
+    snapshot = project.artifacts.read_table(lineage["labels_source"], sha256=lineage.get("labels_sha256"))
+    labels = window_labels(snapshot, boundary, utc(version.cutoff), lineage["pit"]["timestamp_column"])
     labels = labels.filter(labels[version.label_column].is_valid())
     from quiver.catalog.loader import load_catalog
 

@@ -9,6 +9,7 @@ queue or a Kubernetes pod requesting ``nvidia.com/gpu`` runs it unchanged.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.artifacts import MODELS
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.types import duration_label, parse_duration
@@ -94,6 +96,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     """Train `model_name` (default: the service name) on the labels of [cutoff − window, cutoff) and register
     it. With `alias`, a version that beat the baseline also gets that alias (compare-and-set against the
     alias's current version)."""
+    from quiver.artifacts import ArtifactStore
     from quiver.catalog.references import resolve_features
     from quiver.models import artifact, data, metrics, train
     from quiver.models.network import NetworkConfig
@@ -118,6 +121,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     start = end - span
     name = model_name or service
     registry = Registry(config.registry, project=config.project)
+    store = ArtifactStore.from_config(config)
     if catalog is None:
         # The applied catalog version is what serving reads, so it is what a model is trained on.
         applied = load_applied_catalog(config)
@@ -165,7 +169,9 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
                             dropout=cfg.dropout)
 
     # ----- train (resumes from the checkpoint of an identical killed run) -----
-    checkpoints = config.root / ".quiver" / "checkpoints" / name / f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
+    run_key = f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
+    # A shared artifact root lets a retry on another worker resume; an object store keeps them on this host.
+    checkpoints = store.checkpoint_dir(name, run_key) or config.root / ".quiver" / "checkpoints" / name / run_key
     outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say)
 
     # ----- metrics of the model and of the baseline, on the same validation split -----
@@ -182,40 +188,45 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     # ----- artifact (with the reference distribution) and registry -----
     reference = split.valid[features].reset_index(drop=True).copy()
     reference["score"] = scores
-    folder, sha = artifact.save_artifact(
-        config.root / ".quiver" / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs], features=features,
-        catalog_version=catalog_version, catalog_hash=catalog.content_hash, label_column=label_column,
-        reference=reference, extra={"service": service, "window": duration_label(span), "cutoff": end.isoformat(),
-                                    "train_config": cfg.to_dict()})
-    scorer = artifact.load_model(folder, catalog, expected_sha256=sha)
-    if not np.allclose(scorer.predict(scorer_columns), scores, rtol=0, atol=1e-6):
-        raise RuntimeError(f"artifact {folder} does not reproduce the trained model's scores")
+    with store.staging() as staging:
+        folder, sha = artifact.save_artifact(
+            staging / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs],
+            features=features, catalog_version=catalog_version, catalog_hash=catalog.content_hash,
+            label_column=label_column, reference=reference,
+            extra={"service": service, "window": duration_label(span), "cutoff": end.isoformat(),
+                   "train_config": cfg.to_dict()})
+        scorer = artifact.load_model(folder, catalog, expected_sha256=sha)
+        if not np.allclose(scorer.predict(scorer_columns), scores, rtol=0, atol=1e-6):
+            raise RuntimeError(f"artifact {folder} does not reproduce the trained model's scores")
+        artifact_key = store.publish_dir(folder, f"{MODELS}/{name}/{folder.name}")
     model_metrics.update(metrics.score_latency_ms(scorer.predict, scorer_columns, len(scorer_columns)))
+    # The label rows of the window, as trained on: any worker (the retrain gate) can rebuild the split.
+    labels_key, labels_sha = store.snapshot_table(table, name)
     model_metrics.update({"samples_per_s": outcome.samples_per_s, "epochs": float(outcome.epochs_run),
                           "best_epoch": float(outcome.best_epoch), "val_loss": outcome.best_val_loss})
     rows = {"labels": int(table.num_rows), "train": len(train_t), "validation": len(valid_t),
             "quarantined_null_label": int(unlabelled)}
     lineage = {
-        "labels_source": str(labels_source) if not isinstance(labels_source, pd.DataFrame) else "<DataFrame>",
+        "labels_source": labels_key, "labels_sha256": labels_sha, "labels_origin": _origin(labels_source, config),
         "rows": rows, "service": service, "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
         "pit": {"engine": engine or config.engine, "timestamp_column": timestamp_column,
                 "as_of_rule": "features use only events with event_ts < label time",
-                "offline_root": str(config.offline_dir)},
+                "offline_root": config.offline_root},
         "split": {"kind": "time", "validation_fraction": validation_fraction,
                   "boundary": split.boundary.isoformat()},
         "catalog_hash": catalog.content_hash, "train_config": cfg.to_dict(), "network": network.to_dict(),
         "device": outcome.device, "precision": outcome.precision, "resumed_from_epoch": outcome.resumed_from_epoch,
         "history": outcome.history,
     }
-    models = ModelRegistry(registry)
-    version = models.register(name, artifact_path=str(folder), sha256=sha,
+    models = ModelRegistry(registry, store)
+    version = models.register(name, artifact_path=artifact_key, sha256=sha,
                               metrics={**model_metrics, "baseline": baseline_metrics}, window_start=start,
                               cutoff=end, features=features, catalog_version=catalog_version,
                               label_column=label_column, lineage=lineage,
-                              reference_path=str(folder / artifact.REFERENCE_FILE), status=status)
+                              reference_path=f"{artifact_key}/{artifact.REFERENCE_FILE}", status=status)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the run is recorded; checkpoints only serve a crash
     say(f"{version.label} {status}: ROC-AUC {model_metrics['roc_auc']:.4f} vs baseline "
-        f"{baseline_metrics['roc_auc']:.4f}; artifact {folder}")
+        f"{baseline_metrics['roc_auc']:.4f}; artifact {store.location(artifact_key)}")
     move = None
     if alias and status == "registered":
         current = models.aliases(name).get(alias)
@@ -225,6 +236,17 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     registry.close()
     return TrainingResult(version, model_metrics, baseline_metrics, status, outcome.device, outcome.samples_per_s,
                           rows, move, lines)
+
+
+def _origin(labels: str | Path | pd.DataFrame, config: Config) -> str:
+    """Where the labels came from, for lineage: a project-relative path, a file name, or "<DataFrame>"."""
+    if isinstance(labels, pd.DataFrame):
+        return "<DataFrame>"
+    path = Path(os.path.abspath(labels))  # not resolve(): a symlinked data folder is still the project's
+    try:
+        return path.relative_to(config.root).as_posix()
+    except ValueError:
+        return f"<outside the project>/{path.name}"
 
 
 def _score(model: Any, tensors: Any) -> np.ndarray:

@@ -28,6 +28,9 @@ class Config:
     catalog: str = "feature_defs"
     registry_url: str = "sqlite:///.quiver/registry.db"
     offline_root: str = "data/offline"
+    # Model artifacts, training references and label snapshots (quiver.artifacts): a folder or a URI such as
+    # s3://bucket/prefix. The registry records keys relative to it, so any worker that reaches it can load.
+    artifact_root: str = ".quiver"
     redis_url: str = ""  # empty: an embedded Redis is started for the demo
     engine: str = "duckdb"
     spark_master: str = "local[2]"
@@ -54,6 +57,13 @@ class Config:
     @property
     def offline_dir(self) -> Path:
         return self._path(self.offline_root)
+
+    @property
+    def artifact_location(self) -> str:
+        """The artifact root: a URI as given, or an absolute folder (relative ones against the project)."""
+        from quiver.artifacts import is_uri
+
+        return self.artifact_root if is_uri(self.artifact_root) else str(self._path(self.artifact_root))
 
     @property
     def registry(self) -> str:
@@ -112,6 +122,8 @@ def load_config(path: str | Path | None = None) -> Config:
         raise QuiverError(f"{config_path}: engine must be duckdb or spark, got {config.engine!r}")
     if not is_identifier(config.project):
         raise QuiverError(f"{config_path}: project {config.project!r} must be a plain identifier")
+    if not config.artifact_root.strip():
+        raise QuiverError(f"{config_path}: artifact_root must name a folder or a URI (default .quiver)")
     if config.redis_timeout_s <= 0:
         raise QuiverError(f"{config_path}: redis_timeout_s must be positive, got {config.redis_timeout_s}")
     return config
@@ -139,6 +151,7 @@ project: {project}
 catalog: feature_defs          # directory of Python feature definitions
 registry_url: sqlite:///.quiver/registry.db   # or postgresql+psycopg://user@host/db
 offline_root: data/offline     # Parquet offline store
+artifact_root: .quiver         # models, references, label snapshots: a shared folder or s3://bucket/prefix
 redis_url: ""                  # empty: embedded Redis for demos; e.g. redis://:password@host:6379/0
 engine: duckdb                 # duckdb (embedded) or spark
 spark_master: local[2]         # or spark://host:7077

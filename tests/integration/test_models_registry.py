@@ -20,10 +20,10 @@ START, CUTOFF = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 11, tzinfo
 
 
 def register(models: ModelRegistry, name: str = "fraud", status: str = "registered", auc: float = 0.8) -> ModelVersion:
-    return models.register(name, artifact_path=f"/models/{name}/x", sha256="ab" * 32,
+    return models.register(name, artifact_path=f"models/{name}/x", sha256="ab" * 32,
                            metrics={"roc_auc": auc, "baseline": {"roc_auc": 0.7}}, window_start=START, cutoff=CUTOFF,
                            features=["amount_count_1h", "risk_score"], catalog_version=2, label_column="is_fraud",
-                           lineage={"rows": {"train": 10, "validation": 3}}, reference_path="/models/ref.parquet",
+                           lineage={"rows": {"train": 10, "validation": 3}}, reference_path="models/ref.parquet",
                            status=status)
 
 

@@ -11,9 +11,9 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
+from quiver.artifacts import ArtifactStore
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.loader import load_catalog
 from quiver.config import load_config
@@ -67,9 +67,12 @@ def test_training_beats_the_baseline_and_registers_a_champion(project: Path) -> 
 
 def test_the_artifact_and_reference_distribution_load_back(project: Path) -> None:
     config = load_config(project)
-    models = ModelRegistry(Registry(config.registry, project="fraud"))
+    models = ModelRegistry(Registry(config.registry, project="fraud"), ArtifactStore.from_config(config))
     version = models.get("fraud_model", 1)
-    reference = pd.read_parquet(version.reference_path)
+    assert version.artifact_path == f"models/fraud_model/{version.sha256[:16]}"  # a key under artifact_root
+    assert (project / ".quiver" / version.artifact_path / "checksum.json").exists()
+    reference = models.artifacts.read_reference(version.artifact_path, version.reference_path,
+                                                version.sha256).to_pandas()
     assert list(reference.columns) == [*version.features, "score"]
     assert len(reference) == version.lineage["rows"]["validation"]
     scorer = models.load("fraud_model", "champion", catalog=load_catalog(config.catalog_dir, root=project))
@@ -83,7 +86,8 @@ def test_a_feature_removed_from_the_catalog_makes_loading_fail_clearly(project: 
     source = (changed / "user_features.py").read_text()
     (changed / "user_features.py").write_text(source.replace('Field("credit_limit", Float64), ', ""))
     catalog = load_catalog(changed, root=project)
-    models = ModelRegistry(Registry(load_config(project).registry, project="fraud"))
+    config = load_config(project)
+    models = ModelRegistry(Registry(config.registry, project="fraud"), ArtifactStore.from_config(config))
     with pytest.raises(QuiverError, match="no longer defines: user_profile:credit_limit"):
         models.load("fraud_model", 1, catalog=catalog)
 

@@ -24,6 +24,7 @@ from quiver.registry.model_tables import model_alias_history, model_aliases, mod
 from quiver.registry.repository import Registry, _author
 
 if TYPE_CHECKING:
+    from quiver.artifacts import ArtifactStore
     from quiver.catalog.ir import Catalog
     from quiver.models.artifact import Scorer
 
@@ -82,11 +83,16 @@ class AliasMove:
 
 
 class ModelRegistry:
-    """Model versions, aliases and alias history of one registry project."""
+    """Model versions, aliases and alias history of one registry project.
 
-    def __init__(self, registry: Registry):
+    `artifacts` is the project's artifact store (quiver.artifacts): registered paths are recorded relative to
+    it and `load` reads through it. Without one, only store keys and URIs can be registered.
+    """
+
+    def __init__(self, registry: Registry, artifacts: ArtifactStore | None = None):
         self.registry = registry
         self.project = registry.project
+        self.artifacts = artifacts
 
     # ----- versions -----
 
@@ -104,6 +110,7 @@ class ModelRegistry:
             raise QuiverError(f"model {name!r}: a version needs at least one feature")
         if _utc(cutoff) <= _utc(window_start):
             raise QuiverError(f"model {name!r}: cutoff {cutoff} must be after window start {window_start}")
+        artifact_path, reference_path = self._recorded(artifact_path), self._recorded(reference_path)
         now = datetime.now(UTC)
         with self.registry._write() as connection:
             latest = connection.execute(select(func.max(model_versions.c.version)).where(
@@ -162,7 +169,23 @@ class ModelRegistry:
         from quiver.models.artifact import load_model
 
         found = self.resolve(name, ref)
-        return load_model(found.artifact_path, catalog, expected_sha256=found.sha256, version_label=found.label)
+        folder = self._store().local_dir(found.artifact_path)
+        return load_model(folder, catalog, expected_sha256=found.sha256, version_label=found.label)
+
+    def _store(self) -> ArtifactStore:
+        if self.artifacts is None:
+            raise QuiverError("this ModelRegistry has no artifact store: pass ArtifactStore.from_config(config)")
+        return self.artifacts
+
+    def _recorded(self, location: str) -> str:
+        """What the registry stores for a path: a key under the artifact root or a URI (quiver.artifacts)."""
+        from quiver.artifacts import check_key, is_uri
+
+        if self.artifacts is not None:
+            return self.artifacts.record(location)
+        if is_uri(location) and not location.startswith("file://"):
+            return location
+        return check_key(location)  # a host-local path is refused here: no other worker could read it
 
     def archive(self, name: str, version: int) -> ModelVersion:
         """Mark a version archived; refused while an alias points at it."""

@@ -34,6 +34,7 @@ class LoopSettings:
     min_labelled: int
     poke_interval_s: float
     wait_timeout_s: float
+    retrain_calendar: str = "@weekly"
     owner: str = "quiver"
 
     def default_args(self, retries: int = 2, retry_delay_s: float = 60.0) -> dict[str, Any]:
@@ -50,7 +51,8 @@ def settings() -> LoopSettings:
                         model=config.loop_model, service=config.loop_service,
                         window_days=config.loop_window_days, gpu_queue=config.gpu_queue, gpu_pool=config.gpu_pool,
                         min_labelled=int(config.loop_min_labelled),
-                        poke_interval_s=config.loop_poke_interval_s, wait_timeout_s=config.loop_wait_timeout_s)
+                        poke_interval_s=config.loop_poke_interval_s, wait_timeout_s=config.loop_wait_timeout_s,
+                        retrain_calendar=config.loop_retrain_calendar.strip())
 
 
 def event_extras(triggering_asset_events: Mapping[Any, Iterable[Any]] | None) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ class Config:
     loop_model: str = "fraud_model"
     loop_service: str = "fraud_model"
     loop_window_days: float = 7.0
+    loop_retrain_calendar: str = "@weekly"  # cron of the retrain DAG's calendar fallback; empty: on drift only
     gpu_queue: str = "gpu"
     gpu_pool: str = "gpu"
     loop_min_labelled: float = 300.0

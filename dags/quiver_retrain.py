@@ -54,7 +54,7 @@ def quiver_retrain() -> None:
             raise AirflowSkipException(f"not retraining now: {busy}")
         return window
 
-    @task(queue=S.gpu_queue, pool=S.gpu_pool)
+    @task(queue=S.gpu_queue, pool=S.gpu_pool, executor_config=S.gpu_executor_config())
     def train(window: dict[str, Any]) -> dict[str, Any]:
         from quiver.pipelines.loop import retrain_train
 

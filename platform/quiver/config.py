@@ -45,6 +45,7 @@ class Config:
     loop_retrain_calendar: str = "@weekly"  # cron of the retrain DAG's calendar fallback; empty: on drift only
     gpu_queue: str = "gpu"
     gpu_pool: str = "gpu"
+    gpu_pod_template: str = ""  # KubernetesExecutor: pod template file of GPU tasks (train); empty: none
     loop_min_labelled: float = 300.0
     loop_poke_interval_s: float = 600.0
     loop_wait_timeout_s: float = 172_800.0

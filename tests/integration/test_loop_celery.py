@@ -51,7 +51,7 @@ def _project(folder: Path, shared: Path, registry_url: str, artifact_root: str, 
     (folder / "data").symlink_to(shared / "data", target_is_directory=True)
     (folder / "quiver.yaml").write_text(
         f"project: celerytest\nregistry_url: {registry_url}\noffline_root: {shared / 'offline'}\n"
-        f"artifact_root: \"{artifact_root}\"\nredis_url: {redis_url}\nloop_window_days: 3\n"
+        f"artifact_root: \"{artifact_root}\"\nredis_url: {redis_url}\nloop_window_days: 2\n"
         f"loop_retrain_calendar: ''\nredis_timeout_s: 10\n")
     return folder / "quiver.yaml"
 

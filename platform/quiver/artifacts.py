@@ -99,6 +99,30 @@ def _remote(uri: str) -> tuple[pafs.FileSystem, str]:
         raise QuiverError(f"cannot open artifact location {uri}: {exc}") from None
 
 
+def _tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): file_sha256(p) for p in folder.rglob("*") if p.is_file()}
+
+
+def _install_dir(staging: Path, target: Path) -> None:
+    """Move a fresh download into the cache. Another process may have put the same folder there first (keys
+    are content-addressed): an identical copy is kept as it is — a reader may be using it — and only a
+    copy that differs (damaged) is replaced."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(staging, target)
+        return
+    except OSError:
+        if not target.is_dir():
+            raise
+    if _tree(staging) == _tree(target):
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    trash = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(target, trash)
+    os.rename(staging, target)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 class ArtifactStore:
     """Reads and writes under one artifact root (a local folder or a URI); see the module docstring."""
 
@@ -228,9 +252,7 @@ class ArtifactStore:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 with fs.open_input_stream(info.path) as src, open(dest, "wb") as out:
                     shutil.copyfileobj(src, out, _CHUNK)  # type: ignore[misc]
-            # A fresh copy each time: the caller verifies it, and a damaged earlier copy never lingers.
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(staging, target)
+            _install_dir(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target

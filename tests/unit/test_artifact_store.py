@@ -98,3 +98,21 @@ def test_the_migration_maps_legacy_paths_to_keys_or_file_uris() -> None:
     assert migration.lineage_uris({"labels_source": "/d/labels.parquet", "pit": {"offline_root": "/d/off"}}) == \
         {"labels_source": "file:///d/labels.parquet", "pit": {"offline_root": "file:///d/off"}}
     assert migration.lineage_uris({"labels_source": "<DataFrame>"}) == {"labels_source": "<DataFrame>"}
+
+
+def test_a_cached_download_already_in_place_is_kept_unless_it_differs(tmp_path: Path) -> None:
+    from quiver.artifacts import _install_dir
+
+    def folder(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "model.json").write_text(text)
+        return path
+
+    target = tmp_path / "cache" / "models" / "m" / "abc"
+    _install_dir(folder("first", "{}"), target)
+    inode = target.stat().st_ino
+    _install_dir(folder("second", "{}"), target)  # another process downloaded the same bytes
+    assert target.stat().st_ino == inode and not (tmp_path / "second").exists()
+    _install_dir(folder("third", '{"fixed": 1}'), target)  # the cached copy was damaged: replaced
+    assert (target / "model.json").read_text() == '{"fixed": 1}' and not list(target.parent.glob(".abc.old-*"))

@@ -1,6 +1,6 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
-.PHONY: help setup demo airflow test lint bench bench-quick check clean reset
+.PHONY: help setup demo airflow airflow-stop test lint bench bench-quick check clean reset
 
 PY := .venv/bin/python
 PYTEST_ARGS ?=
@@ -17,8 +17,12 @@ demo: setup  ## run the end-to-end demo
 	$(PY) -m quiver.pipelines.demo
 
 AIRFLOW_PORT ?= 8080
-airflow: setup  ## Airflow standalone (UI on :$(AIRFLOW_PORT)) with dags/ and this project (run `make demo` first)
-	$(PY) -m quiver.pipelines.loop_airflow standalone $(AIRFLOW_PORT)
+AIRFLOW_HOST ?= 127.0.0.1
+airflow: setup  ## Airflow standalone (UI on $(AIRFLOW_HOST):$(AIRFLOW_PORT), the demo's runs in it); Ctrl-C stops it
+	$(PY) -m quiver.pipelines.loop_airflow standalone $(AIRFLOW_PORT) . $(AIRFLOW_HOST)
+
+airflow-stop:  ## stop `make airflow` (every process it started) from another terminal
+	$(PY) -m quiver.pipelines.loop_airflow stop .
 
 test: setup  ## run the test suite (extra args: PYTEST_ARGS="-k foo -x")
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -118,9 +118,12 @@ def quiver_project(root: Path, url: str, frame: pd.DataFrame) -> Any:
     (root / "data").mkdir()
     pq.write_table(pa.Table.from_pandas(frame.head(10), preserve_index=False), root / "data" / "events.parquet")
     (root / "quiver.yaml").write_text(f"project: bench\nregistry_url: sqlite:///reg.db\nredis_url: {url}\n")
-    models = ModelRegistry(Registry(f"sqlite:///{root}/reg.db", project="bench"))
+    from quiver.artifacts import ArtifactStore
+
+    # Artifacts under the project's default artifact root (.quiver): the registry records keys relative to it.
+    models = ModelRegistry(Registry(f"sqlite:///{root}/reg.db", project="bench"), ArtifactStore(root / ".quiver"))
     now = datetime.now(UTC)
-    for folder, sha in save_models(root / "models"):
+    for folder, sha in save_models(root / ".quiver" / "models"):
         models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics={"roc_auc": 0.7, "baseline": {"roc_auc": 0.6}}, window_start=now - timedelta(days=7),
                         cutoff=now, features=[f"f{i}" for i in range(F)], catalog_version=None, label_column="label",
                         lineage={}, reference_path=str(folder / "reference.parquet"))
@@ -303,7 +306,7 @@ def main() -> int:
         # process fewer importing torch on two cores is most of what keeps --quick under a minute.
         batched = None if args.quick else start_quiver(tmp_path / "quiver", micro_batch=True)
         feast_setup(url, frame, tmp_path / "feast")
-        peer_proc, peer_base = start_peer(tmp_path, tmp_path / "feast", Path(champion.artifact_path))
+        peer_proc, peer_base = start_peer(tmp_path, tmp_path / "feast", models.artifacts.local_dir(champion.artifact_path))
         headers = {"X-API-Key": KEY}
         try:
             wait_http(quiver_base + "/health", quiver_proc)
@@ -311,7 +314,7 @@ def main() -> int:
                 wait_http(batched[1] + "/health", batched[0])
             wait_http(peer_base + "/health", peer_proc)
             report["setup_s"] = time.perf_counter() - began
-            scorer = load_model(champion.artifact_path)
+            scorer = load_model(models.artifacts.local_dir(champion.artifact_path))
             users = rng.integers(0, n_entities, 100).tolist()
             ours = httpx.post(quiver_base + "/predict", json=body(users, "check"), headers=headers).json()
             theirs = httpx.post(peer_base + "/predict", json=body(users, "check")).json()

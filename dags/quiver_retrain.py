@@ -1,7 +1,7 @@
 """Retraining on drift: sliding-window training set → train on the GPU queue → challenger gate.
 
 Scheduled on the Asset `quiver://drift/<model>` that `quiver_drift` emits on dataset drift, with a weekly
-calendar fallback. The training window is the last `loop_window_days` days ending where the drift was seen
+calendar fallback (`loop_retrain_calendar` in quiver.yaml; empty turns it off). The training window is the last `loop_window_days` days ending where the drift was seen
 (the drift event's window end; the data interval's end for calendar runs). The train task runs on the
 `gpu_queue` / `gpu_pool` named in quiver.yaml (device `auto`: CUDA when the worker has one, else CPU).
 The new version becomes `challenger` only when it beat its logistic baseline and is not worse than the
@@ -26,9 +26,14 @@ DRIFT = Asset(drift_asset_uri(S.model))
 CHALLENGER = Asset(challenger_asset_uri(S.model))
 
 
+# The calendar fallback is `loop_retrain_calendar` (default @weekly); empty: drift events alone start runs.
+SCHEDULE = (AssetOrTimeSchedule(timetable=CronDataIntervalTimetable(S.retrain_calendar, timezone="UTC"),
+                                assets=[DRIFT]) if S.retrain_calendar else DRIFT)
+
+
 @dag(
     dag_id="quiver_retrain",
-    schedule=AssetOrTimeSchedule(timetable=CronDataIntervalTimetable("@weekly", timezone="UTC"), assets=[DRIFT]),
+    schedule=SCHEDULE,
     start_date=datetime(2026, 11, 1),
     catchup=False,
     max_active_runs=1,
@@ -51,7 +56,7 @@ def quiver_retrain() -> None:
             raise AirflowSkipException(f"not retraining now: {busy}")
         return window
 
-    @task(queue=S.gpu_queue, pool=S.gpu_pool)
+    @task(queue=S.gpu_queue, pool=S.gpu_pool, executor_config=S.gpu_executor_config())
     def train(window: dict[str, Any]) -> dict[str, Any]:
         from quiver.pipelines.loop import retrain_train
 

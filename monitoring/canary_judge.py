@@ -61,13 +61,14 @@ class _Loop:
     """The registries and the alert manager of one project (opened once per call)."""
 
     def __init__(self, config: Config):
+        from quiver.artifacts import ArtifactStore
         from quiver.monitoring.alerts import AlertManager, sinks_from_config
         from quiver.monitoring.settings import load_settings
         from quiver.registry.models import ModelRegistry
 
         self.config = config
         self.registry = Registry(config.registry, project=config.project)
-        self.models = ModelRegistry(self.registry)
+        self.models = ModelRegistry(self.registry, ArtifactStore.from_config(config))
         self.alerts = AlertManager(self.registry, sinks_from_config(load_settings(config).alert_sinks))
 
 
@@ -454,16 +455,8 @@ def _routing_columns(loop: _Loop, model: str, rollout: Rollout, joined: pd.DataF
     keys = [c for c in joined.columns if c.startswith(KEY_PREFIX)]
     with contextlib.suppress(OSError, KeyError, ValueError, QuiverError):
         version = loop.models.get(model, rollout.champion_version)
-        meta = json.loads(_artifact_file(loop.config, version.artifact_path, MODEL_FILE).read_text())
+        meta = json.loads((loop.models.artifacts.local_dir(version.artifact_path) / MODEL_FILE).read_text())
         column = KEY_PREFIX + routing_key_for(load_applied_catalog(loop.config).catalog, meta["feature_refs"])
         if column in keys:
             return [column]
     return keys
-
-
-def _artifact_file(config: Config, artifact_path: str, name: str) -> Any:
-    from pathlib import Path
-
-    path = Path(artifact_path)
-    return (path if path.is_absolute() else config.root / path) / name
-

@@ -459,6 +459,7 @@ def _registry(config: Config) -> Any:
 
 
 def _model_registry(config: Config) -> Any:
+    from quiver.artifacts import ArtifactStore
     from quiver.registry.models import ModelRegistry
 
-    return ModelRegistry(_registry(config))
+    return ModelRegistry(_registry(config), ArtifactStore.from_config(config))

@@ -269,7 +269,7 @@ def run_story(config: Config, story: Story, say: Any = print) -> StoryLog:
 
 def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
     from quiver.monitoring.serving_log import ServingLogger, log_schema
-    from quiver.pipelines.loop_airflow import AirflowWorker
+    from quiver.pipelines.loop_airflow import AIRFLOW_HOME_DIR, AirflowWorker
     from quiver.pipelines.replay import deliver_labels, replay
     from quiver.registry import rollouts
     from quiver.serving.prediction import PredictionService
@@ -279,7 +279,7 @@ def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
     project = Project(config)
     log = StoryLog()
     ensure_champion(config, story, say)
-    home = config.root / ".quiver" / "airflow-demo"
+    home = config.root / AIRFLOW_HOME_DIR  # the metadata DB `make airflow` opens: the story's runs show there
     first, last = story.drift_from_day - 1, story.days  # replay from the last calm day to the end of the data
     bad_version: int | None = None
     with AirflowWorker(home, config.root / "quiver.yaml") as airflow, FeatureStore(config=config) as store, \

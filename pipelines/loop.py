@@ -38,7 +38,14 @@ class LoopSettings:
     min_labelled: int
     poke_interval_s: float
     wait_timeout_s: float
+    retrain_calendar: str = "@weekly"
+    gpu_pod_template: str = ""
     owner: str = "quiver"
+
+    def gpu_executor_config(self) -> dict[str, Any]:
+        """The GPU task's executor_config: the KubernetesExecutor's pod template when one is set (other
+        executors ignore it; Celery routes by `gpu_queue`)."""
+        return {"pod_template_file": self.gpu_pod_template} if self.gpu_pod_template else {}
 
     def default_args(self, retries: int = 2, retry_delay_s: float = 60.0) -> dict[str, Any]:
         return {"owner": self.owner, "retries": retries, "retry_delay": timedelta(seconds=retry_delay_s)}
@@ -54,7 +61,9 @@ def settings() -> LoopSettings:
                         model=config.loop_model, service=config.loop_service,
                         window_days=config.loop_window_days, gpu_queue=config.gpu_queue, gpu_pool=config.gpu_pool,
                         min_labelled=int(config.loop_min_labelled),
-                        poke_interval_s=config.loop_poke_interval_s, wait_timeout_s=config.loop_wait_timeout_s)
+                        poke_interval_s=config.loop_poke_interval_s, wait_timeout_s=config.loop_wait_timeout_s,
+                        retrain_calendar=config.loop_retrain_calendar.strip(),
+                        gpu_pod_template=config.gpu_pod_template.strip())
 
 
 def event_extras(triggering_asset_events: Mapping[Any, Iterable[Any]] | None) -> list[dict[str, Any]]:

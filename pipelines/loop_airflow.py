@@ -17,6 +17,7 @@ goes to `<home>/worker.log`. A logical date at midnight gives daily DAGs the dat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -274,32 +275,100 @@ class AirflowWorker:
         self.close()
 
 
-def standalone_env(project: str | Path, port: int) -> dict[str, str]:
-    """Environment of `airflow standalone` for a project: home under .quiver/airflow, no login (local use)."""
+AIRFLOW_HOME_DIR = ".quiver/airflow"  # one metadata DB per project: `make demo` writes it, `make airflow` shows it
+LOOP_DAGS = ("quiver_materialize", "quiver_drift", "quiver_retrain", "quiver_shadow_eval", "quiver_canary")
+
+
+def airflow_home(project: str | Path) -> Path:
+    return Path(project).resolve() / AIRFLOW_HOME_DIR
+
+
+def standalone_env(project: str | Path, port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """Environment of `airflow standalone` for a project: the project's metadata DB, sized for 2 cores,
+    bound to `host` (loopback by default), no login (local use)."""
     root = Path(project).resolve()
-    url = f"http://localhost:{port}"
-    return {**os.environ, **airflow_env(root / ".quiver" / "airflow", root / "quiver.yaml"),
+    url = f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else host}:{port}"
+    return {**os.environ, **airflow_env(airflow_home(root), root / "quiver.yaml"),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO", "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # LocalExecutor starts `parallelism` worker processes up front (32 by default): two fit 2 cores.
+            "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "2"),
+            "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # you unpause what you want scheduled
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True", "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__BASE_URL": url, "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True", "AIRFLOW__API__HOST": host,
+            "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
             # standalone starts its components as `airflow …` from PATH: this venv's.
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
 
 
-def standalone(project: str | Path = ".", port: int = 8080) -> None:
-    """`make airflow`: migrate the DB, create the GPU pool the retrain DAG uses, then run Airflow standalone
-    (scheduler, DAG processor, triggerer, API server + UI on `port`) with this project's DAGs."""
+def pid_file(project: str | Path) -> Path:
+    return airflow_home(project) / "standalone.pid"
+
+
+def standalone(project: str | Path = ".", port: int = 8080, host: str = "127.0.0.1") -> int:
+    """`make airflow`: migrate the DB, create the GPU pool the retrain DAG uses, pause the loop's DAGs (a run of
+    `make demo` left them unpaused for its own runs), then run Airflow standalone (scheduler, DAG processor,
+    triggerer, API server + UI on `host:port`) with this project's DAGs until Ctrl-C, SIGTERM or
+    `make airflow-stop` — which stop every process it started (they share one process group)."""
+    import signal
+
     from quiver.config import load_config
 
-    env = standalone_env(project, port)
+    env = standalone_env(project, port, host)
     airflow = str(Path(sys.executable).with_name("airflow"))
     config = load_config(Path(project) / "quiver.yaml" if (Path(project) / "quiver.yaml").exists() else None)
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
     subprocess.run([airflow, "pools", "set", config.gpu_pool, "1", "GPU training slots (quiver_retrain)"],
                    env=env, check=True, stdout=subprocess.DEVNULL)
-    print(f"Airflow UI: http://localhost:{port} (no login: local use only); home {env['AIRFLOW_HOME']}", flush=True)
-    os.execve(airflow, [airflow, "standalone"], env)
+    for dag_id in LOOP_DAGS:  # absent until first parsed: then nothing to pause
+        subprocess.run([airflow, "dags", "pause", dag_id], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    print(f"Airflow UI: http://{host}:{port} (no login: local use only; the demo's DAG runs are in it); home "
+          f"{env['AIRFLOW_HOME']}; stop with Ctrl-C or `make airflow-stop`", flush=True)
+    process = subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True)
+    pid_file(project).write_text(str(process.pid))
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop_group(process.pid)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return process.wait()
+    finally:
+        stop_group(process.pid)
+        pid_file(project).unlink(missing_ok=True)
+
+
+def stop_group(pgid: int, grace_s: float = 30.0) -> bool:
+    """SIGTERM the process group `pgid`, SIGKILL it after `grace_s`; True when something was running."""
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def stop_standalone(project: str | Path = ".") -> bool:
+    """`make airflow-stop`: stop the standalone Airflow of `project` and every process it started."""
+    try:
+        pgid = int(pid_file(project).read_text().strip())
+    except (OSError, ValueError):
+        return False
+    stopped = stop_group(pgid)
+    pid_file(project).unlink(missing_ok=True)
+    return stopped
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
@@ -309,5 +378,11 @@ if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
     sys.stdout = sys.stderr
     serve(replies)
 elif __name__ == "__main__" and sys.argv[1:2] == ["standalone"]:
-    # python -m quiver.pipelines.loop_airflow standalone [PORT [PROJECT_DIR]]
-    standalone(sys.argv[3] if len(sys.argv) > 3 else ".", int(sys.argv[2]) if len(sys.argv) > 2 else 8080)
+    # python -m quiver.pipelines.loop_airflow standalone [PORT [PROJECT_DIR [HOST]]]
+    args = sys.argv[2:]
+    raise SystemExit(standalone(args[1] if len(args) > 1 else ".", int(args[0]) if args else 8080,
+                                args[2] if len(args) > 2 else "127.0.0.1"))
+elif __name__ == "__main__" and sys.argv[1:2] == ["stop"]:
+    # python -m quiver.pipelines.loop_airflow stop [PROJECT_DIR]
+    found = stop_standalone(sys.argv[2] if len(sys.argv) > 2 else ".")
+    print("stopped Airflow standalone" if found else "no Airflow standalone running for this project")

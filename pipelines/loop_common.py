@@ -52,10 +52,22 @@ class Project:
         return Registry(self.config.registry, project=self.config.project)
 
     @cached_property
+    def artifacts(self) -> Any:
+        """The artifact store (quiver.artifacts): model folders, references and label snapshots."""
+        from quiver.artifacts import ArtifactStore
+
+        return ArtifactStore.from_config(self.config)
+
+    @cached_property
     def models(self) -> Any:
         from quiver.registry.models import ModelRegistry
 
-        return ModelRegistry(self.registry)
+        return ModelRegistry(self.registry, self.artifacts)
+
+    def reference(self, version: Any, columns: list[str] | None = None) -> Any:
+        """A model version's reference table, read through the artifact store and checked against its sha256."""
+        return self.artifacts.read_reference(version.artifact_path, version.reference_path, version.sha256,
+                                             columns=columns)
 
     @cached_property
     def alerts(self) -> Any:
@@ -73,10 +85,6 @@ class Project:
     def reports_dir(self) -> Path:
         return self.config.root / "data" / "reports"
 
-    def path(self, value: str | Path) -> Path:
-        """A path stored in the registry, made absolute against the project root."""
-        path = Path(value)
-        return path if path.is_absolute() else self.config.root / path
 
 
 def utc(value: datetime | str) -> datetime:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from quiver.pipelines.loop_common import CHAMPION, Project, iso
 
@@ -74,7 +73,7 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
             return {**base, "status": "recorded", "run_id": recorded["id"],
                     "dataset_drift": bool(recorded["dataset_drift"]), "drift_share": recorded["drift_share"],
                     "drifted": drifted, "repeated": not (run and by == run)}
-    reference = pq.read_table(project.path(champion.reference_path))
+    reference = project.reference(champion)  # through the artifact store: any worker can read it
     features = [f for f in [*champion.features, SCORE] if f in reference.column_names]
     logged = read_serving_logs(project.serving_log_root, start, end, arm=CHAMPION)
     current = align_current(logged, features)

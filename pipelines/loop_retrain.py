@@ -73,9 +73,7 @@ def _version_summary(version: Any, reused: bool) -> dict[str, Any]:
 def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
     """The new version's test window (the newest labels known by its cutoff, never selected on) as
     (feature frame, labels), rebuilt point-in-time from its lineage."""
-    import pyarrow.parquet as pq
-
-    reference = pq.read_table(project.path(version.reference_path))
+    reference = project.reference(version)
     if version.label_column in reference.column_names:
         frame = reference.to_pandas()
         return frame, frame[version.label_column].to_numpy(np.float64)
@@ -84,8 +82,11 @@ def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
 
     lineage = version.lineage
     boundary = utc(lineage["split"]["boundary"])
-    labels, _ = known_by(window_labels(lineage["labels_source"], boundary, utc(version.cutoff),
-                                       lineage["pit"]["timestamp_column"]), utc(version.cutoff))
+    # The label snapshot the version was trained on (artifact store, sha256-checked; already known by its
+    # cutoff), so the gate needs no file of the machine that trained it.
+    snapshot = project.artifacts.read_table(lineage["labels_source"], sha256=lineage.get("labels_sha256"))
+    labels, _ = known_by(window_labels(snapshot, boundary, utc(version.cutoff), lineage["pit"]["timestamp_column"]),
+                         utc(version.cutoff))
     labels = labels.filter(labels[version.label_column].is_valid())
     from quiver.catalog.loader import load_catalog
 

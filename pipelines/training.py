@@ -9,6 +9,7 @@ queue or a Kubernetes pod requesting ``nvidia.com/gpu`` runs it unchanged.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.artifacts import MODELS
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.types import duration_label, parse_duration
@@ -123,6 +125,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     alias's current version). `champion` only for a model that has none yet (the first one: no champion to
     gate against); later versions reach it through challenger → shadow → canary, so `canary`, `shadow`,
     `previous` and an existing `champion` are refused before any work is done."""
+    from quiver.artifacts import ArtifactStore
     from quiver.catalog.references import resolve_features
     from quiver.models import artifact, data, metrics, train
     from quiver.models.network import NetworkConfig
@@ -149,6 +152,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     registry = Registry(config.registry, project=config.project)
     if alias:
         check_training_alias(ModelRegistry(registry), model_name or service, alias)
+    store = ArtifactStore.from_config(config)
     if catalog is None:
         # The applied catalog version is what serving reads, so it is what a model is trained on.
         applied = load_applied_catalog(config)
@@ -205,7 +209,9 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
                             dropout=cfg.dropout)
 
     # ----- train (resumes from the checkpoint of an identical killed run) -----
-    checkpoints = config.root / ".quiver" / "checkpoints" / name / f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
+    run_key = f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
+    # A shared artifact root lets a retry on another worker resume; an object store keeps them on this host.
+    checkpoints = store.checkpoint_dir(name, run_key) or config.root / ".quiver" / "checkpoints" / name / run_key
     outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say)
 
     # ----- metrics of the model and of the baseline, on the test window neither selected on -----
@@ -221,26 +227,31 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     # ----- artifact (with the reference distribution: the test window's inputs and scores) and registry -----
     reference = held.valid[features].reset_index(drop=True).copy()
     reference["score"] = scores
-    folder, sha = artifact.save_artifact(
-        config.root / ".quiver" / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs], features=features,
-        catalog_version=catalog_version, catalog_hash=catalog.content_hash, label_column=label_column,
-        reference=reference, extra={"service": service, "window": duration_label(span), "cutoff": end.isoformat(),
-                                    "train_config": cfg.to_dict(),
-                                    "missing_policy": (missing_policy or artifact.MissingPolicy()).to_dict()})
-    scorer = artifact.load_model(folder, catalog, expected_sha256=sha)
-    if not np.allclose(scorer.predict(scorer_columns), scores, rtol=0, atol=1e-6):
-        raise RuntimeError(f"artifact {folder} does not reproduce the trained model's scores")
+    with store.staging() as staging:
+        folder, sha = artifact.save_artifact(
+            staging / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs],
+            features=features, catalog_version=catalog_version, catalog_hash=catalog.content_hash,
+            label_column=label_column, reference=reference,
+            extra={"service": service, "window": duration_label(span), "cutoff": end.isoformat(),
+                   "train_config": cfg.to_dict(),
+                   "missing_policy": (missing_policy or artifact.MissingPolicy()).to_dict()})
+        scorer = artifact.load_model(folder, catalog, expected_sha256=sha)
+        if not np.allclose(scorer.predict(scorer_columns), scores, rtol=0, atol=1e-6):
+            raise RuntimeError(f"artifact {folder} does not reproduce the trained model's scores")
+        artifact_key = store.publish_dir(folder, f"{MODELS}/{name}/{folder.name}")
     model_metrics.update(metrics.score_latency_ms(scorer.predict, scorer_columns, len(scorer_columns)))
+    # The label rows of the window, as trained on: any worker (the retrain gate) can rebuild the split.
+    labels_key, labels_sha = store.snapshot_table(table, name)
     model_metrics.update({"samples_per_s": outcome.samples_per_s, "epochs": float(outcome.epochs_run),
                           "best_epoch": float(outcome.best_epoch), "val_loss": outcome.best_val_loss})
     rows = {"labels": int(table.num_rows), "train": len(train_t), "validation": len(valid_t), "test": len(test_t),
             "quarantined_null_label": int(unlabelled), "not_arrived_by_cutoff": int(unknown_yet)}
     lineage = {
-        "labels_source": str(labels_source) if not isinstance(labels_source, pd.DataFrame) else "<DataFrame>",
+        "labels_source": labels_key, "labels_sha256": labels_sha, "labels_origin": _origin(labels_source, config),
         "rows": rows, "service": service, "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
         "pit": {"engine": engine or config.engine, "timestamp_column": timestamp_column,
                 "as_of_rule": "features use only events with event_ts < label time",
-                "offline_root": str(config.offline_dir)},
+                "offline_root": config.offline_root},
         "split": {"kind": "time", "validation_fraction": validation_fraction, "test_fraction": test_fraction,
                   "boundary": held.boundary.isoformat(), "validation_boundary": split.boundary.isoformat(),
                   "test_boundary": held.boundary.isoformat(), "metrics_on": "test"},
@@ -250,16 +261,16 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
         "device": outcome.device, "precision": outcome.precision, "resumed_from_epoch": outcome.resumed_from_epoch,
         "history": outcome.history,
     }
-    models = ModelRegistry(registry)
-    version = models.register(name, artifact_path=str(folder), sha256=sha,
+    models = ModelRegistry(registry, store)
+    version = models.register(name, artifact_path=artifact_key, sha256=sha,
                               metrics={**model_metrics, "baseline": baseline_metrics}, window_start=start,
                               cutoff=end, features=features, catalog_version=catalog_version,
                               label_column=label_column, lineage=lineage,
-                              reference_path=str(folder / artifact.REFERENCE_FILE))
+                              reference_path=f"{artifact_key}/{artifact.REFERENCE_FILE}")
     status = version.status  # the registry decides, from the recorded metrics
     shutil.rmtree(checkpoints, ignore_errors=True)  # the run is recorded; checkpoints only serve a crash
     say(f"{version.label} {status}: ROC-AUC {model_metrics['roc_auc']:.4f} vs baseline "
-        f"{baseline_metrics['roc_auc']:.4f}; artifact {folder}")
+        f"{baseline_metrics['roc_auc']:.4f}; artifact {store.location(artifact_key)}")
     move = None
     if alias and status == "registered":
         current = models.aliases(name).get(alias)
@@ -280,6 +291,17 @@ def check_training_alias(models: ModelRegistry, name: str, alias: str) -> None:
     if alias == "champion" and champion is not None:
         raise QuiverError(f"--alias champion: {name}:{champion} is the champion; a new version replaces it only "
                           f"through challenger → shadow → canary (train with --alias challenger)")
+
+
+def _origin(labels: str | Path | pd.DataFrame, config: Config) -> str:
+    """Where the labels came from, for lineage: a project-relative path, a file name, or "<DataFrame>"."""
+    if isinstance(labels, pd.DataFrame):
+        return "<DataFrame>"
+    path = Path(os.path.abspath(labels))  # not resolve(): a symlinked data folder is still the project's
+    try:
+        return path.relative_to(config.root).as_posix()
+    except ValueError:
+        return f"<outside the project>/{path.name}"
 
 
 def _score(model: Any, tensors: Any) -> np.ndarray:

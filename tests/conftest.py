@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import PostgresCluster, RedisServer, ServiceError, find_postgres_bin, postgres_run_as
+from tests.harness import (
+    PostgresCluster,
+    RedisServer,
+    S3Server,
+    ServiceError,
+    find_postgres_bin,
+    postgres_run_as,
+)
 
 # py4j's finalizers log "Closing down clientserver connection" at interpreter exit, after pytest has closed
 # the captured streams; logging would print a full traceback for each. They are harmless: stay quiet.
@@ -81,3 +88,24 @@ def registry_url(request: pytest.FixtureRequest) -> str:
     # Resolved lazily so the sqlite case never starts PostgreSQL, and the postgres case skips cleanly.
     fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
     return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A private S3-compatible server (moto) with its credentials in this process's environment."""
+    import os
+
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start()
+    except ServiceError as e:
+        pytest.fail(str(e), pytrace=False)
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()

@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -185,3 +186,67 @@ def postgres_run_as() -> str | None:
                 continue
     raise ServiceError("running as root but no unprivileged user 'postgres' exists "
                        "(apt-get install postgresql creates it, or set QUIVER_PG_USER)")
+
+
+class S3Server:
+    """An S3-compatible endpoint on 127.0.0.1: moto's server mode (`moto_server`, pip-installed with the main
+    venv). It speaks S3's HTTP API (SigV4, multipart), so pyarrow's S3 client talks to it as to a bucket."""
+
+    access_key, secret_key, region = "quiver-test", "quiver-test-secret", "us-east-1"
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.dir = directory
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, bucket: str, prefix: str = "") -> str:
+        """An s3:// URI the artifact store accepts (endpoint and scheme in the query)."""
+        path = f"{bucket}/{prefix}".rstrip("/")
+        return f"s3://{path}?endpoint_override={self.endpoint}&scheme=http"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region, "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def start(self, timeout: float = 30.0) -> None:
+        binary = Path(sys.executable).with_name("moto_server")
+        if not binary.exists():
+            raise ServiceError(f"{binary} not found: `make setup` installs moto[s3] with its server")
+        log = self.dir / "moto.log"
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServiceError(f"moto_server exited:\n{_tail(log)}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise ServiceError(f"moto_server did not listen on {self.port} within {timeout}s:\n{_tail(log)}")
+
+    def create_bucket(self, bucket: str) -> None:
+        import pyarrow.fs as pafs
+
+        fs = pafs.S3FileSystem(access_key=self.access_key, secret_key=self.secret_key, region=self.region,
+                               endpoint_override=self.endpoint, scheme="http", allow_bucket_creation=True)
+        fs.create_dir(bucket)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None

@@ -28,9 +28,13 @@ class Config:
     catalog: str = "feature_defs"
     registry_url: str = "sqlite:///.quiver/registry.db"
     offline_root: str = "data/offline"
+    # Model artifacts, training references and label snapshots (quiver.artifacts): a folder or a URI such as
+    # s3://bucket/prefix. The registry records keys relative to it, so any worker that reaches it can load.
+    artifact_root: str = ".quiver"
     redis_url: str = ""  # empty: an embedded Redis is started for the demo
     engine: str = "duckdb"
     spark_master: str = "local[2]"
+    flink_jobmanager: str = ""  # REST host:port of a Flink session cluster for `quiver stream`; empty: embedded
     redis_timeout_s: float = 1.0
     api_key: str = ""  # feature server key (better: QUIVER_API_KEY in the environment)
     # The closed loop (dags/, pipelines/loop*.py): which model it watches, how much history a retrain uses,
@@ -38,8 +42,10 @@ class Config:
     loop_model: str = "fraud_model"
     loop_service: str = "fraud_model"
     loop_window_days: float = 7.0
+    loop_retrain_calendar: str = "@weekly"  # cron of the retrain DAG's calendar fallback; empty: on drift only
     gpu_queue: str = "gpu"
     gpu_pool: str = "gpu"
+    gpu_pod_template: str = ""  # KubernetesExecutor: pod template file of GPU tasks (train); empty: none
     loop_min_labelled: float = 300.0
     loop_poke_interval_s: float = 600.0
     loop_wait_timeout_s: float = 172_800.0
@@ -55,6 +61,13 @@ class Config:
     @property
     def offline_dir(self) -> Path:
         return self._path(self.offline_root)
+
+    @property
+    def artifact_location(self) -> str:
+        """The artifact root: a URI as given, or an absolute folder (relative ones against the project)."""
+        from quiver.artifacts import is_uri
+
+        return self.artifact_root if is_uri(self.artifact_root) else str(self._path(self.artifact_root))
 
     @property
     def registry(self) -> str:
@@ -114,6 +127,8 @@ def load_config(path: str | Path | None = None) -> Config:
         raise QuiverError(f"{config_path}: engine must be duckdb or spark, got {config.engine!r}")
     if not is_identifier(config.project):
         raise QuiverError(f"{config_path}: project {config.project!r} must be a plain identifier")
+    if not config.artifact_root.strip():
+        raise QuiverError(f"{config_path}: artifact_root must name a folder or a URI (default .quiver)")
     if config.redis_timeout_s <= 0:
         raise QuiverError(f"{config_path}: redis_timeout_s must be positive, got {config.redis_timeout_s}")
     return config
@@ -141,6 +156,7 @@ project: {project}
 catalog: feature_defs          # directory of Python feature definitions
 registry_url: sqlite:///.quiver/registry.db   # or postgresql+psycopg://user@host/db
 offline_root: data/offline     # Parquet offline store
+artifact_root: .quiver         # models, references, label snapshots: a shared folder or s3://bucket/prefix
 redis_url: ""                  # empty: embedded Redis for demos; e.g. redis://:password@host:6379/0
 engine: duckdb                 # duckdb (embedded) or spark
 spark_master: local[2]         # or spark://host:7077

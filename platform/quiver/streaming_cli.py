@@ -104,6 +104,9 @@ def register(app: typer.Typer) -> None:
                                                         "batch route")] = 0,
         stream_retention_s: Annotated[float | None, typer.Option(help="delete fed and committed stream files "
                                                                        "older than this")] = None,
+        jobmanager: Annotated[str | None, typer.Option(help="HOST:PORT of a Flink session cluster's REST "
+                                                             "endpoint (default: flink_jobmanager in quiver.yaml, "
+                                                             "else the embedded mini-cluster)")] = None,
         config: ConfigOption = None, catalog: CatalogOption = None,
     ) -> None:
         """Run the Flink job that keeps the online store fresh from the sources' stream bindings."""
@@ -126,6 +129,8 @@ def register(app: typer.Typer) -> None:
                 args += [flag, str(Path(value).resolve())]
         if split_names(views):
             args += ["--views", ",".join(split_names(views) or [])]
+        if jobmanager is not None:
+            args += ["--jobmanager", jobmanager]
         if bounded:
             args.append("--bounded")
         if fresh:

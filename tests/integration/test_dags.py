@@ -113,17 +113,16 @@ def test_drift_dag_compares_the_champion_reference_with_serving_logs(tmp_path: P
     # The champion's reference (as training stores it) and a day of its serving traffic whose `amount` and
     # scores moved: 2 of 3 columns drifted, above the dataset-drift share.
     rng = np.random.default_rng(5)
-    reference = project / "models/reference.parquet"
+    reference = project / ".quiver/references/m.parquet"  # a key under the default artifact root (.quiver)
     reference.parent.mkdir(parents=True)
     pd.DataFrame({"amount": rng.normal(50, 10, 3_000), "stable": rng.normal(0, 1, 3_000),
                   "score": rng.beta(2, 20, 3_000)}).to_parquet(reference)
-    models = ModelRegistry(Registry(f"sqlite:///{project / '.quiver/registry.db'}", project="drifttest"),
-                           verify_artifacts=False)  # no artifact: the DAG reads only the reference
-    version = models.register("m", artifact_path="models", sha256="0" * 64, label_column="y",
+    models = ModelRegistry(Registry(f"sqlite:///{project / '.quiver/registry.db'}", project="drifttest"))
+    version = models.register("m", artifact_path="models/m/0000000000000000", sha256="0" * 64, label_column="y",
                               metrics={"roc_auc": 0.7, "baseline": {"roc_auc": 0.6}},
                               window_start=datetime(2026, 10, 20, tzinfo=UTC), cutoff=datetime(2026, 11, 1, tzinfo=UTC),
                               features=["amount", "stable"], catalog_version=None, lineage={},
-                              reference_path="models/reference.parquet")
+                              reference_path="references/m.parquet")
     models.set_alias("m", "champion", version.version, expected=None, reason="test")
     day = datetime(2026, 11, 1, tzinfo=UTC)
     with ServingLogger(project / "data/offline") as logger:

@@ -156,7 +156,7 @@ def test_retried_steps_change_nothing(story: tuple[Project, StoryLog]) -> None:
     drift = runs_of(log, "quiver_drift")[-1]  # judged against the champion that is still serving
     retrain = next(r for r in runs_of(log, "quiver_retrain") if "train" in r["results"])
     versions = len(project.models.versions(model))
-    with AirflowWorker(project.config.root / ".quiver" / "airflow-demo", project.config.root / "quiver.yaml") as af:
+    with AirflowWorker(project.config.root / ".quiver" / "airflow", project.config.root / "quiver.yaml") as af:
         # The story promoted a new champion after its last drift run: a re-run judges the champion serving now
         # (a new record); retrying that run again returns it unchanged.
         first = af.run("quiver_drift", logical_date=drift["at"])["results"]["check_drift"]
@@ -183,7 +183,7 @@ def test_quality_gate_quarantines_a_broken_batch_before_the_backfill(story: tupl
     # Every row loses its join key (columns and types stay, so the catalog still loads): far above tolerance.
     keys = table.schema.get_field_index("user_id")
     pq.write_table(table.set_column(keys, "user_id", pa.nulls(table.num_rows, pa.int64())), batch)
-    with AirflowWorker(project.config.root / ".quiver" / "airflow-demo", project.config.root / "quiver.yaml") as af:
+    with AirflowWorker(project.config.root / ".quiver" / "airflow", project.config.root / "quiver.yaml") as af:
         run = af.run("quiver_materialize", logical_date=_midnight(day + timedelta(days=1)))
     assert run["state"] == "success"
     gate = run["results"]["quality_gate"]

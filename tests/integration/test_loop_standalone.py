@@ -1,4 +1,6 @@
-"""`make airflow` starts: Airflow standalone with the loop's DAGs, the project and the GPU pool, answering its API."""
+"""`make airflow` starts: Airflow standalone with the loop's DAGs, the project and the GPU pool, answering its API
+on 127.0.0.1 only, with a handful of processes (not 32 executor workers), and `make airflow-stop` (the
+module's `stop`) ends every process it started."""
 
 from __future__ import annotations
 
@@ -60,8 +62,20 @@ def test_make_airflow_starts_standalone_with_the_loop_dags(tmp_path: Path) -> No
         assert all(d["is_paused"] for d in listed)  # nothing runs until someone unpauses it
         assert _get(f"{base}/pools/gpu_test")["slots"] == 1  # the retrain DAG's pool, named in quiver.yaml
         assert (project / ".quiver/airflow/airflow.db").exists()
+        group = int((project / ".quiver/airflow/standalone.pid").read_text())
+        members = _group(group)
+        print(f"make airflow: {len(members)} processes: {sorted(c for _, c in members)}")
+        assert 3 <= len(members) <= 16, f"{len(members)} processes: {members}"  # was 41 with 32 executor workers
+        listening = _listening_addresses(port)
+        assert listening and listening <= {"127.0.0.1"}, listening  # loopback only (AIRFLOW_HOST to change)
+        stop = subprocess.run([sys.executable, "-m", "quiver.pipelines.loop_airflow", "stop", str(project)],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr
+        process.wait(timeout=60)
+        assert _group(group) == [] and not any(_alive(pid) for pid, _ in members)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=60)
         # Components that outlive standalone's own shutdown (the API server's workers) go with the group.
@@ -69,3 +83,43 @@ def test_make_airflow_starts_standalone_with_the_loop_dags(tmp_path: Path) -> No
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         log.close()
+
+
+def _group(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command) of the live processes in process group `pgid`."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append((int(stat.parent.name), text.split("(", 1)[1].rsplit(")", 1)[0]))
+    return sorted(out)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """IPv4/IPv6 addresses with a socket listening on `port` (from /proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hexport = local.partition(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A = LISTEN
+                if len(address) == 8:
+                    found.add(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+                else:
+                    found.add("::" if set(address) == {"0"} else address)
+    return found

@@ -24,10 +24,10 @@ def register(models: ModelRegistry, name: str = "fraud", status: str = "register
     """A version whose metrics make the registry give it `status` (the registry decides, not the caller)."""
     auc = auc if status == "registered" else 0.6
     sha = sha256 or f"{name}:{auc}:{status}".encode().hex().ljust(64, "0")[:64]
-    return models.register(name, artifact_path=f"/models/{name}/x", sha256=sha,
+    return models.register(name, artifact_path=f"models/{name}/x", sha256=sha,
                            metrics={"roc_auc": auc, "baseline": {"roc_auc": 0.7}}, window_start=START, cutoff=CUTOFF,
                            features=["amount_count_1h", "risk_score"], catalog_version=2, label_column="is_fraud",
-                           lineage={"rows": {"train": 10, "validation": 3}}, reference_path="/models/ref.parquet")
+                           lineage={"rows": {"train": 10, "validation": 3}}, reference_path="models/ref.parquet")
 
 
 def test_versions_are_numbered_per_name_and_read_back_whole(registry_url: str) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from quiver.artifacts import ArtifactStore
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.loader import load_catalog
 from quiver.config import load_config
@@ -89,9 +90,12 @@ def test_training_at_a_cutoff_learns_only_labels_that_had_arrived_by_it(project:
 
 def test_the_artifact_and_reference_distribution_load_back(project: Path) -> None:
     config = load_config(project)
-    models = ModelRegistry(Registry(config.registry, project="fraud"))
+    models = ModelRegistry(Registry(config.registry, project="fraud"), ArtifactStore.from_config(config))
     version = models.get("fraud_model", 1)
-    reference = pd.read_parquet(version.reference_path)
+    assert version.artifact_path == f"models/fraud_model/{version.sha256[:16]}"  # a key under artifact_root
+    assert (project / ".quiver" / version.artifact_path / "checksum.json").exists()
+    reference = models.artifacts.read_reference(version.artifact_path, version.reference_path,
+                                                version.sha256).to_pandas()
     assert list(reference.columns) == [*version.features, "score"]
     assert len(reference) == version.lineage["rows"]["test"]  # the test window's inputs and scores
     scorer = models.load("fraud_model", "champion", catalog=load_catalog(config.catalog_dir, root=project))
@@ -105,7 +109,8 @@ def test_a_feature_removed_from_the_catalog_makes_loading_fail_clearly(project: 
     source = (changed / "user_features.py").read_text()
     (changed / "user_features.py").write_text(source.replace('Field("credit_limit", Float64), ', ""))
     catalog = load_catalog(changed, root=project)
-    models = ModelRegistry(Registry(load_config(project).registry, project="fraud"))
+    config = load_config(project)
+    models = ModelRegistry(Registry(config.registry, project="fraud"), ArtifactStore.from_config(config))
     with pytest.raises(QuiverError, match="no longer defines: user_profile:credit_limit"):
         models.load("fraud_model", 1, catalog=catalog)
 

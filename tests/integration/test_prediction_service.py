@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from quiver import Entity, FeatureView, Field, Float64, Source, String
+from quiver.artifacts import ArtifactStore
 from quiver.catalog.validate import build_catalog
 from quiver.config import Config
 from quiver.monitoring.alerts import AlertManager, LogSink
@@ -115,9 +116,9 @@ def project(redis_url: str, tmp_path: Path) -> Iterator[Project]:
     table = pa.Table.from_pandas(frame.assign(event_ts=pd.Timestamp(T0)), preserve_index=False)
     online.write_last_values(cat.views["stats"], table.select(schema.names).cast(schema))
     registry = Registry(config.registry, project="p")
-    models = ModelRegistry(registry)
+    models = ModelRegistry(registry, ArtifactStore.from_config(config))  # root: <tmp>/.quiver
     with FeatureStore(config=config, catalog=cat, online_store=online) as store:
-        yield Project(config, store, registry, models, tmp_path / "models", frame)
+        yield Project(config, store, registry, models, tmp_path / ".quiver" / "models", frame)
     registry.close()
 
 
@@ -214,7 +215,8 @@ def test_shadow_never_changes_a_response(project: Project) -> None:
                        entered: threading.Event = entered) -> Any:
                 from quiver.models.artifact import load_model
 
-                scorer = load_model(version.artifact_path, expected_sha256=version.sha256, version_label=version.label)
+                scorer = load_model(project.models.artifacts.local_dir(version.artifact_path),
+                                    expected_sha256=version.sha256, version_label=version.label)
                 return Stuck(scorer, release, entered) if stuck and version.version != v1 else scorer
 
             if not stuck:
@@ -299,7 +301,8 @@ def test_a_canary_that_cannot_load_falls_back(project: Project) -> None:
     project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
     start_rollout(project, v1, v2, 1.0 - 1e-9)
     # Damaged after the registry verified it (the registry refuses an alias to a damaged artifact).
-    (Path(project.models.get(MODEL, v2).artifact_path) / "weights.pt").write_bytes(b"tampered")
+    (project.models.artifacts.local_dir(project.models.get(MODEL, v2).artifact_path) / "weights.pt").write_bytes(
+        b"tampered")
     alerts = AlertManager(project.registry, [LogSink()])
     service = project.service(alerts=alerts)
     assert service.arms.canary is not None and service.arms.canary.model is None

@@ -23,7 +23,17 @@ RECORDS = [
     (b'{"user_id": 3}', "null_event_ts"),
     (b'{"ts_us": 4102444800000000, "user_id": 3, "qty": 1}', "event_ts_in_future"),
     (b'{"ts_ms": 1793491202000, "user_id": 2, "qty": 5}', None),
-    (b'{"ts_us": 1793491203000000, "qty": 7}', "null_key"),
+    (b'{"ts_us": 1793491203000000, "qty": 7}', "max:qty"),  # the contract comes before the view's keys
+    (b'{"ts_us": 1793491203000001, "qty": 2}', "null_key"),
+    # The source's contract, on the parsed values, with the reasons every other path gives:
+    (b'{"ts_us": 1793491204000000, "user_id": 3, "qty": 0}', "min:qty"),
+    (b'{"ts_us": 1793491204000001, "user_id": 3, "qty": 6}', "max:qty"),
+    (b'{"ts_us": 1793491204000002, "user_id": 3, "qty": 1, "amount": "NaN"}', "finite:amount"),
+    (b'{"ts_us": 1793491204000003, "user_id": 3, "qty": 1, "amount": "-Infinity"}', "finite:amount"),
+    (b'{"ts_us": 1793491204000004, "user_id": 3, "qty": 1, "amount": -0.5}', "min:amount"),
+    (b'{"ts_us": 1793491204000005, "user_id": 3, "qty": 1, "amount": -0.0, "cat": "a"}', None),
+    (b'{"ts_us": 1793491204000006, "user_id": 3, "qty": 1, "cat": "it\'s"}', "one_of:cat"),
+    (b'{"ts_us": 1793404800000000, "user_id": 3, "qty": 1}', "min:ts"),
 ]
 
 SCRIPT = '''
@@ -74,4 +84,5 @@ def test_kafka_records_are_parsed_and_malformed_ones_quarantined(tmp_path: Path)
              for line in p.read_text().splitlines()]
     keyed = {(t["user_id"], t["tile_start"]): t for t in tiles if t and t["user_id"] is not None}
     assert {k: (t["n_events"], t["qty__sum"]) for k, t in keyed.items()} == {
-        (1, 1793491200000000): (1, 2.0), (2, 1793491200000000): (1, 5.0)}  # ts_ms read as µs
+        (1, 1793491200000000): (1, 2.0), (2, 1793491200000000): (1, 5.0),  # ts_ms read as µs
+        (3, 1793491200000000): (1, 1.0)}  # the one valid row of user 3 (-0.0 is not below 0)

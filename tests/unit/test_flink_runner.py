@@ -1,4 +1,5 @@
-"""Runner pieces without Flink: the Kafka connector jar lookup and KEY=VALUE settings."""
+"""Runner pieces without Flink: the Kafka connector jar lookup, KEY=VALUE settings, the job's settings and its
+target (mini-cluster or a session cluster), the local session cluster's config."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from quiver.catalog.errors import QuiverError
+from quiver.streaming.paths import StreamPaths
 from quiver.streaming.runner import _pairs, kafka_jars
 
 
@@ -51,3 +53,43 @@ def test_job_settings_reuse_objects_and_skip_rocksdb_compression_unless_overridd
                         paths, None)
     assert back["pipeline.object-reuse"] == "false"
     assert back["state.backend.rocksdb.compression.per.level"] == "LZ4_COMPRESSION"
+
+
+def test_a_session_cluster_is_the_remote_target_and_the_mini_cluster_the_default(tmp_path: Path) -> None:
+    from quiver.compile.flink import FlinkJob
+    from quiver.streaming.job import JobOptions, flink_config, target_settings
+    from quiver.streaming.runner import parse_args
+
+    assert target_settings("") == {}
+    assert target_settings("flink-jobmanager:8081") == {"execution.target": "remote",
+                                                        "rest.address": "flink-jobmanager", "rest.port": "8081"}
+    for bad in ("flink-jobmanager", ":8081", "host:port"):
+        with pytest.raises(QuiverError, match="HOST:PORT"):
+            target_settings(bad)
+    job = FlinkJob(settings=(), statements=(), inserts=(), views=(), sources=())
+    remote = flink_config(job, JobOptions(jobmanager="127.0.0.1:8081"), StreamPaths.at(tmp_path), None)
+    assert remote["execution.target"] == "remote" and remote["rest.port"] == "8081"
+    assert remote["execution.checkpointing.dir"] == (tmp_path / "checkpoints").resolve().as_uri()  # shared path
+    assert "execution.target" not in flink_config(job, JobOptions(), StreamPaths.at(tmp_path), None)
+    assert parse_args(["--jobmanager", "h:1"]).jobmanager == "h:1" and parse_args([]).jobmanager is None
+
+
+def test_the_local_session_cluster_binds_loopback(tmp_path: Path) -> None:
+    from quiver.streaming.cluster import SessionCluster
+
+    home = tmp_path / "flink"
+    (home / "bin").mkdir(parents=True)
+    (home / "conf").mkdir()
+    (home / "bin" / "jobmanager.sh").write_text("")
+    for name in ("log4j.properties", "log4j-console.properties", "log4j-cli.properties"):
+        (home / "conf" / name).write_text("")
+    cluster = SessionCluster(tmp_path / "cluster", taskmanagers=2, home=home, rest_port=18081,
+                             settings={"taskmanager.numberOfTaskSlots": "3"})
+    import yaml
+
+    conf = yaml.safe_load(cluster.write_config().read_text())
+    assert cluster.jobmanager == "127.0.0.1:18081" and conf["rest.port"] == "18081"
+    assert {conf[k] for k in ("jobmanager.bind-host", "taskmanager.bind-host", "rest.bind-address")} == {"127.0.0.1"}
+    assert conf["taskmanager.numberOfTaskSlots"] == "3" and conf["heartbeat.timeout"] == "8000"
+    with pytest.raises(QuiverError, match="at least one TaskManager"):
+        SessionCluster(tmp_path / "x", taskmanagers=0, home=home)

@@ -27,11 +27,11 @@ from quiver.catalog.ir import CheckSpec, ContractSpec
 
 NOW_PARAM: Final = "now_us"  # the reading job's clock in the compiled queries
 
-# {x}: the column (a timestamp as epoch µs), {v}: the rule's value as SQL, {nan}: " OR <x is NaN>" for float
-# columns (empty otherwise), {inf}: +infinity, {clock}: the clock in epoch µs.
+# {x}: the column (a timestamp as epoch µs), {v}: the rule's value as SQL, {isnan}: the dialect's NaN test of x,
+# {nan}: " OR {isnan}" for float columns (empty otherwise), {inf}: +infinity, {clock}: the clock in epoch µs.
 SQL_RULES: Final[Mapping[str, str]] = {
     "not_null": "{x} IS NULL",
-    "finite": "isnan({x}) OR abs({x}) = {inf}",
+    "finite": "{isnan} OR abs({x}) = {inf}",
     "min": "{x} < {v}{nan}",
     "max": "{x} > {v}{nan}",
     "one_of": "{x} NOT IN ({v})",
@@ -44,6 +44,9 @@ class Spelling(Protocol):
 
     @property
     def epoch_us(self) -> str: ...  # {ts} timestamp → BIGINT epoch µs
+
+    @property
+    def is_nan(self) -> str: ...  # {x} → true exactly when x is NaN (false for NULL)
 
     def quote(self, name: str) -> str: ...
 
@@ -72,8 +75,10 @@ def violation_sql(s: Spelling, check: CheckSpec, clock: str) -> str:
         value = literal(s, check.value, "int64" if check.dtype == "timestamp" else check.dtype)
     elif check.rule == "future":
         value = literal(s, check.value, "int64")
-    nan = f" OR isnan({x})" if check.dtype == "float64" else ""
-    return SQL_RULES[check.rule].format(x=x, v=value, nan=nan, inf="CAST('Infinity' AS DOUBLE)", clock=clock)
+    isnan = s.is_nan.format(x=x)
+    nan = f" OR {isnan}" if check.dtype == "float64" else ""
+    return SQL_RULES[check.rule].format(x=x, v=value, isnan=isnan, nan=nan, inf="CAST('Infinity' AS DOUBLE)",
+                                        clock=clock)
 
 
 def reason_sql(s: Spelling, contract: ContractSpec, clock: str,

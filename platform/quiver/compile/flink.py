@@ -50,6 +50,7 @@ from quiver.compile.aggregations import (
     last_ts_column,
     view_partials,
 )
+from quiver.compile.contracts import violation_sql
 from quiver.compile.sql import TILE_OPS
 
 TIME_FIELD: Final = "ts_us"  # the stream's event time: epoch microseconds
@@ -182,6 +183,11 @@ def compile_flink(catalog: Catalog, target: FlinkTarget, views: Sequence[str] | 
     for name, views_of in sorted(by_source.items()):
         source = catalog.sources[name]
         columns = source_columns(source, views_of)
+        if target.kafka and source.contract is not None:  # parse what the contract checks, too
+            dtypes = dict(source.columns)
+            read = dict(columns)
+            columns += [(c, dtypes[c]) for c in source.contract.columns
+                        if c not in read and c != source.timestamp_field]
         if target.kafka:
             statements += [_kafka_source_ddl(source, target), _parsed_view(source, columns, target),
                            _on_time_view(source), _late_sink(source, columns, target),
@@ -314,15 +320,38 @@ def _bad_type(column: str, dtype: str) -> str:
     return f"{raw} IS NOT NULL AND {typed} IS NULL"
 
 
+class _ParsedValues:
+    """Contract rules (`quiver.compile.contracts.Spelling`) over the Kafka job's parsed JSON values: a column
+    is its parse expression, timestamps are epoch µs already. Flink has no isnan: `ABS(x) >= 0` is false
+    exactly for NaN, read through an integer CASE so Calcite cannot turn its negation into `x < 0`."""
+
+    epoch_us = "{ts}"
+    is_nan = "({x} IS NOT NULL AND CASE WHEN ABS({x}) >= 0 THEN 0 ELSE 1 END = 1)"
+
+    def __init__(self, source: SourceSpec, columns: Sequence[tuple[str, str]]):
+        self.parsed = {c: _parse(c, t) for c, t in columns}
+        self.parsed[source.timestamp_field] = _raw_ts_us()
+
+    def quote(self, name: str) -> str:
+        return f"({self.parsed[name]})"
+
+    def string(self, value: str) -> str:
+        return _literal(value)
+
+
 def _parsed_view(source: SourceSpec, columns: list[tuple[str, str]], target: FlinkTarget) -> str:
     q = quote
     ts = _raw_ts_us()
     checks = [(f"NOT ({q(_LINE)} IS JSON OBJECT)", "unparseable_json"),
               (f"{_json(TIME_FIELD)} IS NULL AND {_json(LEGACY_TIME_FIELD)} IS NULL", "null_event_ts"),
               (_bad_type(TIME_FIELD, "int64"), f"bad_type:{TIME_FIELD}"),
-              (_bad_type(LEGACY_TIME_FIELD, "int64"), f"bad_type:{LEGACY_TIME_FIELD}"),
-              (f"NOT ({_not_future(ts, target)})", "event_ts_in_future")]
+              (_bad_type(LEGACY_TIME_FIELD, "int64"), f"bad_type:{LEGACY_TIME_FIELD}")]
     checks += [(_bad_type(c, t), f"bad_type:{c}") for c, t in columns if t != "string"]
+    if source.contract is not None:  # the same rules and reasons as every other path, on the parsed values
+        spelling = _ParsedValues(source, columns)
+        clock = "UNIX_TIMESTAMP() * 1000000"
+        checks += [(violation_sql(spelling, c, clock), c.reason) for c in source.contract.checks]
+    checks.append((f"NOT ({_not_future(ts, target)})", "event_ts_in_future"))
     problem = "CASE\n" + "\n".join(f"      WHEN {cond} THEN {_literal(reason)}" for cond, reason in checks)
     problem += "\n    END"
     cols = [(ts, q(TS_US)), (q(ROWTIME), q(ROWTIME))]

@@ -104,6 +104,7 @@ class Dialect:
     field: str  # {s}, {f} → field f of struct s
     order_by: str  # {date}, {cols} → how a result is ordered for writing
     backslash_escapes: bool = False  # whether \ escapes inside '…' (Spark's default)
+    is_nan: str = "isnan({x})"  # {x} → whether a DOUBLE is NaN
 
     def quote(self, name: str) -> str:
         """`name` as a quoted identifier (the validator refuses unsafe names; quote anyway)."""

@@ -12,7 +12,6 @@ Scoring imports only torch, numpy and the light core.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from quiver.artifacts import file_sha256, manifest_sha256
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.models.network import NetworkConfig, TabularNet
@@ -33,7 +33,6 @@ from quiver.models.scoring import Columns, Preprocessor
 FORMAT_VERSION = 1
 MODEL_FILE, WEIGHTS_FILE, REFERENCE_FILE, CHECKSUM_FILE = "model.json", "weights.pt", "reference.parquet", \
     "checksum.json"
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -198,15 +197,3 @@ def check_features(feature_refs: Sequence[str], catalog: Catalog, where: Path | 
     if gone:
         raise QuiverError(f"model {where} was trained on feature(s) the catalog no longer defines: "
                           f"{', '.join(gone)}; retrain it or restore them")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def manifest_sha256(files: Mapping[str, str]) -> str:
-    return hashlib.sha256(json.dumps(dict(sorted(files.items())), sort_keys=True).encode()).hexdigest()

@@ -163,9 +163,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _models(config: Any) -> Any:
+    from quiver.artifacts import ArtifactStore
     from quiver.registry.models import ModelRegistry
 
-    return ModelRegistry(open_registry(load_config(config)))
+    cfg = load_config(config)
+    return ModelRegistry(open_registry(cfg), ArtifactStore.from_config(cfg))
 
 
 def _optional_int(text: str, what: str) -> int | None:

@@ -24,6 +24,7 @@ from quiver.registry.model_tables import model_alias_history, model_aliases, mod
 from quiver.registry.repository import Registry, _author
 
 if TYPE_CHECKING:
+    from quiver.artifacts import ArtifactStore
     from quiver.catalog.ir import Catalog
     from quiver.models.artifact import Scorer
 
@@ -82,14 +83,24 @@ class AliasMove:
 
 
 class ModelRegistry:
-    """Model versions, aliases and alias history of one registry project."""
+    """Model versions, aliases and alias history of one registry project.
 
-    def __init__(self, registry: Registry, *, verify_artifacts: bool = True):
+    `artifacts` is the project's artifact store (quiver.artifacts): registered paths are recorded relative to
+    it and `load` reads through it. Without one, only store keys and URIs can be registered.
+    """
+
+    def __init__(self, registry: Registry, artifacts: ArtifactStore | None = None, *,
+                 verify_artifacts: bool | None = None):
         self.registry = registry
         self.project = registry.project
+        self.artifacts = artifacts
         # An alias move checks the version's artifact (files, checksums, features) before it points anything
-        # at it; off only for registries whose versions have no artifact here (tests of the bookkeeping).
-        self.verify_artifacts = verify_artifacts
+        # at it, through the store (default: whenever there is one). Off only for registries whose versions
+        # have no artifact here (tests of the bookkeeping) or that only read aliases.
+        if verify_artifacts and artifacts is None:
+            raise QuiverError("verify_artifacts needs the artifact store: ModelRegistry(registry, "
+                              "ArtifactStore.from_config(config))")
+        self.verify_artifacts = artifacts is not None if verify_artifacts is None else verify_artifacts
 
     # ----- versions -----
 
@@ -116,6 +127,7 @@ class ModelRegistry:
             lineage["override"] = {"reason": override.strip(), "by": (created_by or _author())[:255],
                                    "status_from_metrics": status, "why": why}
             status = "registered"
+        artifact_path, reference_path = self._recorded(artifact_path), self._recorded(reference_path)
         now = datetime.now(UTC)
         with self.registry._write() as connection:
             rejected = connection.execute(select(model_versions.c.name, model_versions.c.version).where(
@@ -180,7 +192,23 @@ class ModelRegistry:
         from quiver.models.artifact import load_model
 
         found = self.resolve(name, ref)
-        return load_model(found.artifact_path, catalog, expected_sha256=found.sha256, version_label=found.label)
+        folder = self._store().local_dir(found.artifact_path)
+        return load_model(folder, catalog, expected_sha256=found.sha256, version_label=found.label)
+
+    def _store(self) -> ArtifactStore:
+        if self.artifacts is None:
+            raise QuiverError("this ModelRegistry has no artifact store: pass ArtifactStore.from_config(config)")
+        return self.artifacts
+
+    def _recorded(self, location: str) -> str:
+        """What the registry stores for a path: a key under the artifact root or a URI (quiver.artifacts)."""
+        from quiver.artifacts import check_key, is_uri
+
+        if self.artifacts is not None:
+            return self.artifacts.record(location)
+        if is_uri(location) and not location.startswith("file://"):
+            return location
+        return check_key(location)  # a host-local path is refused here: no other worker could read it
 
     def archive(self, name: str, version: int) -> ModelVersion:
         """Mark a version archived; refused while an alias points at it."""
@@ -305,13 +333,11 @@ class ModelRegistry:
     def _check_artifact(self, connection: Connection, row: RowMapping, alias: str) -> None:
         """Refuse an alias to a version whose artifact a server could not load: files missing or changed
         (checksums, and the sha256 recorded here), or features other than those registered or the catalog's."""
-        from pathlib import Path
-
         from quiver.models.artifact import MODEL_FILE, verify_artifact
 
         label = f"{row['name']}:{row['version']}"
-        folder = Path(row["artifact_path"])
         try:
+            folder = self._store().local_dir(row["artifact_path"])
             verify_artifact(folder, expected_sha256=row["sha256"])
             meta = json.loads((folder / MODEL_FILE).read_text())
         except (QuiverError, OSError, ValueError) as exc:

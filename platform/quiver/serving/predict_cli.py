@@ -85,9 +85,11 @@ def register(app: typer.Typer) -> None:
     def shadow_start(model: ModelArg, version: Annotated[int, typer.Option(help="version to shadow")],
                      config: ConfigOption = None) -> None:
         """Point alias `shadow` at VERSION (a running `serve-model` picks it up at its next poll)."""
+        from quiver.artifacts import ArtifactStore
         from quiver.registry.models import ModelRegistry
 
-        models = ModelRegistry(open_registry(load_config(config)))
+        cfg = load_config(config)
+        models = ModelRegistry(open_registry(cfg), ArtifactStore.from_config(cfg))
         current = models.aliases(model).get("shadow")
         if current != version:
             models.set_alias(model, "shadow", version, expected=current, reason=f"shadow {model}:{version}")

@@ -200,9 +200,13 @@ class PredictionService:
     # ----- models -----
 
     def _load(self, version: ModelVersion) -> Model:
+        from quiver.artifacts import ArtifactStore
         from quiver.models.artifact import load_model
 
-        return load_model(version.artifact_path, self.store.catalog, expected_sha256=version.sha256,
+        # Through the artifact store: the version may have been trained on another machine.
+        artifacts = getattr(self.models, "artifacts", None) or ArtifactStore.from_config(self.store.config)
+        return load_model(artifacts.local_dir(version.artifact_path), self.store.catalog,
+                          expected_sha256=version.sha256,
                           version_label=version.label)
 
     def _arm(self, version: int, strict: bool) -> Arm:

@@ -1,4 +1,5 @@
-"""Run the compiled Flink SQL job in PyFlink's local mini-cluster: checkpoints, restore, wait, cancel.
+"""Run the compiled Flink SQL job — in PyFlink's local mini-cluster, or on a session cluster given its
+JobManager's REST address (`JobOptions.jobmanager`, see cluster.py) — with checkpoints, restore, wait, cancel.
 
 Checkpoints go to `<checkpoints>/<job id>/chk-<n>` (file://, RocksDB incremental by default) and are
 retained on cancellation and on crashes, so a restarted job resumes from the newest complete one: the
@@ -34,6 +35,7 @@ class JobOptions:
     restart_attempts: int = 3
     extra: tuple[tuple[str, str], ...] = ()  # further Flink settings, applied last
     jars: tuple[Path, ...] = ()  # connector jars (Kafka)
+    jobmanager: str = ""  # "host:port" of a session cluster's REST endpoint; empty: the embedded mini-cluster
 
 
 def job_hash(job: FlinkJob) -> str:
@@ -109,7 +111,21 @@ def flink_config(job: FlinkJob, options: JobOptions, paths: StreamPaths, restore
     settings.update(dict(options.extra))
     if restore is not None:
         settings["execution.state-recovery.path"] = restore.as_uri()
+    settings.update(target_settings(options.jobmanager))
     return settings
+
+
+def target_settings(jobmanager: str) -> dict[str, str]:
+    """Where the job runs: {} for the mini-cluster, else a remote session cluster at "host:port"."""
+    if not jobmanager:
+        return {}
+    host, sep, port = jobmanager.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        from quiver.catalog.errors import QuiverError
+
+        raise QuiverError(f"jobmanager {jobmanager!r}: expected HOST:PORT of the Flink REST endpoint, e.g. "
+                          f"flink-jobmanager:8081")
+    return {"execution.target": "remote", "rest.address": host, "rest.port": port}
 
 
 class RunningJob:
@@ -151,17 +167,24 @@ class RunningJob:
 
 def submit(job: FlinkJob, options: JobOptions, paths: StreamPaths, restore: Path | None) -> RunningJob:
     """Create a streaming TableEnvironment, run the DDL and submit the job's statement set."""
+    from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
-    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    settings = flink_config(job, options, paths, restore)
+    # The target goes in at creation: the executor (local or remote) is chosen from this configuration.
+    initial = Configuration()
+    for key, value in target_settings(options.jobmanager).items():
+        initial.set_string(key, value)
+    env = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode()
+                                  .with_configuration(initial).build())
     conf = env.get_config()
-    for key, value in flink_config(job, options, paths, restore).items():
+    for key, value in settings.items():
         conf.set(key, value)
     for statement in job.statements:
         env.execute_sql(statement)
     statements = env.create_statement_set()
     for insert in job.inserts:
         statements.add_insert_sql(insert)
-    log.info("submitting Flink job (%d views, parallelism %d, restore from %s)", len(job.views),
-             options.parallelism, restore or "nothing")
+    log.info("submitting Flink job (%d views, parallelism %d, restore from %s) to %s", len(job.views),
+             options.parallelism, restore or "nothing", options.jobmanager or "the embedded mini-cluster")
     return RunningJob(statements.execute())

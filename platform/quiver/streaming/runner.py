@@ -78,6 +78,7 @@ class StreamOptions:
     stream_retention_s: float | None = None  # delete fed stream files older than this (None: keep them)
     table_settings: tuple[tuple[str, str], ...] = ()  # extra Flink table settings (in the job's SQL)
     flink_settings: tuple[tuple[str, str], ...] = ()  # extra Flink runtime settings (e.g. memory)
+    jobmanager: str = ""  # REST "host:port" of a Flink session cluster; empty: the embedded mini-cluster
 
 
 def default_state_dir(config: Config) -> Path:
@@ -107,6 +108,7 @@ class StreamRunner:
         self._status: dict[str, Any] = {"state": "starting", "mode": "bounded" if options.bounded else "unbounded",
                                         "views": [v.name for v in self.views], "sources": self.sources,
                                         "parallelism": options.parallelism, "started_at": time.time(),
+                                        "cluster": options.jobmanager or "mini-cluster",
                                         "state_dir": str(paths.root), "error": None}
 
     def marking_views(self) -> list[str]:
@@ -173,7 +175,8 @@ class StreamRunner:
         try:
             self._status["timings"] = {"submit": time.time()}
             options = JobOptions(self.options.parallelism, self.options.checkpoint_interval_ms,
-                                 self.options.state_backend, extra=self.options.flink_settings, jars=tuple(self.jars))
+                                 self.options.state_backend, extra=self.options.flink_settings, jars=tuple(self.jars),
+                                 jobmanager=self.options.jobmanager)
             self._running = submit(self.job, options, self.paths, restore)
             self._status["timings"]["running"] = time.time()
             # The whole tree (this process + the Flink JVM) and this process alone (feeder, loader, py4j):
@@ -410,6 +413,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--monitor-interval-ms", type=int, default=100, help="how often the job lists its inbox")
     p.add_argument("--roll-interval-ms", type=int, default=100, help="how often sink files are closed for commit")
     p.add_argument("--state-backend", choices=("rocksdb", "hashmap"), default="rocksdb")
+    p.add_argument("--jobmanager", default=None, metavar="HOST:PORT",
+                   help="submit to this Flink session cluster (REST endpoint); default: flink_jobmanager in "
+                        "quiver.yaml, else the embedded mini-cluster")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -431,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 state_backend=args.state_backend, fresh=args.fresh, views=views,
                                 mini_batch_ms=args.mini_batch_ms, max_future_ms=args.max_future_ms,
                                 stream_retention_s=args.stream_retention_s,
-                                table_settings=_pairs(args.table_set), flink_settings=_pairs(args.flink_set))
+                                table_settings=_pairs(args.table_set), flink_settings=_pairs(args.flink_set),
+                                jobmanager=args.jobmanager if args.jobmanager is not None else config.flink_jobmanager)
         paths = StreamPaths.at(args.state_dir or default_state_dir(config), args.checkpoint_dir)
         runner = StreamRunner(config, catalog, paths, options)
     except QuiverError as exc:

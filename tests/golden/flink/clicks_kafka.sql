@@ -23,15 +23,24 @@ SELECT
   `__rowtime`,
   TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) AS `user_id`,
   TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) AS `qty`,
+  TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE) AS `amount`,
+  JSON_VALUE(`line`, '$.cat') AS `cat`,
   `line`,
   CASE
       WHEN NOT (`line` IS JSON OBJECT) THEN 'unparseable_json'
       WHEN JSON_VALUE(`line`, '$.ts_us') IS NULL AND JSON_VALUE(`line`, '$.ts_ms') IS NULL THEN 'null_event_ts'
       WHEN JSON_VALUE(`line`, '$.ts_us') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.ts_us')) THEN 'bad_type:ts_us'
       WHEN JSON_VALUE(`line`, '$.ts_ms') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.ts_ms')) THEN 'bad_type:ts_ms'
-      WHEN NOT (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000) THEN 'event_ts_in_future'
       WHEN JSON_VALUE(`line`, '$.user_id') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.user_id')) THEN 'bad_type:user_id'
       WHEN JSON_VALUE(`line`, '$.qty') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.qty')) THEN 'bad_type:qty'
+      WHEN JSON_VALUE(`line`, '$.amount') IS NOT NULL AND TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE) IS NULL THEN 'bad_type:amount'
+      WHEN (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT)) < CAST(1 AS BIGINT) THEN 'min:qty'
+      WHEN (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT)) > CAST(5 AS BIGINT) THEN 'max:qty'
+      WHEN ((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE)) IS NOT NULL AND CASE WHEN ABS((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE))) >= 0 THEN 0 ELSE 1 END = 1) OR abs((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE))) = CAST('Infinity' AS DOUBLE) THEN 'finite:amount'
+      WHEN (TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE)) < CAST('0.0' AS DOUBLE) OR ((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE)) IS NOT NULL AND CASE WHEN ABS((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE))) >= 0 THEN 0 ELSE 1 END = 1) THEN 'min:amount'
+      WHEN (JSON_VALUE(`line`, '$.cat')) NOT IN ('a', 'b') THEN 'one_of:cat'
+      WHEN (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000)) < CAST(1793491200000000 AS BIGINT) THEN 'min:ts'
+      WHEN NOT (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000) THEN 'event_ts_in_future'
     END AS `__problem`
 FROM `src__clicks`;
 
@@ -44,7 +53,9 @@ WHERE `__problem` IS NULL
 CREATE TABLE `late__clicks` (
   `ts_us` BIGINT,
   `user_id` BIGINT,
-  `qty` BIGINT
+  `qty` BIGINT,
+  `amount` DOUBLE,
+  `cat` STRING
 ) WITH (
   'connector' = 'filesystem',
   'path' = 'file:///srv/quiver/stream/sinks/late/clicks',
@@ -88,7 +99,9 @@ EXECUTE STATEMENT SET BEGIN
   SELECT
     `__ts_us` AS `ts_us`,
     `user_id`,
-    `qty`
+    `qty`,
+    `amount`,
+    `cat`
   FROM `clicks__parsed`
   WHERE `__problem` IS NULL
     AND CURRENT_WATERMARK(`__rowtime`) IS NOT NULL AND `__rowtime` <= CURRENT_WATERMARK(`__rowtime`) - INTERVAL '0 01:00:00.000' DAY TO SECOND(3);

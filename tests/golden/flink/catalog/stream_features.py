@@ -1,12 +1,16 @@
 """Test catalog behind the Flink golden snapshots and the streaming integration tests.
 
 The golden catalog's views (every fn on float, int and bool inputs, `count`/`last` on a string, two keys,
-last-value views) on a source with a local stream binding, plus a Kafka-bound source for the production DDL.
+last-value views) on a source with a local stream binding, plus a Kafka-bound source with a contract for the production DDL.
 """
+
+from datetime import UTC, datetime
 
 from quiver import (
                 Aggregation,
                 Bool,
+                Check,
+                Contract,
                 Entity,
                 FeatureView,
                 Field,
@@ -25,7 +29,10 @@ events = Source(name="events", path="events", timestamp_field="ts",
                 stream=StreamBinding(path="stream/events", watermark_delay="2s", allowed_lateness="10m"))
 clicks = Source(name="clicks", path="clicks", timestamp_field="ts",
                 stream=StreamBinding(kafka_topic="clicks", kafka_bootstrap_servers="kafka:9092",
-                                     watermark_delay="500ms", allowed_lateness="1h"))
+                                     watermark_delay="500ms", allowed_lateness="1h"),
+                contract=Contract({"qty": Check(min=1, max=5), "amount": Check(finite=True, min=0.0),
+                                   "cat": Check(one_of=["a", "b"]),
+                                   "ts": Check(min=datetime(2026, 11, 1, tzinfo=UTC))}))
 
 user_activity = FeatureView(
     name="user_activity",

@@ -79,6 +79,17 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v in
   fi
 fi
 
+# The web console's browser test drives Debian's Chromium through Playwright (no browser download).
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    say "installing chromium (the web console is tested in a real browser)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+  else
+    die "chromium is missing (the web console's browser test drives it): sudo apt-get install chromium"
+  fi
+fi
+
 # --- virtualenvs --------------------------------------------------------------------------------------
 stamp_hash() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
 

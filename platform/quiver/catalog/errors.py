@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from quiver.catalog.definitions import Location
@@ -9,6 +11,13 @@ from quiver.catalog.definitions import Location
 
 class QuiverError(Exception):
     """Base class for errors caused by user input (the CLI prints them as one line, exit code 2)."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest candidate, or '' when nothing is close: the one hint every
+    "unknown name" error gives (definitions, columns, models, versions, aliases)."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 @dataclass(frozen=True)

@@ -124,11 +124,12 @@ def decision_record(decision: Decision) -> dict[str, Any]:
     return record
 
 
-def looks(decisions: Sequence[Decision]) -> dict[str, list[Look]]:
-    """Per guardrail, every judged look of a rollout (oldest first): the confidence sequence over looks."""
+def looks(decisions: Sequence[Decision], kind: str = "canary_step") -> dict[str, list[Look]]:
+    """Per guardrail, every look of one kind at a rollout (oldest first): the confidence sequence over looks.
+    `canary_step` looks compare canary with champion; `watch` looks the new champion with the previous one."""
     out: dict[str, list[Look]] = {}
     for decision in sorted(decisions, key=lambda d: d.id):
-        if decision.kind not in ("canary_step", "watch"):
+        if decision.kind != kind:
             continue
         for row in guardrail_rows(decision):
             out.setdefault(row.name, []).append(Look(

@@ -19,8 +19,11 @@ def _micros(value: int | None) -> str:
 def _age(newest: datetime | None) -> str:
     if newest is None:
         return "nothing stored"
-    seconds = (datetime.now(UTC) - newest).total_seconds()
-    return f"{duration_label(timedelta(seconds=int(max(seconds, 0))))} old" if seconds >= 1 else "fresh"
+    seconds = max((datetime.now(UTC) - newest).total_seconds(), 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} old"
+    return f"{seconds:.0f} s old"
 
 
 def catalog_page(console: Console) -> str:
@@ -47,11 +50,11 @@ def catalog_page(console: Console) -> str:
                           fresh])
     source_rows = [[esc(s.name), esc(s.path), esc(s.timestamp_field),
                     esc(", ".join(f"{c} {t}" for c, t in s.columns)),
-                    esc(f"{s.stream.format} at {s.stream.path}" if s.stream else "–")]
+                    esc(f"{s.stream.format} at {s.stream.path}" if s.stream else "–"), esc(s.owner or "–")]
                    for s in sorted(cat.sources.values(), key=lambda s: s.name)]
     service_rows = [[esc(s.name), esc(", ".join(s.features)), esc(getattr(s, "owner", "") or "–")]
                     for s in sorted(cat.services.values(), key=lambda s: s.name)]
-    entity_rows = [[esc(e.name), esc(", ".join(f"{k} {t}" for k, t in e.keys))]
+    entity_rows = [[esc(e.name), esc(", ".join(f"{k} {t}" for k, t in e.keys)), esc(e.owner or "–")]
                    for e in sorted(cat.entities.values(), key=lambda e: e.name)]
     versions = console.registry.versions()
     version_rows = [[num(v.version), when(v.created_at), esc(v.author), esc(v.content_hash[:12]),
@@ -71,8 +74,8 @@ def catalog_page(console: Console) -> str:
             + "<h2>Lineage: source → view → service → model version</h2>"
             + table(["source", "view", "service", "model versions trained on it"], lineage, id_="lineage")
             + "<h2>Feature services</h2>" + table(["service", "features", "owner"], service_rows)
-            + "<h2>Sources</h2>" + table(["source", "path", "event time", "columns", "stream"], source_rows)
-            + "<h2>Entities</h2>" + table(["entity", "join keys"], entity_rows)
+            + "<h2>Sources</h2>" + table(["source", "path", "event time", "columns", "stream", "owner"], source_rows)
+            + "<h2>Entities</h2>" + table(["entity", "join keys", "owner"], entity_rows)
             + "<h2>Catalog versions</h2>" + table(["version", "applied", "author", "hash", "changes from the version "
                                                    "before"], version_rows, id_="catalog-versions"))
     return page("Catalog", body, console.config.project)
@@ -105,8 +108,9 @@ def drift_page(console: Console) -> str:
         rows = []
         for run in reversed(ordered):
             start, end, source = data_window(run)
-            rows.append([num(run["id"]), esc(f"{start:%Y-%m-%d %H:%M}" if start else "–") + " → "
-                         + esc(f"{end:%Y-%m-%d %H:%M}" if end else "–") + f" <span class='muted'>({esc(source)})</span>",
+            span = (f"{start:%Y-%m-%d}" if source == "date partition" and start else
+                    f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M}" if start and end else "–")
+            rows.append([num(run["id"]), esc(span) + f" <span class='muted'>({esc(source)})</span>",
                          esc(run["reference"]), badge("alert" if run["dataset_drift"] else "ok"),
                          num(float(run["drift_share"]), 2), f"{run['n_drifted']}/{run['n_judged']}",
                          when(run["started_at"]), _report_link(console, kind, name, run)])

@@ -30,14 +30,25 @@ def _x(index: int, count: int) -> float:
     return PAD_L + (inner * (index + 0.5) / max(count, 1))
 
 
-def _hline(value: float, low: float, high: float, color: str, dash: str, label: str) -> str:
-    y = _y(value, low, high)
-    return (f"<line x1='{PAD_L}' x2='{WIDTH - PAD_R}' y1='{y:.1f}' y2='{y:.1f}' stroke='{color}' "
-            f"stroke-dasharray='{dash}' stroke-width='1.2'/><text x='{WIDTH - PAD_R + 6}' y='{y + 4:.1f}' "
-            f"font-size='11' fill='{color}'>{esc(label)}</text>")
+def _hlines(levels: Sequence[tuple[float, str, str, str]], low: float, high: float) -> str:
+    """Horizontal lines (value, colour, dash, label), labels at the right edge, nudged apart so close levels
+    stay readable."""
+    placed: list[float] = []
+    parts = []
+    for value, color, dash, label in sorted(levels, key=lambda level: -level[0]):
+        y = _y(value, low, high)
+        text_y = y + 4
+        if placed and text_y - placed[-1] < 12:
+            text_y = placed[-1] + 12
+        placed.append(text_y)
+        parts.append(f"<line x1='{PAD_L}' x2='{WIDTH - PAD_R}' y1='{y:.1f}' y2='{y:.1f}' stroke='{color}' "
+                     f"stroke-dasharray='{dash}' stroke-width='1.2'/><text x='{WIDTH - PAD_R + 6}' "
+                     f"y='{text_y:.1f}' font-size='11' fill='{color}'>{esc(label)}</text>")
+    return "".join(parts)
 
 
-def guardrail_chart(name: str, looks: Sequence[Look]) -> str:
+def guardrail_chart(name: str, looks: Sequence[Look], what: str = "canary − champion",
+                    kind: str = "canary_step") -> str:
     """One guardrail over a rollout's looks: estimate (dot, coloured by verdict) and confidence sequence
     (bar), the floor (dashed: pass when the whole bar is below it) and the fail line (dotted: fail when the
     whole bar is above it)."""
@@ -47,17 +58,19 @@ def guardrail_chart(name: str, looks: Sequence[Look]) -> str:
     values += [v for v in (floor, fail, 0.0) if v is not None]
     low, high = _scale(min(values, default=0.0), max(values, default=1.0))
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{HEIGHT}' role='img' "
-             f"aria-label='{esc(name)} confidence sequence over looks' class='cs-chart' data-guardrail='{esc(name)}'>",
-             f"<text x='{PAD_L}' y='15' font-size='12' font-weight='600'>{esc(name)}: canary − champion per look"
+             f"aria-label='{esc(name)} confidence sequence over looks' class='cs-chart' data-guardrail='{esc(name)}' "
+             f"data-kind='{esc(kind)}'>",
+             f"<text x='{PAD_L}' y='15' font-size='12' font-weight='600'>{esc(name)}: {esc(what)} per look"
              f"</text>"]
     for tick in (low, (low + high) / 2, high):
         parts.append(f"<text x='{PAD_L - 6}' y='{_y(tick, low, high) + 4:.1f}' font-size='10' text-anchor='end' "
                      f"fill='#66707a'>{tick:.3g}</text>")
-    parts.append(_hline(0.0, low, high, "#99a1aa", "2,0", "0"))
+    levels = [(0.0, "#99a1aa", "2,0", "0")]
     if floor is not None:
-        parts.append(_hline(floor, low, high, "#b3261e", "6,4", f"floor {floor:.3g}"))
+        levels.append((floor, "#b3261e", "6,4", f"floor {floor:.3g}"))
     if fail is not None:
-        parts.append(_hline(fail, low, high, "#b3261e", "2,3", f"fails above {fail:.3g}"))
+        levels.append((fail, "#b3261e", "2,3", f"fails above {fail:.3g}"))
+    parts.append(_hlines(levels, low, high))
     for i, look in enumerate(looks):
         x = _x(i, len(looks))
         color = STATUS_COLORS.get(look.status, "#66707a")
@@ -96,8 +109,8 @@ def series_chart(title: str, series: Mapping[str, Sequence[tuple[datetime, float
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{HEIGHT}' role='img' "
              f"aria-label='{esc(title)}'><text x='{PAD_L}' y='15' font-size='12' font-weight='600'>{esc(title)}"
              f"</text>"]
-    for level, label in levels:
-        parts.append(_hline(level, low, high, "#9a6700" if "warn" in label else "#b3261e", "6,4", label))
+    parts.append(_hlines([(level, "#9a6700" if "warn" in label else "#b3261e", "6,4", label)
+                          for level, label in levels], low, high))
     for i, (name, values) in enumerate(sorted(series.items())):
         color = palette[i % len(palette)]
         kept = sorted((t, v) for t, v in values if math.isfinite(v))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,14 @@ def link(href: str, text: Any, title: str = "") -> str:
     return f"<a href='{esc(href)}'{extra}>{esc(text)}</a>"
 
 
+_DECISION_REF = re.compile(r"decision #(\d+)")
+
+
+def text_with_links(value: Any) -> str:
+    """Escaped text whose "decision #N" mentions link to the decision."""
+    return _DECISION_REF.sub(lambda m: f"<a href='/decisions/{m.group(1)}'>decision #{m.group(1)}</a>", esc(value))
+
+
 def badge(status: Any) -> str:
     text = str(status)
     return f"<span class='{esc(text.replace(' ', '-'))}'>{esc(text)}</span>"
@@ -51,6 +60,11 @@ def num(value: Any, digits: int = 4) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:.3g}" if value != 0 and abs(value) < 10 ** -digits else f"{value:.{digits}f}"
+
+
+def moments(values: Any) -> str:
+    """A decision's data window ({name: ISO time}) as readable text."""
+    return ", ".join(f"{k.replace('_', ' ')} {when(v)}" for k, v in dict(values or {}).items() if v) or "–"
 
 
 def when(value: datetime | str | None) -> str:

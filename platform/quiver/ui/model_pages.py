@@ -9,7 +9,7 @@ from quiver.registry import explain, rollouts
 from quiver.registry.rollouts import Decision, Rollout
 from quiver.ui.charts import guardrail_chart
 from quiver.ui.data import Console
-from quiver.ui.html import badge, esc, facts, link, num, page, table, when
+from quiver.ui.html import badge, esc, facts, link, moments, num, page, table, text_with_links, when
 
 
 def _decision_link(decision_id: int | None) -> str:
@@ -95,8 +95,14 @@ def model_page(console: Console, name: str) -> str:
             num(m.get("roc_auc")), num(base.get("roc_auc")),
             (f"{num(versus[0])} vs {num(versus[1])} ({_decision_link(versus[2])})" if versus else "–"),
             num(m.get("log_loss")), num(base.get("log_loss")), esc(f"{v.window_start:%Y-%m-%d} … {v.cutoff:%Y-%m-%d}"),
-            esc(explain.status_reason(v, aliases, history, by_id))])
-    body = ("<p>aliases now: " + (", ".join(f"<b>{esc(a)}</b> → {link(f'#v{n}', f'{name}:{n}')}"
+            text_with_links(explain.status_reason(v, aliases, history, by_id))])
+    champion = aliases.get("champion")
+    summary = ""
+    if champion is not None:
+        serving = models.get(name, champion)
+        summary = (f"<div class='card' id='why-serving'><b>Why {esc(serving.label)} serves:</b> "
+                   f"{text_with_links(explain.status_reason(serving, aliases, history, by_id))}</div>")
+    body = (summary + "<p>aliases now: " + (", ".join(f"<b>{esc(a)}</b> → {link(f'#v{n}', f'{name}:{n}')}"
                                            for a, n in sorted(aliases.items())) or "none") + "</p>"
             "<h2>Versions</h2>" + table(
                 ["version", "status", "aliases", "ROC-AUC", "baseline ROC-AUC",
@@ -105,7 +111,7 @@ def model_page(console: Console, name: str) -> str:
             + "<h2>Alias history</h2>" + table(
                 ["#", "alias", "from", "to", "reason", "by", "decision", "when"],
                 [[num(m.id), esc(m.alias), esc(m.from_version if m.from_version is not None else "–"),
-                  esc(m.to_version if m.to_version is not None else "–"), esc(m.reason), esc(m.by),
+                  esc(m.to_version if m.to_version is not None else "–"), text_with_links(m.reason), esc(m.by),
                   _decision_link(m.decision_id), when(m.moved_at)] for m in reversed(history)], id_="alias-history")
             + "<h2>Decisions</h2>" + _decisions_table(decisions)
             + "<h2>Rollouts</h2>" + _rollouts_table(rollouts.list_rollouts(console.registry, name)))
@@ -128,7 +134,7 @@ def _decisions_table(decisions: list[Decision]) -> str:
                    badge(d.outcome), esc(d.candidate_version), esc(d.champion_version),
                    num(d.fraction, 2) if d.fraction is not None else "–",
                    link(f"/rollouts/{d.rollout_id}", f"#{d.rollout_id}") if d.rollout_id else "–", when(d.decided_at),
-                   esc(str(d.statistics.get("reason", ""))[:160])] for d in decisions], id_="decisions")
+                   text_with_links(str(d.statistics.get("reason", ""))[:160])] for d in decisions], id_="decisions")
 
 
 def _rollouts_table(found: list[Rollout]) -> str:
@@ -160,7 +166,7 @@ def decision_page(console: Console, decision_id: int) -> str:
         ("rollout", link(f"/rollouts/{d.rollout_id}", f"#{d.rollout_id} (step {(d.step or 0) + 1})")
          if d.rollout_id else "–"),
         ("why", esc(stats.get("reason", ""))), ("decided", f"{when(d.decided_at)} by {esc(d.decided_by)}"),
-        ("data", esc(", ".join(f"{k} {v}" for k, v in window.items() if v)) or "–"),
+        ("data", moments(window)),
         ("applied", (f"{when(d.applied_at)}: " + esc("; ".join(d.actions) or "nothing to change")) if d.applied_at
          else "not applied")])
     body = top
@@ -208,12 +214,17 @@ def _arms(stats: dict[str, Any]) -> str:
 
 
 def _charts(console: Console, rollout_id: int) -> str:
+    """Per guardrail, its confidence sequence over the rollout's canary looks; then the post-promotion
+    watch's looks (new champion − previous), drawn apart: they compare other things."""
     decisions = rollouts.list_decisions(console.registry, rollout_id=rollout_id, limit=1000)
-    per_guardrail = explain.looks(decisions)
-    if not per_guardrail:
-        return "<p class='muted'>no judged looks yet</p>"
-    return "<div class='grid'>" + "".join(guardrail_chart(name, points) for name, points in per_guardrail.items()) \
-        + "</div>"
+    out = ""
+    for kind, what, heading in (("canary_step", "canary − champion", ""),
+                                ("watch", "new champion − previous", "<h3>Post-promotion watch</h3>")):
+        per_guardrail = explain.looks(decisions, kind)
+        if per_guardrail:
+            out += heading + "<div class='grid'>" + "".join(
+                guardrail_chart(name, points, what, kind) for name, points in per_guardrail.items()) + "</div>"
+    return out or "<p class='muted'>no judged looks yet</p>"
 
 
 def rollout_page(console: Console, rollout_id: int) -> str:
@@ -232,12 +243,15 @@ def rollout_page(console: Console, rollout_id: int) -> str:
                  ("where", esc(explain.step_label(r))), ("steps (canary shares)", esc(steps)),
                  ("started", f"{when(r.started_at)} by {esc(r.started_by)}"), ("ended", when(r.finished_at)),
                  ("watch until", when(r.watch_until)),
-                 ("latency reference", esc(r.reference.get("latency_source", "–")))])
+                 ("latency reference", esc(r.reference.get("latency_source", "–")) + (
+                     f" → threshold {num(r.reference.get('latency_threshold_ms'), 2)} ms"
+                     if r.reference.get("latency_threshold_ms") is not None else ""))])
     timeline = table(["look", "kind", "step", "share", "outcome", "when (data as of)", "applied", "why"],
                      [[link(f"/decisions/{d.id}", f"#{d.id}"), esc(explain.KIND_LABELS.get(d.kind, d.kind)),
                        num((d.step or 0) + 1), num(d.fraction, 2) if d.fraction is not None else "–", badge(d.outcome),
                        when(d.decided_at), esc("; ".join(d.actions)) if d.applied_at else "–",
-                       esc(str(d.statistics.get("reason", ""))[:200])] for d in decisions], id_="timeline")
+                       text_with_links(str(d.statistics.get("reason", ""))[:200])] for d in decisions],
+                     id_="timeline")
     body = (top + "<h2>Step timeline</h2>" + timeline
             + "<h2>Each guardrail's confidence sequence over looks</h2><p class='muted'>A look passes a guardrail "
               "when its whole bar lies below the dashed floor, fails it when the whole bar lies above the dotted "

@@ -90,6 +90,16 @@ MIN_BIN_ROWS = 30  # a calibration bin with fewer rows is too noisy to draw as a
 
 def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
                     min_rows: int = MIN_BIN_ROWS) -> bytes:
+    """`calibration_figure` as PNG bytes."""
+    plt = _pyplot()
+    fig = calibration_figure(labels, arms, bins, min_rows)
+    blob = _png(fig)
+    plt.close(fig)
+    return blob
+
+
+def calibration_figure(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
+                       min_rows: int = MIN_BIN_ROWS) -> Any:
     """Reliability diagram: observed positive rate against mean score per bin, each point labelled with its
     rows. Bins with fewer than `min_rows` rows are not drawn (a lone sparse bin would pull the line to 1.0);
     the chart says how many rows they held."""
@@ -115,15 +125,22 @@ def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: in
         ax.text(0.02, 0.98, f"not drawn (< {min_rows} rows): " + "; ".join(left_out), transform=ax.transAxes,
                 fontsize=6, va="top", color="#555", wrap=True)
     ax.legend(fontsize=8, loc="lower right")
-    blob = _png(fig)
-    plt.close(fig)
-    return blob
+    return fig
 
 
 CHART_GUARDRAILS = ("log_loss", "brier", "score_shift", "error_rate", "latency_p99")
 
 
 def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
+    """`canary_figure` as PNG bytes."""
+    plt = _pyplot()
+    fig = canary_figure(steps)
+    blob = _png(fig)
+    plt.close(fig)
+    return blob
+
+
+def canary_figure(steps: Sequence[Mapping[str, Any]]) -> Any:
     """The canary over its judged looks: the traffic share per look, coloured by outcome; then per guardrail
     the estimate (canary − champion) with its confidence sequence as an error bar, the floor (dashed) and
     the line beyond which the guardrail fails (dotted). A look's row may carry `guardrails`: name →
@@ -156,9 +173,7 @@ def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
     panels[-1].set_xlabel("judged look")
     panels[-1].set_xticks(x, [str(s.get("label") or i) for i, s in enumerate(steps)], fontsize=7, rotation=20)
     fig.tight_layout()
-    blob = _png(fig)
-    plt.close(fig)
-    return blob
+    return fig
 
 
 def _guardrail_panel(ax: Any, name: str, steps: Sequence[Mapping[str, Any]]) -> None:

@@ -71,15 +71,21 @@ def _draw_distribution(ax: Any, ref: pd.Series, cur: pd.Series, kind: str, title
     ax.set_ylabel("share", fontsize=7)
 
 
+def drawn_features(report: DriftReport, limit: int = 12) -> list[str]:
+    """The features a distributions grid shows: the model's `score` first when it was compared, then
+    drifted, warned and calm features, at most `limit`."""
+    order = {"alert": 0, "warn": 1, "ok": 2}
+    ranked = sorted((f for f in report.features if f.status in order or f.feature == SCORE_COLUMN),
+                    key=lambda f: (f.feature != SCORE_COLUMN, order.get(f.status, 3), f.feature))
+    return [f.feature for f in ranked][:limit]
+
+
 def distributions_png(report: DriftReport, reference: Frame, current: Frame,
                       features: Sequence[str] | None = None, columns: int = 3) -> bytes:
     """A grid of reference-vs-current distributions (default: the model's `score` first when compared, then
     drifted and warned features, ≤ 12 in all)."""
     plt = _pyplot()
-    order = {"alert": 0, "warn": 1, "ok": 2}
-    ranked = [f.feature for f in sorted((f for f in report.features if f.status in order),
-                                        key=lambda f: (f.feature != SCORE_COLUMN, order[f.status], f.feature))]
-    chosen = list(features) if features else ranked[:12]
+    chosen = list(features) if features else drawn_features(report)
     rows = max(1, -(-len(chosen) // columns))
     fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), squeeze=False)
     for ax in axes.flat[len(chosen):]:

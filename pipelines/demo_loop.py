@@ -115,7 +115,8 @@ def decision_of(run: dict[str, Any]) -> tuple[str, str]:
         j = r.get("judge", {})
         if not j:
             return "skipped", ""
-        return j.get("outcome", "?"), f"{j.get('canary')} at {j.get('fraction', 0):.0%} (step {j.get('step')})"
+        return j.get("outcome", "?"), (f"{j.get('canary')} at canary share {j.get('fraction', 0):g} "
+                                       f"(step {int(j.get('step') or 0) + 1})")
     return run["state"], ""
 
 

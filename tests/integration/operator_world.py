@@ -5,7 +5,8 @@ true to show.
 
 Story: `fraud_model:1` is champion; `:2` was rejected by the offline gate; `:3` (the same weights as `:1`,
 so exactly as good) is shadowed (a shadow verdict), then canaried at share 0.5: the first look holds (no
-traffic), the second holds (too few labels), the third promotes it; the post-promotion watch takes a look.
+traffic), the second holds (too few labels), the third promotes it; the post-promotion watch takes a look,
+and the new champion serves some traffic.
 A drift check compares the champion's training reference with its serving traffic (the served categories
 include one the reference never saw), and a source-level check is recorded for the `transactions` source.
 """
@@ -164,6 +165,7 @@ def build_world(root: Path, redis_url: str) -> World:
     decisions["promote"] = promoted.decision.id
     watched = watch_step(config, MODEL, as_of=moment)
     decisions["watch"] = int(watched["decision_id"])
+    _serve(config, models, batches=2, seed=4, truth=truth, tag="after")  # the new champion serves
 
     served = check_serving_drift(project, MODEL, now - timedelta(hours=2), now + timedelta(hours=2))
     assert served["status"] == "computed", served

@@ -106,7 +106,7 @@ def test_the_canary_chart_draws_each_looks_interval_the_floor_and_the_fail_line(
              {"label": "b", "fraction": 0.05, "outcome": "advance", "guardrails": look(0.001, -0.01, 0.012, "pass")}]
     fig = canary_figure(steps)
     share, panel = fig.axes
-    assert panel.get_ylabel() == "log_loss"
+    assert share.get_ylabel() == "canary share" and panel.get_ylabel() == "log_loss"
     bars = [c for c in panel.containers if c.__class__.__name__ == "ErrorbarContainer"]
     assert len(bars) == 2
     segments = bars[0].lines[2][0].get_segments()[0]

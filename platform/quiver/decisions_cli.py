@@ -59,21 +59,34 @@ def register(app: typer.Typer) -> None:
 
     @decisions_app.command("show")
     @user_errors
-    def show_command(decision_id: Annotated[int, typer.Argument(help="decision number (as in `#9`)")],
+    def show_command(which: Annotated[str, typer.Argument(help="decision number (9 or #9), or 'last'")],
+                     model: Annotated[str | None, typer.Option(help="with 'last': the newest of this model")] = None,
                      as_json: Annotated[bool, typer.Option("--json", help="everything as JSON")] = False,
                      config: ConfigOption = None) -> None:
         """One decision: what was decided and why, the guardrail table (estimate, confidence sequence, floor,
         verdict) or the shadow verdict's intervals, what carrying it out did."""
         from quiver.catalog.errors import QuiverError
         from quiver.registry import explain, rollouts
+        from quiver.registry.models import ModelRegistry
 
         registry = open_registry(load_config(config))
-        try:
-            decision = rollouts.get_decision(registry, decision_id)
-        except QuiverError:
-            newest = rollouts.list_decisions(registry, limit=1)
-            raise QuiverError(f"no decision #{decision_id} in project {registry.project!r} (decisions: "
-                              + (f"#1 … #{newest[0].id}" if newest else "none yet") + ")") from None
+        if model is not None:
+            ModelRegistry(registry).require(model)
+        newest = rollouts.list_decisions(registry, model, limit=1)
+        if which.strip().lower() == "last":
+            if not newest:
+                raise QuiverError("no decisions recorded yet" + (f" for model {model!r}" if model else ""))
+            decision = newest[0]
+        else:
+            digits = which.strip().lstrip("#")
+            if not digits.isdigit():
+                raise QuiverError(f"give a decision number (e.g. 9 or #9) or 'last', got {which!r}")
+            try:
+                decision = rollouts.get_decision(registry, int(digits))
+            except QuiverError:
+                known = rollouts.list_decisions(registry, limit=1)
+                raise QuiverError(f"no decision #{digits} in project {registry.project!r} (decisions: "
+                                  + (f"#1 … #{known[0].id}" if known else "none yet") + ")") from None
         if as_json:
             console.print_json(json.dumps(explain.decision_record(decision), default=str))
             return

@@ -130,6 +130,8 @@ def register(app: typer.Typer) -> None:
                      min_labels: Annotated[int, typer.Option(help="labelled rows per arm and step")] = 200,
                      again: Annotated[bool, typer.Option("--again", help="canary a version whose earlier rollout "
                                                                          "was rolled back or halted")] = False,
+                     at: Annotated[str | None, typer.Option("--at", help="start at this ISO time (default now; "
+                                                                         "for replays of recorded traffic)")] = None,
                      config: ConfigOption = None) -> None:
         """Point alias `canary` at VERSION and start a rollout at the first step."""
         from quiver.monitoring.canary_judge import start_canary
@@ -140,7 +142,7 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise QuiverError(str(exc)) from None
         rollout = start_canary(load_config(config), model, version, settings=settings, again=again,
-                               by="quiver canary start")
+                               by="quiver canary start", at=_time(at, "--at"))
         console.print(f"rollout #{rollout.id}: {model}:{rollout.canary_version} gets canary share "
                       f"{rollout.fraction:g} of traffic against champion {model}:{rollout.champion_version} "
                       f"(steps {', '.join(f'{s:g}' for s in settings.steps)})")

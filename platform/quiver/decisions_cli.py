@@ -125,7 +125,7 @@ def _print(decision: Any) -> None:
     intervals = explain.shadow_rows(decision)
     if intervals:
         table = Table("metric", f"champion {decision.champion_version}", f"shadow {decision.candidate_version}",
-                      "shadow − champion", "confidence sequence")
+                      "shadow − champion", "interval (AUC: paired bootstrap)")
         for r in intervals:
             table.add_row(r.metric, fmt(r.champion), fmt(r.candidate), fmt(r.difference), interval(r.lower, r.upper))
         console.print(table)

@@ -168,7 +168,8 @@ def decision_page(console: Console, decision_id: int) -> str:
         ("why", esc(stats.get("reason", ""))), ("decided", f"{when(d.decided_at)} by {esc(d.decided_by)}"),
         ("data", moments(window)),
         ("applied", (f"{when(d.applied_at)}: " + esc("; ".join(d.actions) or "nothing to change")) if d.applied_at
-         else "not applied")])
+         else "– (a verdict: it moves nothing itself; the loop's canary starts from it)"
+         if d.kind == "shadow_evaluation" else "not applied (yet)")])
     body = top
     rows = explain.guardrail_rows(d)
     if rows:
@@ -186,7 +187,7 @@ def decision_page(console: Console, decision_id: int) -> str:
     if intervals:
         body += "<h2>Shadow verdict: the same requests scored by both</h2>" + table(
             ["metric", f"champion {d.champion_version}", f"shadow {d.candidate_version}", "shadow − champion",
-             "confidence sequence"],
+             "interval (log loss, Brier: confidence sequence; AUC: paired bootstrap, information only)"],
             [[esc(r.metric), num(r.champion), num(r.candidate), num(r.difference), _interval(r.lower, r.upper)]
              for r in intervals], numeric=(1, 2, 3), id_="intervals")
         settings = stats.get("settings") or {}

@@ -1,6 +1,6 @@
 """The canary judge's statistics: one step's evidence in, one decision out — no I/O, no registry.
 
-A rollout moves the canary's traffic share through `steps` (default 5 % → 25 % → 50 % → 100 %); each look
+A rollout moves the canary's traffic share through `steps` (default 0.05 → 0.25 → 0.5 → 1, fractions); each look
 judges the current step on the rows served under it. What is randomised is the **entity** (routing sends
 whole entities to an arm) and one **model call** scores a request's rows together, so every test below is
 built on units, never on rows as if they were independent:

@@ -85,31 +85,71 @@ def curves_png(labels: FloatArray, arms: Mapping[str, FloatArray], kind: str) ->
     return blob
 
 
-def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10) -> bytes:
-    """Reliability diagram: observed positive rate against mean score per bin, marker size ~ rows."""
+MIN_BIN_ROWS = 30  # a calibration bin with fewer rows is too noisy to draw as a point
+
+
+def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
+                    min_rows: int = MIN_BIN_ROWS) -> bytes:
+    """`calibration_figure` as PNG bytes."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 4.2))
-    top = 0.0
-    for (name, scores), color in zip(arms.items(), (_CHAMPION, _CHALLENGER, "#55a868"), strict=False):
-        mean, rate, counts = reliability(labels, scores, bins)
-        ax.plot(mean, rate, color=color, label=name, linewidth=1)
-        ax.scatter(mean, rate, color=color, s=8 + 60 * counts / counts.max(), zorder=3)
-        top = max(top, float(mean.max(initial=0)), float(rate.max(initial=0)))
-    top = min(1.0, top * 1.1 + 1e-3)
-    ax.plot([0, top], [0, top], color="#999", linestyle=":", linewidth=1)
-    ax.set(xlim=(0, top), ylim=(0, top), xlabel="mean predicted probability", ylabel="observed fraud rate",
-           title="Calibration")
-    ax.legend(fontsize=8)
+    fig = calibration_figure(labels, arms, bins, min_rows)
     blob = _png(fig)
     plt.close(fig)
     return blob
 
 
-def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
-    """The canary over time: its traffic share per judged step, coloured by outcome, and the log-loss
-    difference (canary − champion) each step measured."""
+def calibration_figure(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
+                       min_rows: int = MIN_BIN_ROWS) -> Any:
+    """Reliability diagram: observed positive rate against mean score per bin, each point labelled with its
+    rows. Bins with fewer than `min_rows` rows are not drawn (a lone sparse bin would pull the line to 1.0);
+    the chart says how many rows they held."""
     plt = _pyplot()
-    fig, (share, diff) = plt.subplots(2, 1, figsize=(7, 4.8), sharex=True)
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    top = 0.0
+    left_out: list[str] = []
+    for (name, scores), color in zip(arms.items(), (_CHAMPION, _CHALLENGER, "#55a868"), strict=False):
+        mean, rate, counts = reliability(labels, scores, bins)
+        dense = counts >= min_rows
+        ax.plot(mean[dense], rate[dense], color=color, label=name, linewidth=1, marker="o", markersize=4)
+        for x, y, n in zip(mean[dense], rate[dense], counts[dense], strict=True):
+            ax.annotate(f"{int(n)}", (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6, color=color)
+        if (~dense).any():
+            left_out.append(f"{name}: {int((~dense).sum())} bin(s), {int(counts[~dense].sum())} rows")
+        top = max(top, float(mean[dense].max(initial=0)), float(rate[dense].max(initial=0)))
+    top = min(1.0, top * 1.15 + 1e-3)
+    ax.plot([0, top], [0, top], color="#999", linestyle=":", linewidth=1)
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel="mean predicted probability", ylabel="observed fraud rate",
+           title=f"Calibration (points: bins of ≥ {min_rows} rows, labelled with rows)")
+    ax.title.set_fontsize(9)
+    if left_out:
+        ax.text(0.02, 0.98, f"not drawn (< {min_rows} rows): " + "; ".join(left_out), transform=ax.transAxes,
+                fontsize=6, va="top", color="#555", wrap=True)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+CHART_GUARDRAILS = ("log_loss", "brier", "score_shift", "error_rate", "latency_p99")
+
+
+def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
+    """`canary_figure` as PNG bytes."""
+    plt = _pyplot()
+    fig = canary_figure(steps)
+    blob = _png(fig)
+    plt.close(fig)
+    return blob
+
+
+def canary_figure(steps: Sequence[Mapping[str, Any]]) -> Any:
+    """The canary over its judged looks: the traffic share per look, coloured by outcome; then per guardrail
+    the estimate (canary − champion) with its confidence sequence as an error bar, the floor (dashed) and
+    the line beyond which the guardrail fails (dotted). A look's row may carry `guardrails`: name →
+    {estimate, lower, upper, floor, fail_above, status} (else only `log_loss_diff` is drawn, without bars)."""
+    plt = _pyplot()
+    names = [n for n in CHART_GUARDRAILS if any(n in (s.get("guardrails") or {}) for s in steps)]
+    fig, axes = plt.subplots(1 + max(len(names), 1), 1, figsize=(7, 2.0 + 1.7 * max(len(names), 1)), sharex=True,
+                             squeeze=False)
+    share, panels = axes[0][0], [row[0] for row in axes[1:]]
     x = np.arange(len(steps))
     fractions = [float(s.get("fraction") or 0.0) for s in steps]
     colors = [_OUTCOME_COLORS.get(str(s.get("outcome")), "#757575") for s in steps]
@@ -118,17 +158,49 @@ def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
     for i, s in enumerate(steps):
         share.annotate(str(s.get("outcome")), (i, fractions[i]), textcoords="offset points", xytext=(0, 6),
                        ha="center", fontsize=7)
-    share.set(ylabel="canary share", ylim=(0, 1.1), title="Canary steps")
-    estimates = [s.get("log_loss_diff") for s in steps]
-    known = [(i, float(v)) for i, v in enumerate(estimates) if v is not None and np.isfinite(float(v))]
-    if known:
-        diff.bar([i for i, _ in known], [v for _, v in known], color=[colors[i] for i, _ in known])
-    diff.axhline(0, color="#999", linewidth=1)
-    diff.set(ylabel="log loss Δ (canary − champion)", xlabel="judged step")
-    diff.set_xticks(x, [str(s.get("label") or i) for i, s in enumerate(steps)], fontsize=7, rotation=20)
-    blob = _png(fig)
-    plt.close(fig)
-    return blob
+    share.set(ylabel="canary share", ylim=(0, 1.15), title="Canary looks: share, and each guardrail's confidence "
+                                                           "sequence against its floor")
+    share.title.set_fontsize(9)
+    if not names:
+        known = [(i, float(v)) for i, v in enumerate(s.get("log_loss_diff") for s in steps)
+                 if v is not None and np.isfinite(float(v))]
+        if known:
+            panels[0].bar([i for i, _ in known], [v for _, v in known], color=[colors[i] for i, _ in known])
+        panels[0].axhline(0, color="#999", linewidth=1)
+        panels[0].set(ylabel="log loss Δ")
+    for ax, name in zip(panels, names, strict=False):
+        _guardrail_panel(ax, name, steps)
+    panels[-1].set_xlabel("judged look")
+    panels[-1].set_xticks(x, [str(s.get("label") or i) for i, s in enumerate(steps)], fontsize=7, rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def _guardrail_panel(ax: Any, name: str, steps: Sequence[Mapping[str, Any]]) -> None:
+    status_colors = {"pass": "#2e7d32", "fail": "#c62828", "wait": "#f9a825"}
+    floor = fail_above = None
+    for i, s in enumerate(steps):
+        g = (s.get("guardrails") or {}).get(name) or {}
+        estimate, lower, upper = g.get("estimate"), g.get("lower"), g.get("upper")
+        floor = g.get("floor", floor)
+        fail_above = g.get("fail_above", fail_above)
+        if estimate is None:
+            continue
+        color = status_colors.get(str(g.get("status")), "#757575")
+        if lower is not None and upper is not None:
+            ax.errorbar([i], [estimate], yerr=[[estimate - lower], [upper - estimate]], fmt="o", color=color,
+                        capsize=3, markersize=4)
+        else:
+            ax.plot([i], [estimate], "o", color=color, markersize=4)
+    ax.axhline(0, color="#999", linewidth=0.8)
+    if floor is not None:
+        ax.axhline(float(floor), color="#c62828", linestyle="--", linewidth=1, label=f"floor {float(floor):g}")
+    if fail_above is not None:
+        ax.axhline(float(fail_above), color="#c62828", linestyle=":", linewidth=1,
+                   label=f"fails above {float(fail_above):g}")
+    ax.set_ylabel(name, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="upper right")
 
 
 def write_evaluation_report(path: str | Path, *, labels: Sequence[float], champion_scores: Sequence[float],

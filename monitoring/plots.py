@@ -29,6 +29,7 @@ from quiver.monitoring.stats import NUMERICAL, NumericPair, clean_categorical, c
 _COLORS = {"ok": "#2e7d32", "warn": "#f9a825", "alert": "#c62828", "insufficient_data": "#757575",
            "skipped": "#757575"}
 _REF, _CUR = "#4c72b0", "#dd8452"
+SCORE_COLUMN = "score"  # the model's own output, compared like a feature: always drawn when present
 
 
 def _pyplot() -> Any:
@@ -70,13 +71,21 @@ def _draw_distribution(ax: Any, ref: pd.Series, cur: pd.Series, kind: str, title
     ax.set_ylabel("share", fontsize=7)
 
 
+def drawn_features(report: DriftReport, limit: int = 12) -> list[str]:
+    """The features a distributions grid shows: the model's `score` first when it was compared, then
+    drifted, warned and calm features, at most `limit`."""
+    order = {"alert": 0, "warn": 1, "ok": 2}
+    ranked = sorted((f for f in report.features if f.status in order or f.feature == SCORE_COLUMN),
+                    key=lambda f: (f.feature != SCORE_COLUMN, order.get(f.status, 3), f.feature))
+    return [f.feature for f in ranked][:limit]
+
+
 def distributions_png(report: DriftReport, reference: Frame, current: Frame,
                       features: Sequence[str] | None = None, columns: int = 3) -> bytes:
-    """A grid of reference-vs-current distributions (default: drifted and warned features first, ≤ 12)."""
+    """A grid of reference-vs-current distributions (default: the model's `score` first when compared, then
+    drifted and warned features, ≤ 12 in all)."""
     plt = _pyplot()
-    order = {"alert": 0, "warn": 1, "ok": 2}
-    chosen = list(features) if features else [f.feature for f in sorted(
-        (f for f in report.features if f.status in order), key=lambda f: (order[f.status], f.feature))][:12]
+    chosen = list(features) if features else drawn_features(report)
     rows = max(1, -(-len(chosen) // columns))
     fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), squeeze=False)
     for ax in axes.flat[len(chosen):]:
@@ -235,7 +244,7 @@ def write_drift_reports(report: DriftReport, reference: Frame, current: Frame, p
                         compared: Sequence[tuple[str, str]] = (),
                         alert_ids: Sequence[int] = (),
                         history: Mapping[str, Sequence[tuple[datetime, float | None]]] | None = None,
-                        max_rows: int = DEFAULT_SAMPLE_ROWS) -> tuple[EvidentlyReport, Path]:
+                        max_rows: int = DEFAULT_SAMPLE_ROWS, title: str | None = None) -> tuple[EvidentlyReport, Path]:
     """Evidently's HTML at `path` and the summary page beside it (`<stem>.summary.html`), one verdict."""
     from dataclasses import replace
 
@@ -253,7 +262,7 @@ def write_drift_reports(report: DriftReport, reference: Frame, current: Frame, p
     sample = (f"charts from a random sample of {evidently.sample_ref:,} of {evidently.rows_ref:,} reference and "
               f"{evidently.sample_cur:,} of {evidently.rows_cur:,} current rows; verdicts from all rows")
     summary = summary_page(report, reference, current, target.with_name(f"{target.stem}.summary.html"),
-                           title=f"Drift: {name}", evidently_report=target.name, history=history,
+                           title=title or f"Drift check {name!r}", evidently_report=target.name, history=history,
                            compared=[*compared, ("Evidently report", sample)],
                            next_steps=next_steps(report, alert_ids))
     return evidently, summary

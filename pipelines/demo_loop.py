@@ -115,7 +115,8 @@ def decision_of(run: dict[str, Any]) -> tuple[str, str]:
         j = r.get("judge", {})
         if not j:
             return "skipped", ""
-        return j.get("outcome", "?"), f"{j.get('canary')} at {j.get('fraction', 0):.0%} (step {j.get('step')})"
+        return j.get("outcome", "?"), (f"{j.get('canary')} at canary share {j.get('fraction', 0):g} "
+                                       f"(step {int(j.get('step') or 0) + 1})")
     return run["state"], ""
 
 
@@ -320,15 +321,20 @@ def canary_steps(project: Project, model: str, rollout_id: int) -> list[dict[str
         stats = decision.statistics
         guard = {g["name"]: g for g in stats.get("guardrails", [])}
         estimate = (guard.get("log_loss") or {}).get("statistics", {}).get("estimate")
+        bands = {name: {k: (g.get("statistics") or {}).get(k) for k in ("estimate", "lower", "upper", "floor",
+                                                                         "fail_above")} | {"status": g.get("status")}
+                 for name, g in guard.items()}
         rows.append({"label": f"{decision.decided_at:%m-%d %H:%M}", "fraction": decision.fraction,
                      "outcome": decision.outcome, "rows": stats.get("canary", {}).get("rows"),
                      "log_loss_diff": None if estimate is None else round(float(estimate), 5),
-                     "reason": str(stats.get("reason", ""))[:120]})
+                     "reason": str(stats.get("reason", ""))[:120], "guardrails": bands})
     return rows
 
 
 def write_reports(project: Project, log: StoryLog, end: datetime) -> dict[str, str]:
     """The evaluation page of the promoted challenger (and the drift page the drift DAG wrote)."""
+    import pandas as pd
+
     from quiver.monitoring.evaluation import _model_rows, join_labels, shadow_pairs
     from quiver.monitoring.evaluation_report import write_evaluation_report
     from quiver.monitoring.labels import read_labels
@@ -350,13 +356,18 @@ def write_reports(project: Project, log: StoryLog, end: datetime) -> dict[str, s
     pairs, _ = shadow_pairs(joined, f"{model}:{rollout.champion_version}", f"{model}:{rollout.canary_version}")
     pairs = pairs[pairs["label"].notna()]
     if len(pairs):
+        served = pd.to_datetime(pairs["ts"], utc=True) if "ts" in pairs else None
+        first, last = (served.min(), served.max()) if served is not None and len(served) else (end, end)
         page = write_evaluation_report(
-            project.reports_dir / f"evaluation-{model}-{rollout.canary_version}.html",
+            project.reports_dir / (f"evaluation-{model}-v{rollout.canary_version}-vs-v{rollout.champion_version}-"
+                                   f"{first:%Y%m%d}-{last:%Y%m%d}.html"),
             labels=pairs["label"].to_numpy(), champion_scores=pairs["prediction_champion"].to_numpy(),
             challenger_scores=pairs["prediction_shadow"].to_numpy(), champion=f"{model}:{rollout.champion_version}",
             challenger=f"{model}:{rollout.canary_version}", canary_steps=canary_steps(project, model, rollout.id),
-            title=f"{model}:{rollout.canary_version} vs {model}:{rollout.champion_version}: shadow pairs and canary",
-            facts=[("rollout", f"#{rollout.id} {rollout.status}"), ("labels as of", f"{end:%Y-%m-%d %H:%M} UTC")])
+            title=(f"{model}:{rollout.canary_version} vs {model}:{rollout.champion_version}: shadow pairs served "
+                   f"{first:%Y-%m-%d %H:%M} … {last:%Y-%m-%d %H:%M} UTC, and the canary"),
+            facts=[("rollout", f"#{rollout.id} {rollout.status}"), ("labels as of", f"{end:%Y-%m-%d %H:%M} UTC"),
+                   ("requests served", f"{first:%Y-%m-%d %H:%M} … {last:%Y-%m-%d %H:%M} UTC")])
         reports["evaluation"] = str(page)
     return reports
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,56 @@ def align_current(logged: pa.Table, features: Sequence[str]) -> pa.Table:
     if "prediction" in logged.column_names:
         columns[SCORE] = logged["prediction"]
     return pa.table(columns) if columns else pa.table({SCORE: pa.array([], pa.float64())})
+
+
+ARMS = ("champion", "canary", "shadow", "paired")
+
+
+@dataclass(frozen=True)
+class ServingDriftInputs:
+    """One model version's training reference and the serving-log rows it scored on one arm, aligned."""
+
+    version: Any  # ModelVersion
+    arm: str
+    features: list[str]
+    reference: pa.Table
+    current: pa.Table
+    first_served: datetime | None
+    last_served: datetime | None
+
+
+def serving_drift_inputs(project: Project, model: str, *, version: str | int | None = None, arm: str = CHAMPION,
+                         start: datetime | None = None, end: datetime | None = None) -> ServingDriftInputs:
+    """The reference of `model`'s version (default: the one holding alias `arm`, else the champion) and the
+    rows that version scored on `arm` in [start, end), with the reference's column names (score included)."""
+    import pyarrow.compute as pc
+
+    from quiver.catalog.errors import QuiverError, did_you_mean
+    from quiver.monitoring.serving_log import read_serving_logs
+
+    if arm not in ARMS:
+        raise QuiverError(f"unknown arm {arm!r}{did_you_mean(arm, ARMS)} (arms: {', '.join(ARMS)})")
+    project.models.require(model)
+    aliases = project.models.aliases(model)
+    ref = version if version is not None else (arm if arm in aliases else CHAMPION)
+    chosen = project.models.resolve(model, ref)
+    reference = project.reference(chosen)  # through the artifact store
+    features = [f for f in [*chosen.features, SCORE] if f in reference.column_names]
+    logged = read_serving_logs(project.serving_log_root, start, end, arm=arm)
+    if logged.num_rows:
+        logged = logged.filter(pc.equal(logged["model_version"], chosen.label))
+    if logged.num_rows == 0:
+        window = f"[{iso(start) if start else 'first log'}, {iso(end) if end else 'last log'})"
+        raise QuiverError(f"no serving-log rows of {chosen.label} on arm {arm!r} in {window}; aliases of {model}: "
+                          + (", ".join(f"{a} → {v}" for a, v in sorted(aliases.items())) or "none"))
+    bounds = pc.min_max(logged["ts"]).as_py()
+    return ServingDriftInputs(chosen, arm, features, reference.select(features), align_current(logged, features),
+                              bounds["min"], bounds["max"])
+
+
+def report_name(model: str, version: int, arm: str, start: datetime, end: datetime) -> str:
+    """File stem of a serving-drift report: model, version, arm and the data window it covers."""
+    return f"drift-{model}-v{version}-{arm}-{start:%Y%m%dT%H%M}-{end:%Y%m%dT%H%M}"
 
 
 def check_serving_drift(project: Project, model: str, start: datetime, end: datetime, *,
@@ -88,8 +139,9 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
         from quiver.monitoring.plots import summary_page
 
         html = summary_page(report, reference.select(features).to_pandas(), current.to_pandas(),
-                            project.reports_dir / f"drift-{model}-{end:%Y-%m-%d}.html",
-                            title=f"Drift of {model} ({champion.label}) on serving traffic {current_label}")
+                            project.reports_dir / f"{report_name(model, champion.version, CHAMPION, start, end)}.html",
+                            title=f"Drift of {champion.label} (champion arm): training reference vs serving "
+                                  f"traffic [{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M}) UTC")
     return {**base, "status": "computed", "run_id": check.run_id, "dataset_drift": report.dataset_drift,
             "drift_share": round(report.drift_share, 4), "drifted": [f.feature for f in report.drifted],
             "rows": logged.num_rows, "alerts": [a.alert.id for a in check.alerts],

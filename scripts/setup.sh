@@ -79,14 +79,15 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v in
   fi
 fi
 
-# Tests render the servers' /docs in a real (headless) browser, offline; a missing one fails them, never skips.
-if ! command -v chromium-headless-shell >/dev/null && ! command -v chromium >/dev/null; then
+# Tests drive a real Chromium, offline: the servers' /docs and the web console (Playwright with Debian's
+# Chromium, no browser download). A missing one fails them, never skips.
+if ! command -v chromium >/dev/null; then
   if [ "$(id -u)" -eq 0 ]; then
-    say "installing chromium-headless-shell (tests render /docs in a real browser)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium-headless-shell >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium-headless-shell >/dev/null; }
+    say "installing chromium (tests render /docs and the web console in a real browser)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
   else
-    die "a headless Chromium is missing (tests render /docs in it): sudo apt-get install chromium-headless-shell"
+    die "chromium is missing (tests render /docs and the web console in it): sudo apt-get install chromium"
   fi
 fi
 

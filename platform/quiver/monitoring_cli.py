@@ -43,8 +43,17 @@ def _alert_manager(cfg: Any, registry: Any) -> Any:
 
 
 def drift(
-    reference: Annotated[Path, typer.Option(help="reference Parquet file or folder (e.g. the training set)")],
-    current: Annotated[Path, typer.Option(help="current Parquet file or folder (e.g. recent serving logs)")],
+    reference: Annotated[Path | None, typer.Option(help="reference Parquet file or folder (e.g. the training "
+                                                        "set); or use --model")] = None,
+    current: Annotated[Path | None, typer.Option(help="current Parquet file or folder; or use --model")] = None,
+    model: Annotated[str | None, typer.Option(help="compare this model's training reference with the serving "
+                                                   "logs of what it scored (instead of --reference/--current)")]
+    = None,
+    version: Annotated[str | None, typer.Option(help="with --model: version number or alias (default: the "
+                                                     "version holding the --arm alias, else the champion)")] = None,
+    arm: Annotated[str, typer.Option(help="with --model: champion, canary, shadow or paired")] = "champion",
+    start: Annotated[str | None, typer.Option(help="with --model: serving logs from this ISO time")] = None,
+    end: Annotated[str | None, typer.Option(help="with --model: serving logs until this ISO time")] = None,
     features: Annotated[list[str] | None, typer.Option(
         "--features", "-f", help="columns to compare (repeat or comma-separate); default: the catalog's features "
                                  "in both files — never join keys, timestamps or labels")] = None,
@@ -62,8 +71,18 @@ def drift(
     fail_on_drift: Annotated[bool, typer.Option(help="exit with code 1 when the dataset drifted")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Compare feature distributions (PSI, KS, …) between a reference and a current dataset."""
+    """Compare feature distributions (PSI, KS, …) between a reference and a current dataset, or (--model)
+    between a model's training reference and the serving logs of what it scored."""
     from datetime import UTC, datetime
+
+    if model is not None:
+        if reference is not None or current is not None:
+            raise QuiverError("give either --model or --reference and --current, not both")
+        _model_drift(model, version, arm, start, end, report=report, sample_rows=sample_rows, record=record,
+                     alert=alert, fail_on_drift=fail_on_drift, engine=engine, config=config)
+        return
+    if reference is None or current is None:
+        raise QuiverError("give --reference and --current (Parquet files or folders), or --model NAME")
 
     from quiver.monitoring.checks import (
         default_drift_columns,
@@ -137,11 +156,73 @@ def drift(
         with _step(f"HTML reports (charts from at most {sample_rows:,} rows per side)"):
             evidently, summary = write_drift_reports(
                 result, ref_table, cur_table, report, name=name, config=drift_config, compared=compared,
-                alert_ids=[a.alert.id for a in check.alerts], history=history, max_rows=sample_rows)
+                alert_ids=[a.alert.id for a in check.alerts], history=history, max_rows=sample_rows,
+                title=f"Drift check {name!r}: {current} vs reference {reference}")
         console.print(f"wrote {evidently.path} (Evidently, {len(evidently.drifted)} drifted — the same verdicts) "
                       f"and {summary} (summary)", highlight=False)
     if fail_on_drift and result.dataset_drift:
         raise typer.Exit(1)
+
+
+def _model_drift(model: str, version: str | None, arm: str, start: str | None, end: str | None, *,
+                 report: Path | None, sample_rows: int, record: bool | None, alert: bool, fail_on_drift: bool,
+                 engine: str, config: Path | None) -> None:
+    """`quiver drift --model`: the version's training reference vs the serving-log rows it scored on `arm`."""
+    from quiver.monitoring.checks import run_drift_check
+    from quiver.pipelines.loop_common import Project
+    from quiver.pipelines.loop_drift import serving_drift_inputs, window_label
+
+    cfg, has_file = _project(config)
+    project = Project(cfg)
+    begin, until = _iso_time(start, "--start"), _iso_time(end, "--end")
+    inputs = serving_drift_inputs(project, model, version=version, arm=arm, start=begin, end=until)
+    label = inputs.version.label
+    first, last = inputs.first_served, inputs.last_served
+    assert first is not None and last is not None
+    window = (begin or first, until or last)
+    console.print(f"comparing {label}'s training reference ({inputs.reference.num_rows:,} rows) with the "
+                  f"{inputs.current.num_rows:,} rows it scored on arm {arm!r}, served {first:%Y-%m-%d %H:%M} … "
+                  f"{last:%Y-%m-%d %H:%M} UTC; {len(inputs.features)} columns incl. score", highlight=False,
+                  soft_wrap=True)
+    registry = project.registry if (record if record is not None else has_file) else None
+    alerts = project.alerts if alert and registry is not None else None
+    try:
+        check = run_drift_check(inputs.reference, inputs.current, name=model, features=inputs.features,
+                                registry=registry, alerts=alerts, engine=engine,
+                                reference_label=f"{label} reference", current_label=window_label(*window))
+    except ValueError as exc:
+        raise QuiverError(str(exc)) from None
+    _print_report(check.report)
+    if check.run_id is not None:
+        console.print(f"recorded as drift run {check.run_id}")
+    if report is not None:
+        from quiver.monitoring.plots import write_drift_reports
+
+        compared = [("model", f"{label} on arm {arm}"),
+                    ("reference", f"{label}'s training reference (validation split), {inputs.reference.num_rows:,} rows"),
+                    ("current", f"serving logs [{window[0]:%Y-%m-%d %H:%M}, {window[1]:%Y-%m-%d %H:%M}) UTC, "
+                                f"{inputs.current.num_rows:,} rows"),
+                    ("registry run", str(check.run_id) if check.run_id is not None else "not recorded")]
+        evidently, summary = write_drift_reports(
+            check.report, inputs.reference, inputs.current, report, name=model, compared=compared,
+            alert_ids=[a.alert.id for a in check.alerts], max_rows=sample_rows,
+            title=f"Drift of {label} ({arm} arm): training reference vs serving logs "
+                  f"[{window[0]:%Y-%m-%d %H:%M}, {window[1]:%Y-%m-%d %H:%M}) UTC")
+        console.print(f"wrote {evidently.path} (Evidently) and {summary} (summary)", highlight=False)
+    if fail_on_drift and check.report.dataset_drift:
+        raise typer.Exit(1)
+
+
+def _iso_time(value: str | None, what: str) -> Any:
+    from datetime import UTC, datetime
+
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise QuiverError(f"{what} must be an ISO date or time (e.g. 2026-11-03T12:00), got {value!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _catalog(cfg: Any, directory: Path | None = None) -> Any:

@@ -203,7 +203,7 @@ def test_cli_rollout_commands(project: Project, tmp_path) -> None:
     assert project.models.aliases(MODEL)["shadow"] == v2
     evaluation = json.loads(run("shadow", "evaluate", MODEL, "--json"))
     assert evaluation["verdict"] == "inconclusive" and evaluation["labeled_pairs"] == 0
-    assert "rollout #" in run("canary", "start", MODEL, "--version", str(v2), "--steps", "10,50,100")
+    assert "rollout #" in run("canary", "start", MODEL, "--version", str(v2), "--steps", "0.1,0.5,1")
     status = json.loads(run("canary", "status", MODEL, "--json"))
     assert status["rollouts"][0]["fraction"] == 0.1 and status["rollouts"][0]["status"] == "running"
     step = json.loads(run("canary", "step", MODEL, "--json"))

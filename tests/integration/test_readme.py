@@ -1,4 +1,5 @@
-"""The README's tour runs as written: every `$ …` line of its console blocks, and its Python example.
+"""The README's tour runs as written: every `$ …` line of its console blocks (the model half included:
+train → serve → shadow → canary → decisions → console), and its Python example.
 
 The commands run in order, as a new user would after `make demo`, in a copy of the demo project (the
 example catalog, quiver.yaml, monitoring.yaml, and the venvs linked in) holding small demo data over the
@@ -161,6 +162,18 @@ def test_readme_tour_runs_as_written(project: Path) -> None:
     assert (project / "data" / "reports" / "drift.summary.html").exists()
     assert (project / "data" / "events" / "transactions" / "date=2026-11-15" / "part-00000.parquet").exists()
     assert "finished (bounded" in text and "stopped the embedded Redis" in text
+    # The model half: train → serve → shadow → canary → decisions, from the CLI alone.
+    model = next(out for block, out in outputs if "tour_model" in block.text)
+    assert "tour_model:1 registered" in model and "tour_model:2 registered" in model
+    assert "serving tour_model" in model and '"model_version":"tour_model:1"' in model.replace(" ", "")
+    assert re.search(r"wrote [1-9][\d,]* labels", model), model
+    assert "verdict not worse" in model or "verdict better" in model  # the same weights: not worse
+    assert "gets canary share 0.5" in model and "(dry run: nothing recorded)" in model
+    assert "estimate (canary − champion)" in model and "confidence sequence" in model
+    assert "why: registered" in model and "[95 %]" in model and "score" in model
+    page = (project / "data" / "reports" / "console-model.html").read_text()
+    assert "Model tour_model" in page and "Alias history" in page
+    assert (project / "data" / "reports" / "tour-drift.summary.html").exists()
 
 
 def test_readme_excerpt_and_error_line_are_real(tmp_path: Path) -> None:

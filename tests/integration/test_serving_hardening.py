@@ -297,7 +297,7 @@ def test_docs_load_without_a_cdn(up: Stack) -> None:
 def browser() -> str:
     found = shutil.which("chromium-headless-shell") or shutil.which("chromium")
     if found is None:  # fail, never skip: `make setup` installs it (as root)
-        pytest.fail("no headless Chromium: run `make setup` (apt-get install chromium-headless-shell)", pytrace=False)
+        pytest.fail("no headless Chromium: run `make setup` (apt-get install chromium)", pytrace=False)
     return found
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from quiver.monitoring.evaluation_report import (
     _area,
+    calibration_figure,
+    canary_figure,
     pr_points,
     reliability,
     roc_points,
@@ -77,4 +79,38 @@ def test_decision_of_names_what_each_dag_run_decided() -> None:
     assert decision_of(skipped)[0] == "skipped"
     canary = {"dag_id": "quiver_canary", "state": "success", "tasks": {},
               "results": {"judge": {"outcome": "advance", "canary": "m:3", "fraction": 0.25, "step": 0}}}
-    assert decision_of(canary) == ("advance", "m:3 at 25% (step 0)")
+    assert decision_of(canary) == ("advance", "m:3 at canary share 0.25 (step 1)")
+
+
+def test_calibration_leaves_sparse_bins_out_and_labels_points_with_their_rows() -> None:
+    # Before: one high bin of 2 rows was drawn as a point and pulled the line (and the axes) up to 1.0.
+    rng = np.random.default_rng(0)
+    scores = np.r_[rng.uniform(0.0, 0.3, 3_000), 0.97, 0.99]
+    labels = np.r_[(rng.random(3_000) < scores[:3_000]).astype(np.float64), 1.0, 1.0]
+    fig = calibration_figure(labels, {"champion m:1": scores}, bins=10, min_rows=30)
+    ax = fig.axes[0]
+    line = ax.lines[0]
+    assert max(line.get_xdata()) < 0.3 and len(line.get_xdata()) == 3  # three dense bins, no 0.98 point
+    assert ax.get_xlim()[1] < 0.5  # the axes follow the dense bins
+    texts = [t.get_text() for t in ax.texts]
+    assert "not drawn (< 30 rows): champion m:1: 1 bin(s), 2 rows" in texts
+    assert sum(t.isdigit() for t in texts) == 3  # each point carries its row count
+
+
+def test_the_canary_chart_draws_each_looks_interval_the_floor_and_the_fail_line() -> None:
+    def look(estimate: float, lower: float, upper: float, status: str) -> dict[str, object]:
+        return {"log_loss": {"estimate": estimate, "lower": lower, "upper": upper, "floor": 0.02,
+                             "fail_above": 0.01, "status": status}}
+
+    steps = [{"label": "a", "fraction": 0.05, "outcome": "hold", "guardrails": look(0.004, -0.03, 0.04, "wait")},
+             {"label": "b", "fraction": 0.05, "outcome": "advance", "guardrails": look(0.001, -0.01, 0.012, "pass")}]
+    fig = canary_figure(steps)
+    share, panel = fig.axes
+    assert share.get_ylabel() == "canary share" and panel.get_ylabel() == "log_loss"
+    bars = [c for c in panel.containers if c.__class__.__name__ == "ErrorbarContainer"]
+    assert len(bars) == 2
+    segments = bars[0].lines[2][0].get_segments()[0]
+    assert segments[0][1] == pytest.approx(-0.03) and segments[1][1] == pytest.approx(0.04)
+    levels = {round(line.get_ydata()[0], 6): line.get_linestyle() for line in panel.lines
+              if len(set(line.get_ydata())) == 1}
+    assert levels[0.02] == "--" and levels[0.01] == ":"  # the floor and the fail line

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from quiver.catalog.definitions import Location
@@ -13,7 +15,14 @@ class QuiverError(Exception):
 
 class RequestFieldError(QuiverError):
     """A request's `fields` do not match the request sources the features read: a field is missing,
-    unknown or of the wrong type (the servers answer 422, naming it)."""
+    unknown, of the wrong type, or refused by its source's contract (the servers answer 400, naming it)."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest candidate, or '' when nothing is close: the one hint every
+    "unknown name" error gives (definitions, columns, models, versions, aliases)."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ raising, so one `quiver apply` shows everything that needs fixing.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -26,7 +25,7 @@ from quiver.catalog.definitions import (
     Source,
     StreamBinding,
 )
-from quiver.catalog.errors import CatalogError, DefinitionProblem, QuiverError
+from quiver.catalog.errors import CatalogError, DefinitionProblem, QuiverError, did_you_mean
 from quiver.catalog.ir import (
     AggSpec,
     Catalog,
@@ -310,8 +309,7 @@ def _where(definition: object, fallback: Location) -> Location:
 
 def _closest(name: str, candidates: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest candidate, or '' when nothing is close."""
-    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    return did_you_mean(name, candidates)
 
 
 def _tiles(add: Callable[[str], None], problems: _Problems, view: FeatureView,

@@ -70,6 +70,8 @@ def register(app: typer.Typer) -> None:
                      config: ConfigOption = None) -> None:
         """Versions with status, validation AUC beside the baseline's, window and aliases."""
         registry = _models(config)
+        if name is not None:
+            registry.require(name)
         table = Table("model", "version", "status", "roc_auc", "baseline", "window", "aliases", "created")
         for v in registry.versions(name):
             held = sorted(a for a, n in registry.aliases(v.name).items() if n == v.version)
@@ -85,9 +87,24 @@ def register(app: typer.Typer) -> None:
                          ref: Annotated[str, typer.Argument(help="version number or alias")] = "champion",
                          as_json: Annotated[bool, typer.Option("--json", help="print everything as JSON")] = False,
                          config: ConfigOption = None) -> None:
-        """One version: status, artifact, window, features, metrics, lineage."""
-        v = _models(config).resolve(name, ref)
-        record = {"name": v.name, "version": v.version, "status": v.status, "artifact_path": v.artifact_path,
+        """One version: status and why, aliases, the decisions about it, artifact, window, features, metrics,
+        lineage."""
+        from quiver.registry import explain, rollouts
+
+        models = _models(config)
+        v = models.resolve(name, ref)
+        aliases = models.aliases(name)
+        history = models.history(name)
+        every = rollouts.list_decisions(models.registry, name, limit=1000)
+        about = [d for d in every if v.label in (d.candidate_version, d.champion_version)]
+        by_id = {d.id: d for d in every}
+        reason = explain.status_reason(v, aliases, history, by_id)
+        held = sorted(a for a, n in aliases.items() if n == v.version)
+        record = {"reason": reason, "aliases": held, "model_aliases": aliases,
+                  "decisions": [{"id": d.id, "kind": d.kind, "outcome": d.outcome, "role": "candidate" if
+                                 d.candidate_version == v.label else "champion", "decided_at": d.decided_at.isoformat(),
+                                 "headline": explain.headline(d)} for d in about],
+                  "name": v.name, "version": v.version, "status": v.status, "artifact_path": v.artifact_path,
                   "sha256": v.sha256, "window_start": v.window_start.isoformat(), "cutoff": v.cutoff.isoformat(),
                   "features": v.features, "catalog_version": v.catalog_version, "label_column": v.label_column,
                   "reference_path": v.reference_path, "created_at": v.created_at.isoformat(),
@@ -97,6 +114,9 @@ def register(app: typer.Typer) -> None:
             console.print_json(json.dumps(record, default=str))
             return
         console.print(f"[bold]{v.label}[/bold]  {v.status}  created {v.created_at:%Y-%m-%d %H:%M} by {v.created_by}")
+        console.print(f"why: {escape(reason)}", highlight=False, soft_wrap=True)
+        console.print(f"aliases of this version: {', '.join(held) or '-'}   all aliases of {name}: "
+                      + (", ".join(f"{a} → {n}" for a, n in sorted(aliases.items())) or "-"), highlight=False)
         for key in ("artifact_path", "sha256", "window_start", "cutoff", "catalog_version", "label_column",
                     "reference_path"):
             console.print(f"{key}: {record[key]}", highlight=False, soft_wrap=True)
@@ -108,6 +128,16 @@ def register(app: typer.Typer) -> None:
                 table.add_row(key, _fmt(value), _fmt(baseline.get(key)))
         console.print(table)
         console.print(f"lineage: {json.dumps(record['lineage'], default=str)}", highlight=False, soft_wrap=True)
+        decisions = Table("decision", "kind", "role", "outcome", "when", "why")
+        for d in about:
+            role = "candidate" if d.candidate_version == v.label else "champion"
+            decisions.add_row(f"#{d.id}", explain.KIND_LABELS.get(d.kind, d.kind), role, d.outcome,
+                              f"{d.decided_at:%Y-%m-%d %H:%M}", escape(str(d.statistics.get("reason", ""))[:120]))
+        if about:
+            console.print(decisions)
+            console.print(f"[dim]details: quiver decisions show {about[0].id}[/dim]", highlight=False)
+        else:
+            console.print("no decisions about this version yet")
 
     @models_app.command("history")
     @user_errors
@@ -115,8 +145,10 @@ def register(app: typer.Typer) -> None:
                         alias: Annotated[str | None, typer.Option(help="only this alias")] = None,
                         config: ConfigOption = None) -> None:
         """Every alias move, oldest first: from → to, reason, by, when."""
+        models = _models(config)
+        models.require(name)
         table = Table("#", "alias", "from", "to", "reason", "by", "decision", "when")
-        for m in _models(config).history(name, alias):
+        for m in models.history(name, alias):
             table.add_row(str(m.id), m.alias, _version(m.from_version), _version(m.to_version), m.reason, m.by,
                           str(m.decision_id or "-"), f"{m.moved_at:%Y-%m-%d %H:%M:%S}")
         console.print(table)

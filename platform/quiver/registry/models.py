@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, RowMapping, delete, func, insert, select, update
 
-from quiver.catalog.errors import QuiverError
+from quiver.catalog.errors import QuiverError, did_you_mean
 from quiver.catalog.types import is_identifier
 from quiver.registry.model_tables import model_alias_history, model_aliases, model_versions
 from quiver.registry.repository import Registry, _author
@@ -155,9 +155,9 @@ class ModelRegistry:
                 model_versions.c.project == self.project, model_versions.c.name == name,
                 model_versions.c.version == version)).mappings().first()
         if row is None:
+            self.require(name)
             known = [v.version for v in self.versions(name)]
-            hint = f"its versions: {', '.join(map(str, known))}" if known else "it has no versions"
-            raise QuiverError(f"model {name!r} has no version {version} ({hint})")
+            raise QuiverError(f"model {name!r} has no version {version} (its versions: {', '.join(map(str, known))})")
         return _version(row)
 
     def versions(self, name: str | None = None) -> list[ModelVersion]:
@@ -175,6 +175,14 @@ class ModelRegistry:
             return sorted(connection.execute(select(model_versions.c.name).distinct().where(
                 model_versions.c.project == self.project)).scalars())
 
+    def require(self, name: str) -> str:
+        """`name` when the project has a model of that name; else an error naming the closest one."""
+        known = self.names()
+        if name not in known:
+            raise QuiverError(f"unknown model {name!r}{did_you_mean(name, known)} (models: "
+                              f"{', '.join(known) or 'none registered yet: run `quiver train`'})")
+        return name
+
     def resolve(self, name: str, ref: str | int) -> ModelVersion:
         """A version by number (``3``, ``"3"``, ``"v3"``) or by alias (``"champion"``)."""
         text = str(ref)
@@ -183,8 +191,10 @@ class ModelRegistry:
             return self.get(name, int(digits))
         found = self.alias(name, text)
         if found is None:
-            known = ", ".join(sorted(self.aliases(name))) or "none"
-            raise QuiverError(f"model {name!r} has no alias {text!r} (aliases: {known})")
+            self.require(name)
+            aliases = sorted(self.aliases(name))
+            raise QuiverError(f"model {name!r} has no alias {text!r}{did_you_mean(text, aliases)} (aliases: "
+                              f"{', '.join(aliases) or 'none'}; or give a version number)")
         return found
 
     def load(self, name: str, ref: str | int = CHAMPION, catalog: Catalog | None = None) -> Scorer:

@@ -67,6 +67,17 @@ class ArmSet:
         """(rollout id, step, canary fraction) that rows served by this set are tagged with, or None."""
         return None if self.rollout_id is None else (self.rollout_id, self.step, self.fraction)
 
+    def describe(self) -> str:
+        """What this set serves, in one line (printed by `serve-model` at start and on every swap)."""
+        def arm(a: Arm | None) -> str:
+            if a is None:
+                return "-"
+            return a.label if a.model is not None else f"{a.label} (not loaded: {a.error})"
+
+        canary = "-" if self.canary is None else (f"{arm(self.canary)} at canary share {self.fraction:g} (rollout "
+                                                  f"#{self.rollout_id}, step {self.step + 1})")
+        return f"champion {arm(self.champion)}, canary {canary}, shadow {arm(self.shadow)}"
+
     @property
     def key(self) -> tuple[Any, ...]:
         """What decides whether a fresh set replaces this one: versions, routing, and which arms loaded (an

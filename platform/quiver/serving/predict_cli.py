@@ -32,11 +32,16 @@ def _time(value: str | None, what: str) -> datetime | None:
 
 
 def _steps(text: str) -> tuple[float, ...]:
+    """Traffic shares are fractions of traffic (0–1) everywhere in Quiver: config, CLI, output, errors."""
     try:
-        values = tuple(float(s) / 100 for s in text.split(",") if s.strip())
+        values = tuple(float(s) for s in text.split(",") if s.strip())
     except ValueError:
-        raise QuiverError(f"--steps must be percentages separated by commas (e.g. 5,25,50,100), got {text!r}") \
-            from None
+        raise QuiverError(f"--steps must be traffic shares (fractions 0–1) separated by commas (e.g. "
+                          f"0.05,0.25,0.5,1), got {text!r}") from None
+    if any(v > 1 for v in values):
+        hint = ",".join(f"{v / 100:g}" for v in values)
+        raise QuiverError(f"--steps are traffic shares as fractions of 1, not percentages: did you mean {hint}? "
+                          f"(got {text!r})")
     return values
 
 
@@ -78,7 +83,8 @@ def register(app: typer.Typer) -> None:
         run(model, str(config) if config else None, host, port, poll_interval_s=poll_interval,
             shadow_queue_size=shadow_queue, torch_threads=torch_threads, micro_batch=micro_batch,
             log_level=log_level, log_flush_interval_s=log_flush_interval,
-            limits=ServerLimits(per_client_concurrency=per_client))
+            limits=ServerLimits(per_client_concurrency=per_client),
+            say=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
 
     @shadow_app.command("start")
     @user_errors
@@ -130,11 +136,14 @@ def register(app: typer.Typer) -> None:
     @canary_app.command("start")
     @user_errors
     def canary_start(model: ModelArg, version: Annotated[int, typer.Option(help="canary version")],
-                     steps: Annotated[str, typer.Option(help="traffic steps in %")] = "5,25,50,100",
+                     steps: Annotated[str, typer.Option(help="canary traffic shares per step, fractions "
+                                                             "ending at 1")] = "0.05,0.25,0.5,1",
                      min_rows: Annotated[int, typer.Option(help="rows per arm and step before a pass")] = 500,
                      min_labels: Annotated[int, typer.Option(help="labelled rows per arm and step")] = 200,
                      again: Annotated[bool, typer.Option("--again", help="canary a version whose earlier rollout "
                                                                          "was rolled back or halted")] = False,
+                     at: Annotated[str | None, typer.Option("--at", help="start at this ISO time (default now; "
+                                                                         "for replays of recorded traffic)")] = None,
                      config: ConfigOption = None) -> None:
         """Point alias `canary` at VERSION and start a rollout at the first step."""
         from quiver.monitoring.canary_judge import start_canary
@@ -145,34 +154,50 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise QuiverError(str(exc)) from None
         rollout = start_canary(load_config(config), model, version, settings=settings, again=again,
-                               by="quiver canary start")
-        console.print(f"rollout #{rollout.id}: {model}:{rollout.canary_version} gets {rollout.fraction:.0%} of "
-                      f"traffic against champion {model}:{rollout.champion_version}")
+                               by="quiver canary start", at=_time(at, "--at"))
+        console.print(f"rollout #{rollout.id}: {model}:{rollout.canary_version} gets canary share "
+                      f"{rollout.fraction:g} of traffic against champion {model}:{rollout.champion_version} "
+                      f"(steps {', '.join(f'{s:g}' for s in settings.steps)})")
 
     @canary_app.command("status")
     @user_errors
-    def canary_status(model: ModelArg, as_json: JsonFlag = False, config: ConfigOption = None) -> None:
-        """The model's rollouts and the latest decisions of the newest one."""
-        from quiver.registry import rollouts
+    def canary_status(model: Annotated[str | None, typer.Argument(help="one model (default: every model)")] = None,
+                      as_json: JsonFlag = False, config: ConfigOption = None) -> None:
+        """Every rollout (newest first) with where it stands, and the latest decisions of each that still
+        runs or is watched."""
+        from quiver.registry import explain, rollouts
+        from quiver.registry.models import ModelRegistry
 
         registry = open_registry(load_config(config))
+        if model is not None:
+            ModelRegistry(registry).require(model)
         found = rollouts.list_rollouts(registry, model)
-        if not found:
-            raise QuiverError(f"model {model!r} has no rollouts; start one with `quiver canary start`")
-        latest = rollouts.list_decisions(registry, model, rollout_id=found[0].id, limit=10)
+        open_ones = [r for r in found if r.status in (rollouts.RUNNING, rollouts.WATCHING)]
+        latest = {r.id: rollouts.list_decisions(registry, r.model, rollout_id=r.id, limit=5) for r in open_ones}
         if as_json:
-            console.print_json(json.dumps({"rollouts": [_rollout_dict(r) for r in found],
-                                           "decisions": [_decision_dict(d) for d in latest]}, default=str))
+            console.print_json(json.dumps({"rollouts": [{**_rollout_dict(r), "where": explain.step_label(r)}
+                                                        for r in found],
+                                           "decisions": {str(k): [_decision_dict(d) for d in v]
+                                                         for k, v in latest.items()}}, default=str))
             return
-        table = Table("rollout", "champion", "canary", "status", "step", "fraction", "started")
+        if not found:
+            console.print(("model " + repr(model) if model else "no model") + " has rollouts yet; start one with "
+                          "`quiver canary start MODEL --version N`")
+            return
+        table = Table("rollout", "model", "champion", "canary", "status", "where (shares are fractions)",
+                      "started", "ended", "last decision")
         for r in found:
-            table.add_row(f"#{r.id}", str(r.champion_version), str(r.canary_version), r.status, str(r.step),
-                          f"{r.fraction:.0%}", f"{r.started_at:%Y-%m-%d %H:%M}")
+            last = rollouts.list_decisions(registry, r.model, rollout_id=r.id, limit=1)
+            table.add_row(f"#{r.id}", r.model, str(r.champion_version), str(r.canary_version), r.status,
+                          explain.step_label(r), f"{r.started_at:%Y-%m-%d %H:%M}",
+                          f"{r.finished_at:%Y-%m-%d %H:%M}" if r.finished_at else "-",
+                          f"#{last[0].id} {last[0].outcome}" if last else "-")
         console.print(table)
-        for d in latest:
-            console.print(f"decision #{d.id} {d.decided_at:%Y-%m-%d %H:%M:%S} step {d.step} "
-                          f"[bold]{d.outcome}[/bold]: {escape(str(d.statistics.get('reason', '')))}",
-                          highlight=False)
+        for rollout_id, decisions in latest.items():
+            for d in decisions:
+                console.print(f"rollout #{rollout_id} decision #{d.id} {d.decided_at:%Y-%m-%d %H:%M:%S} "
+                              f"share {d.fraction:g} [bold]{d.outcome}[/bold]: "
+                              f"{escape(str(d.statistics.get('reason', '')))}", highlight=False)
 
     @canary_app.command("step")
     @user_errors
@@ -198,12 +223,12 @@ def register(app: typer.Typer) -> None:
             table.add_row(g.name, f"[{color}]{g.status}[/{color}]", escape(g.reason))
         console.print(table)
         if outcome.decision is None:
-            console.print(f"step {outcome.rollout.step} at {v.fraction:.0%}: [bold]{v.outcome}[/bold] — "
-                          f"{escape(v.reason)} (dry run: nothing recorded)", highlight=False)
+            console.print(f"step {outcome.rollout.step + 1} at canary share {v.fraction:g}: [bold]{v.outcome}"
+                          f"[/bold] — {escape(v.reason)} (dry run: nothing recorded)", highlight=False)
             return
         repeat = "" if outcome.decision.created else " (same data as before: nothing new recorded)"
-        console.print(f"step {outcome.decision.step} at {v.fraction:.0%}: [bold]{v.outcome}[/bold] — "
-                      f"{escape(v.reason)}; decision #{outcome.decision.id}{repeat}", highlight=False)
+        console.print(f"step {(outcome.decision.step or 0) + 1} at canary share {v.fraction:g}: [bold]{v.outcome}"
+                      f"[/bold] — {escape(v.reason)}; decision #{outcome.decision.id}{repeat}", highlight=False)
         for action in outcome.actions:
             console.print(f"  {escape(action)}", highlight=False)
 
@@ -224,24 +249,43 @@ def register(app: typer.Typer) -> None:
                  start: Annotated[str | None, typer.Option(help="from this ISO time")] = None,
                  end: Annotated[str | None, typer.Option(help="until this ISO time")] = None,
                  as_of: AsOf = None, as_json: JsonFlag = False, config: ConfigOption = None) -> None:
-        """Serving logs ⋈ delayed labels, per arm and model version."""
-        from quiver.monitoring.evaluation import evaluate as run
+        """Serving logs ⋈ delayed labels, per arm and model version, with 95 % intervals (per call and entity,
+        the units that were randomised) and the window the numbers cover."""
+        from quiver.monitoring.evaluation_window import evaluate_window
 
-        metrics = run(load_config(config), model, start=_time(start, "--start"), end=_time(end, "--end"),
-                      as_of=_time(as_of, "--as-of"))
+        result = evaluate_window(load_config(config), model, start=_time(start, "--start"), end=_time(end, "--end"),
+                                 as_of=_time(as_of, "--as-of"))
         if as_json:
-            console.print_json(json.dumps([m.to_dict() for m in metrics], default=str).replace("NaN", "null"))
+            console.print_json(json.dumps(result.to_dict(), default=str).replace("NaN", "null"))
             return
-        if not metrics:
-            console.print("no serving-log rows in that window")
+        asked = f"[{result.start or 'first log'}, {result.end or 'last log'})"
+        if not result.arms:
+            console.print(f"no serving-log rows{' of ' + repr(model) if model else ''} in {asked}")
             return
-        table = Table("arm", "version", "rows", "labelled", "errors", "log loss", "Brier", "AUC", "ECE",
-                      "p50 ms", "p99 ms")
-        for m in metrics:
-            table.add_row(m.arm, m.model_version, f"{m.rows:,}", f"{m.labeled:,}", f"{m.error_rate:.2%}",
-                          f"{m.log_loss:.4f}", f"{m.brier:.4f}", f"{m.auc:.4f}", f"{m.ece:.4f}",
+        console.print(f"window asked {asked}; rows served {result.first_served} … {result.last_served}; labels "
+                      f"known {'at ' + result.labels_as_of if result.labels_as_of else 'by now'}", highlight=False)
+        table = Table("arm", "version", "rows", "calls", "labelled", "failed calls [95 %]", "log loss [95 %]",
+                      "Brier [95 %]", "AUC [95 %]", "ECE", "p50 ms", "p99 ms")
+        for a in result.arms:
+            m, ci = a.metrics, a.intervals
+            table.add_row(m.arm, m.model_version, f"{m.rows:,}", f"{a.calls:,}", f"{m.labeled:,}",
+                          _with_ci(a.call_error_rate, ci["error_rate_calls"], ".2%"), _with_ci(m.log_loss, ci["log_loss"]),
+                          _with_ci(m.brier, ci["brier"]), _with_ci(m.auc, ci["auc"]), f"{m.ece:.4f}",
                           f"{m.latency_p50_ms:.2f}", f"{m.latency_p99_ms:.2f}")
         console.print(table)
+        console.print("[dim]intervals: 95 %, over model calls (failures) and entities × calls (losses, AUC). "
+                      "'paired' rows are the champion's scores of canary rows, off the request path.[/dim]")
+
+
+def _with_ci(value: float, bounds: tuple[float, float], spec: str = ".4f") -> str:
+    import math
+
+    if not math.isfinite(value):
+        return "-"
+    lower, upper = bounds
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        return f"{value:{spec}}"
+    return f"{value:{spec}} [{lower:{spec}}, {upper:{spec}}]"
 
 
 def _rollout_dict(rollout: Any) -> dict[str, Any]:

@@ -240,10 +240,11 @@ except ImportError:  # pragma: no cover
 def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,
                 api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
                 torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
-                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0) -> None:
+                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0, say: Any = None) -> None:
     """Run the prediction server with uvicorn until SIGTERM or SIGINT (serving logs under the offline root),
     with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
-    requests in flight, then scores the queued shadow work and writes every buffered serving-log row."""
+    requests in flight, then scores the queued shadow work and writes every buffered serving-log row. `say`
+    (a print function) hears what it serves at start and every swap of models or routing afterwards."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
     from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.monitoring.settings import load_settings
@@ -270,6 +271,11 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
         if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
             raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
         with service:  # on exit: the shadow queue is drained, its rows logged
+            if say is not None:
+                say(f"serving {model_name} of project {store.config.project!r} on http://{host}:{port}/predict "
+                    f"({'X-API-Key required' if app.state.api_key_required else 'no API key'}): "
+                    f"{service.arms.describe()}; polling the registry every {poll_interval_s:g} s")
+                _print_swaps(say)
             stopped_by = run_uvicorn(app, host, port, log_level, limits)
         app.state.gate.close()
     finally:
@@ -277,3 +283,17 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     if stopped_by is not None:
         log.warning("stopped by %s: %d serving-log rows written, %d dropped, %d quarantined",
                     stopped_by.name, logger.written, logger.dropped, logger.quarantined)
+
+
+def _print_swaps(say: Any) -> None:
+    """Route the service's swap and load messages to `say` (uvicorn's log level leaves them out otherwise)."""
+
+    class Say(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            say(f"{self.formatter.formatTime(record) if self.formatter else ''} {record.getMessage()}".strip())
+
+    handler = Say(logging.INFO)
+    handler.setFormatter(logging.Formatter())
+    prediction_log = logging.getLogger("quiver.serving.prediction")
+    prediction_log.addHandler(handler)
+    prediction_log.setLevel(logging.INFO)

@@ -307,11 +307,10 @@ class PredictionService:
                 return False
             if fresh.key == self._arms.key and fresh.feature_refs == self._arms.feature_refs:
                 return False  # the key includes which arms loaded: an arm that loads now is swapped in
+            old = self._arms
             self._arms = fresh  # one reference assignment: requests see the old set or the new, never a mix
             self.stats.add(swaps=1)
-            log.info("serving %s (canary %s at %g, shadow %s)", fresh.champion.label,
-                     fresh.canary.label if fresh.canary else "-", fresh.fraction,
-                     fresh.shadow.label if fresh.shadow else "-")
+            log.info("swapped in: %s (was: %s)", fresh.describe(), old.describe())
             return True
 
     def _poller(self) -> None:

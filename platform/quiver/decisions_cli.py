@@ -1,0 +1,138 @@
+"""`quiver decisions list | show N`: the registry's decisions (shadow verdicts, canary steps, watches, manual
+rollbacks) with the evidence each was made on."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.config import load_config
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    """A number for a table: '-' when absent, small values in scientific notation."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if value != 0 and abs(value) < 10 ** -digits else f"{value:.{digits}f}"
+
+
+def interval(lower: float | None, upper: float | None) -> str:
+    return "-" if lower is None or upper is None else f"[{fmt(lower)}, {fmt(upper)}]"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `decisions` command group to the `quiver` CLI."""
+    decisions_app = typer.Typer(help="Decisions recorded by the loop and by operators, with their evidence.",
+                                no_args_is_help=True)
+    app.add_typer(decisions_app, name="decisions")
+
+    @decisions_app.command("list")
+    @user_errors
+    def list_command(model: Annotated[str | None, typer.Argument(help="one model (default: all)")] = None,
+                     kind: Annotated[str | None, typer.Option(help="canary_step, watch, manual_rollback or "
+                                                                   "shadow_evaluation")] = None,
+                     limit: Annotated[int, typer.Option(help="newest N")] = 50,
+                     config: ConfigOption = None) -> None:
+        """Decisions, newest first: kind, outcome, versions, share, why."""
+        from quiver.catalog.errors import QuiverError
+        from quiver.registry import explain, rollouts
+        from quiver.registry.models import ModelRegistry
+
+        registry = open_registry(load_config(config))
+        if model is not None:
+            ModelRegistry(registry).require(model)
+        if kind is not None and kind not in explain.KIND_LABELS:
+            raise QuiverError(f"--kind must be one of {', '.join(explain.KIND_LABELS)}, got {kind!r}")
+        table = Table("decision", "model", "kind", "outcome", "candidate", "champion", "share", "rollout", "when",
+                      "applied", "why")
+        for d in rollouts.list_decisions(registry, model, kind=kind, limit=limit):
+            table.add_row(f"#{d.id}", d.model, explain.KIND_LABELS.get(d.kind, d.kind), d.outcome,
+                          d.candidate_version, d.champion_version, "-" if d.fraction is None else f"{d.fraction:g}",
+                          f"#{d.rollout_id}" if d.rollout_id else "-", f"{d.decided_at:%Y-%m-%d %H:%M}",
+                          "yes" if d.applied_at else "-", escape(str(d.statistics.get("reason", ""))[:100]))
+        console.print(table)
+
+    @decisions_app.command("show")
+    @user_errors
+    def show_command(which: Annotated[str, typer.Argument(help="decision number (9 or #9), or 'last'")],
+                     model: Annotated[str | None, typer.Option(help="with 'last': the newest of this model")] = None,
+                     as_json: Annotated[bool, typer.Option("--json", help="everything as JSON")] = False,
+                     config: ConfigOption = None) -> None:
+        """One decision: what was decided and why, the guardrail table (estimate, confidence sequence, floor,
+        verdict) or the shadow verdict's intervals, what carrying it out did."""
+        from quiver.catalog.errors import QuiverError
+        from quiver.registry import explain, rollouts
+        from quiver.registry.models import ModelRegistry
+
+        registry = open_registry(load_config(config))
+        if model is not None:
+            ModelRegistry(registry).require(model)
+        newest = rollouts.list_decisions(registry, model, limit=1)
+        if which.strip().lower() == "last":
+            if not newest:
+                raise QuiverError("no decisions recorded yet" + (f" for model {model!r}" if model else ""))
+            decision = newest[0]
+        else:
+            digits = which.strip().lstrip("#")
+            if not digits.isdigit():
+                raise QuiverError(f"give a decision number (e.g. 9 or #9) or 'last', got {which!r}")
+            try:
+                decision = rollouts.get_decision(registry, int(digits))
+            except QuiverError:
+                known = rollouts.list_decisions(registry, limit=1)
+                raise QuiverError(f"no decision #{digits} in project {registry.project!r} (decisions: "
+                                  + (f"#1 … #{known[0].id}" if known else "none yet") + ")") from None
+        if as_json:
+            console.print_json(json.dumps(explain.decision_record(decision), default=str))
+            return
+        _print(decision)
+
+
+def _print(decision: Any) -> None:
+    from quiver.registry import explain
+
+    stats = decision.statistics
+    console.print(f"[bold]decision #{decision.id}[/bold]  {explain.KIND_LABELS.get(decision.kind, decision.kind)} "
+                  f"of {decision.model}: [bold]{decision.outcome}[/bold]", highlight=False)
+    console.print(f"candidate {decision.candidate_version or '-'}  champion {decision.champion_version or '-'}  "
+                  + (f"canary share {decision.fraction:g}  " if decision.fraction is not None else "")
+                  + (f"rollout #{decision.rollout_id} step {(decision.step or 0) + 1}  " if decision.rollout_id else "")
+                  + f"decided {decision.decided_at:%Y-%m-%d %H:%M:%S} UTC by {decision.decided_by}", highlight=False)
+    console.print(f"why: {escape(str(stats.get('reason', '')))}", highlight=False, soft_wrap=True)
+    window = stats.get("window")
+    if window:
+        console.print("data: " + ", ".join(f"{k} {v}" for k, v in window.items() if v), highlight=False)
+    rows = explain.guardrail_rows(decision)
+    if rows:
+        table = Table("guardrail", "verdict", "estimate (canary − champion)", "confidence sequence", "floor",
+                      "fails above", "test", "why")
+        for row in rows:
+            color = {"pass": "green", "fail": "red"}.get(row.status, "yellow")
+            table.add_row(row.name, f"[{color}]{row.status}[/{color}]", fmt(row.estimate),
+                          interval(row.lower, row.upper), fmt(row.floor), fmt(row.fail_above), escape(row.test),
+                          escape(row.reason))
+        console.print(table)
+    srm = stats.get("srm") or {}
+    if srm:
+        console.print(f"sample ratio: canary share of routing units {srm.get('observed_fraction', 0):.4f} vs "
+                      f"{srm.get('expected_fraction', 0):g} expected; mismatch: {srm.get('significant')}",
+                      highlight=False)
+    intervals = explain.shadow_rows(decision)
+    if intervals:
+        table = Table("metric", f"champion {decision.champion_version}", f"shadow {decision.candidate_version}",
+                      "shadow − champion", "interval (AUC: paired bootstrap)")
+        for r in intervals:
+            table.add_row(r.metric, fmt(r.champion), fmt(r.candidate), fmt(r.difference), interval(r.lower, r.upper))
+        console.print(table)
+        console.print(f"{stats.get('labeled_pairs', 0):,} labelled pairs of {stats.get('pairs', 0):,} requests "
+                      f"scored by both", highlight=False)
+    if decision.applied_at is not None:
+        console.print(f"applied {decision.applied_at:%Y-%m-%d %H:%M:%S} UTC: "
+                      + ("; ".join(decision.actions) or "nothing to change"), highlight=False, soft_wrap=True)
+    elif decision.kind in ("canary_step", "watch", "manual_rollback"):
+        console.print("not applied (yet)")

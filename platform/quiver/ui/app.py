@@ -1,0 +1,166 @@
+"""The console's FastAPI app: GET pages only (read-only), the servers' API-key convention, reports served
+from the project's reports folder.
+
+Auth: with a key configured (QUIVER_API_KEY, or `api_key` in quiver.yaml) every page needs it — as the
+servers' `X-API-Key` header, or as a cookie a browser gets from the /login form (HttpOnly, SameSite=Strict);
+a missing or wrong key is a 401 with the login form. /health stays open. Without a key the console binds
+only to loopback (`serve_console` refuses anything else).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from quiver.catalog.errors import QuiverError
+from quiver.config import Config
+from quiver.ui import catalog_pages, model_pages
+from quiver.ui.data import Console
+from quiver.ui.html import esc, page
+
+log = logging.getLogger(__name__)
+COOKIE = "quiver_console_key"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# A console page is self-contained: no script, and nothing may load from anywhere else.
+_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+                                       "form-action 'self'; frame-ancestors 'none'",
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+# Evidently's report runs its own inline script; it may still load nothing from elsewhere.
+_REPORT_POLICY = ("default-src 'self' 'unsafe-inline' data: blob:; connect-src 'none'; form-action 'none'; "
+                  "frame-ancestors 'none'")
+
+
+def create_app(config: Config, api_key: str | None = None) -> FastAPI:
+    """The console over `config`'s project. `api_key` defaults to QUIVER_API_KEY or the config's api_key."""
+    key = api_key if api_key is not None else (os.environ.get("QUIVER_API_KEY") or config.api_key or "")
+    console = Console(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        console.close()
+
+    app = FastAPI(title="Quiver console", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.api_key_required = bool(key)
+    app.state.console = console
+
+    def allowed(request: Request) -> bool:
+        if not key:
+            return True
+        given = request.headers.get("x-api-key") or request.cookies.get(COOKIE) or ""
+        return bool(given) and hmac.compare_digest(given.encode(), key.encode())
+
+    async def render(request: Request, build: Callable[[], str]) -> Response:
+        if not allowed(request):
+            return _login(401, "this console needs the API key")
+        try:
+            body = await run_in_threadpool(build)  # registry reads block: off the event loop
+        except LookupError as exc:
+            return _html(page("Not found", f"<p>{esc(exc.args[0] if exc.args else exc)}</p>", config.project), 404)
+        except QuiverError as exc:
+            return _html(page("Not found", f"<p>{esc(exc)}</p>", config.project), 404)
+        return _html(body)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def home(request: Request) -> Response:
+        return await render(request, lambda: model_pages.home(console))
+
+    @app.get("/catalog", response_class=HTMLResponse)
+    async def catalog(request: Request) -> Response:
+        return await render(request, lambda: catalog_pages.catalog_page(console))
+
+    @app.get("/models", response_class=HTMLResponse)
+    async def models(request: Request) -> Response:
+        return await render(request, lambda: model_pages.models_index(console))
+
+    @app.get("/models/{name}", response_class=HTMLResponse)
+    async def model(request: Request, name: str) -> Response:
+        return await render(request, lambda: model_pages.model_page(console, name))
+
+    @app.get("/decisions/{decision_id}", response_class=HTMLResponse)
+    async def decision(request: Request, decision_id: int) -> Response:
+        return await render(request, lambda: model_pages.decision_page(console, decision_id))
+
+    @app.get("/rollouts", response_class=HTMLResponse)
+    async def rollouts(request: Request) -> Response:
+        return await render(request, lambda: model_pages.rollouts_index(console))
+
+    @app.get("/rollouts/{rollout_id}", response_class=HTMLResponse)
+    async def rollout(request: Request, rollout_id: int) -> Response:
+        return await render(request, lambda: model_pages.rollout_page(console, rollout_id))
+
+    @app.get("/drift", response_class=HTMLResponse)
+    async def drift(request: Request) -> Response:
+        return await render(request, lambda: catalog_pages.drift_page(console))
+
+    @app.get("/reports/{name}")
+    async def report(request: Request, name: str) -> Response:
+        if not allowed(request):
+            return _login(401, "this console needs the API key")
+        path = _report_path(console.reports_dir, name)
+        if path is None:
+            return _html(page("Not found", f"<p>no report {esc(name)}</p>", config.project), 404)
+        # Reports are the project's own pages (drift, evaluation); they embed their charts as data: URIs.
+        return FileResponse(path, headers={**_HEADERS, "Content-Security-Policy": _REPORT_POLICY})
+
+    @app.get("/login", response_class=HTMLResponse)
+    async def login_form() -> Response:
+        return _login(200, "")
+
+    @app.post("/login")
+    async def login(api_key: str = Form("")) -> Response:
+        if key and not hmac.compare_digest(api_key.encode(), key.encode()):
+            return _login(401, "wrong key")
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, api_key, httponly=True, samesite="strict")
+        return response
+
+    @app.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"status": "ok", "project": config.project})
+
+    return app
+
+
+def _html(body: str, status: int = 200) -> Response:
+    return HTMLResponse(body, status_code=status, headers=dict(_HEADERS))
+
+
+def _login(status: int, problem: str) -> Response:
+    form = ("<form method='post' action='/login'><label>API key <input type='password' name='api_key' "
+            "autocomplete='current-password'></label> <button type='submit'>Open the console</button></form>"
+            + (f"<p class='fail'>{esc(problem)}</p>" if problem else ""))
+    return _html(page("Sign in", form), status)
+
+
+def _report_path(directory: Path, name: str) -> Path | None:
+    """A file directly in the reports folder (no path components, HTML or PNG only), or None."""
+    if "/" in name or "\\" in name or name.startswith(".") or Path(name).suffix not in (".html", ".png"):
+        return None
+    path = directory / name
+    return path if path.is_file() else None
+
+
+def serve_console(config_path: str | None, host: str = "127.0.0.1", port: int = 8090, *,
+                  api_key: str | None = None, log_level: str = "warning", say: Any = None) -> None:
+    """Run the console with uvicorn until interrupted (the servers' connection limits)."""
+    from quiver.config import load_config
+    from quiver.serving.runtime import run_uvicorn
+
+    config = load_config(Path(config_path) if config_path else None)
+    app = create_app(config, api_key)
+    if not app.state.api_key_required and host not in _LOOPBACK:
+        raise QuiverError(f"refusing to serve the console on {host} without an API key: set QUIVER_API_KEY")
+    if say is not None:
+        say(f"Quiver console of project {config.project!r}: http://{host}:{port}/ (read-only"
+            + ("; API key required" if app.state.api_key_required else "; loopback only, no API key") + ")")
+    run_uvicorn(app, host, port, log_level)

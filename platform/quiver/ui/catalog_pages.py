@@ -1,0 +1,157 @@
+"""Console pages of the feature half and monitoring: catalog (definitions, versions with diffs, freshness,
+lineage) and drift and quality (runs over data time, per-feature PSI/KS, reports, open alerts)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from quiver.catalog.types import duration_label
+from quiver.ui.charts import series_chart
+from quiver.ui.data import Console, data_window, drift_subject, lineage_rows, report_files
+from quiver.ui.html import badge, esc, link, num, page, table, when
+
+
+def _micros(value: int | None) -> str:
+    return duration_label(timedelta(microseconds=value)) if value else "–"
+
+
+def _age(newest: datetime | None) -> str:
+    if newest is None:
+        return "nothing stored"
+    seconds = max((datetime.now(UTC) - newest).total_seconds(), 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} old"
+    return f"{seconds:.0f} s old"
+
+
+def catalog_page(console: Console) -> str:
+    """Views with features, types and windows; sources; services; entities; owners; catalog versions with
+    their diffs; live freshness per view; lineage source → view → service → model version."""
+    from quiver.registry.diff import Change
+
+    applied = console.applied()
+    cat = applied.catalog
+    online = sorted(v.name for v in cat.views.values() if v.online)
+    newest, trouble = console.freshness(online)
+    view_rows = []
+    for view in sorted(cat.views.values(), key=lambda v: v.name):
+        features = [f"{esc(f.name)} <span class='muted'>{esc(f.dtype)}, last {esc(f.column)}</span>"
+                    for f in view.fields]
+        features += [f"{esc(a.name)} <span class='muted'>{esc(view.feature_dtype(a.name))}, {esc(a.fn)}"
+                     f"({esc(a.column)}) over {esc(_micros(a.window_us))}</span>" for a in view.aggregations]
+        timing = f"ttl {_micros(view.ttl_us)}" if view.kind == "last" else f"tile {_micros(view.tile_us)}"
+        fresh = (esc(f"{newest[view.name]:%Y-%m-%d %H:%M} ({_age(newest[view.name])})")
+                 if view.name in newest and newest[view.name] is not None
+                 else esc(_age(None)) if view.name in newest else "offline only" if not view.online else "–")
+        view_rows.append([f"<b id='view-{esc(view.name)}'>{esc(view.name)}</b>", esc(", ".join(view.entities)),
+                          esc(view.source), esc(view.kind), "<br>".join(features), esc(timing), esc(view.owner),
+                          fresh])
+    source_rows = [[esc(s.name), esc(s.path), esc(s.timestamp_field),
+                    esc(", ".join(f"{c} {t}" for c, t in s.columns)),
+                    esc(f"{s.stream.format} at {s.stream.path}" if s.stream else "–"), esc(s.owner or "–")]
+                   for s in sorted(cat.sources.values(), key=lambda s: s.name)]
+    service_rows = [[esc(s.name), esc(", ".join(s.features)), esc(getattr(s, "owner", "") or "–")]
+                    for s in sorted(cat.services.values(), key=lambda s: s.name)]
+    entity_rows = [[esc(e.name), esc(", ".join(f"{k} {t}" for k, t in e.keys)), esc(e.owner or "–")]
+                   for e in sorted(cat.entities.values(), key=lambda e: e.name)]
+    versions = console.registry.versions()
+    version_rows = [[num(v.version), when(v.created_at), esc(v.author), esc(v.content_hash[:12]),
+                     "<br>".join(esc(str(Change(c["kind"], c["name"], c["action"], list(c.get("details") or []))))
+                                 for c in v.diff) or "–"] for v in reversed(versions)]
+    model_versions = console.models.versions()
+    lineage = [[esc(src), f"<a href='#view-{esc(view)}'>{esc(view)}</a>", esc(service or "–"),
+                ", ".join(link(f"/models/{label.partition(':')[0]}#v{label.rpartition(':')[2]}", label)
+                          for label in labels) or "–"] for src, view, service, labels in lineage_rows(cat, model_versions)]
+    label = f"catalog version {applied.version}" if applied.version else "definitions on disk (nothing applied)"
+    body = (f"<p>{esc(label)}" + (" — the definitions on disk differ (see <code>quiver plan</code>)"
+                                  if applied.disk_differs else "") + "</p>"
+            + (f"<p class='fail'>{esc(trouble)}</p>" if trouble else "")
+            + "<h2>Feature views</h2>" + table(["view", "entities", "source", "kind", "features (type, definition)",
+                                                "ttl / tile", "owner", "online freshness (newest event held)"],
+                                               view_rows, id_="views")
+            + "<h2>Lineage: source → view → service → model version</h2>"
+            + table(["source", "view", "service", "model versions trained on it"], lineage, id_="lineage")
+            + "<h2>Feature services</h2>" + table(["service", "features", "owner"], service_rows)
+            + "<h2>Sources</h2>" + table(["source", "path", "event time", "columns", "stream", "owner"], source_rows)
+            + "<h2>Entities</h2>" + table(["entity", "join keys", "owner"], entity_rows)
+            + "<h2>Catalog versions</h2>" + table(["version", "applied", "author", "hash", "changes from the version "
+                                                   "before"], version_rows, id_="catalog-versions"))
+    return page("Catalog", body, console.config.project)
+
+
+def drift_page(console: Console) -> str:
+    """Drift runs over data time per model and per source, per-feature PSI/KS, reports, open alerts."""
+    from quiver.monitoring import repository
+
+    runs = repository.list_drift_runs(console.registry, limit=200)
+    names = console.models.names()
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(drift_subject(run, names), []).append(run)
+    sections = []
+    for (kind, name), group in sorted(groups.items()):
+        ordered = sorted(group, key=lambda r: (data_window(r)[1] or r["started_at"], r["id"]))
+        share = {"drift share": [(w, float(r["drift_share"])) for r in ordered
+                                 if (w := data_window(r)[1]) is not None]}
+        latest = ordered[-1]
+        results = repository.drift_results_of(console.registry, latest["id"])
+        psi: dict[str, list[tuple[datetime, float]]] = {}
+        for run in ordered[-30:]:
+            end = data_window(run)[1]
+            if end is None:
+                continue
+            for result in repository.drift_results_of(console.registry, run["id"]):
+                if result.get("psi") is not None:
+                    psi.setdefault(result["feature"], []).append((end, float(result["psi"])))
+        rows = []
+        for run in reversed(ordered):
+            start, end, source = data_window(run)
+            span = (f"{start:%Y-%m-%d}" if source == "date partition" and start else
+                    f"{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M}" if start and end else "–")
+            rows.append([num(run["id"]), esc(span) + f" <span class='muted'>({esc(source)})</span>",
+                         esc(run["reference"]), badge("alert" if run["dataset_drift"] else "ok"),
+                         num(float(run["drift_share"]), 2), f"{run['n_drifted']}/{run['n_judged']}",
+                         when(run["started_at"]), _report_link(console, kind, name, run)])
+        title = link(f"/models/{name}", name) if kind == "model" else esc(name)
+        sections.append(
+            f"<h2 id='drift-{esc(kind)}-{esc(name)}'>{esc(kind)} {title}</h2>"
+            + table(["run", "data window (current side)", "reference", "dataset", "drift share", "drifted",
+                     "computed at", "report"], rows)
+            + "<div class='grid'>" + series_chart(f"{name}: drift share over data time", share,
+                                                  [(0.5, "dataset drift")])
+            + series_chart(f"{name}: PSI per feature over data time", psi, [(0.1, "warn 0.1"), (0.2, "alert 0.2")])
+            + "</div>" + f"<h3>Run #{latest['id']}, per feature</h3>" + table(
+                ["feature", "kind", "status", "PSI", "KS D", "KS p", "n ref", "n cur", "nulls ref/cur"],
+                [[esc(r["feature"]), esc(r["kind"]), badge(r["status"]), num(r.get("psi")), num(r.get("ks_statistic")),
+                  num(r.get("ks_pvalue")), num(r.get("n_ref")), num(r.get("n_cur")),
+                  f"{r.get('nulls_ref', 0)}/{r.get('nulls_cur', 0)}"] for r in results], numeric=(3, 4, 5, 6, 7)))
+    reports = report_files(console.reports_dir)
+    report_rows = [[link(f"/reports/{p.name}", p.name), when(datetime.fromtimestamp(p.stat().st_mtime, UTC))]
+                   for p in reports]
+    from quiver.monitoring.repository import list_alerts
+
+    alerts = list_alerts(console.registry, "open")
+    body = ("".join(sections) or "<p class='muted'>no drift runs recorded yet (quiver drift … --record, or the drift "
+                                 "DAG)</p>")
+    body += "<h2>Reports</h2>" + table(["report", "written"], report_rows, empty="no HTML reports under data/reports")
+    body += "<h2 id='alerts'>Open alerts</h2>" + table(
+        ["alert", "kind", "subject", "severity", "seen", "last seen", "title"],
+        [[f"#{a.id}", esc(a.kind), esc(a.subject), badge(a.severity), num(a.occurrences), when(a.last_seen_at),
+          esc(a.title)] for a in alerts], empty="no open alerts")
+    return page("Drift and quality", body, console.config.project)
+
+
+def _report_link(console: Console, kind: str, name: str, run: dict[str, Any]) -> str:
+    if kind != "model":
+        return "–"
+    from quiver.pipelines.loop_drift import report_name
+
+    start, end, _ = data_window(run)
+    reference = str(run.get("reference", ""))
+    version = reference.split(" ")[0].rpartition(":")[2]
+    if start is None or end is None or not version.isdigit():
+        return "–"
+    file = f"{report_name(name, int(version), 'champion', start, end)}.html"
+    return link(f"/reports/{file}", "summary") if (console.reports_dir / file).exists() else "–"

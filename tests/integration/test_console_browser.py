@@ -1,0 +1,166 @@
+"""The web console in a real browser: Playwright driving the system's Chromium (no browser download) against
+`quiver ui`'s app served by uvicorn over the demo-like project (`operator_world`).
+
+Every page loads behind the API key (the login form sets the cookie), every link on every page resolves,
+nothing is requested from anywhere but the console, no console error is logged, and the operator's question
+"why was fraud_model:3 promoted, and on what evidence?" is answered in two clicks from the home page. A
+screenshot of each page is saved (to $QUIVER_CONSOLE_SCREENSHOTS when set, else the test's project folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+pytestmark = pytest.mark.integration
+KEY = "console-secret"
+PAGES = {"home": "/", "catalog": "/catalog", "models": "/models", "model": "/models/fraud_model",
+         "rollouts": "/rollouts", "drift": "/drift"}
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("chromium not found: run `make setup` (as root it installs Debian's chromium)", pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="module")
+def console_url(operator_world: Any) -> Iterator[str]:
+    import uvicorn
+
+    from quiver.ui.app import create_app
+    from tests.harness import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(operator_world.config, api_key=KEY), host="127.0.0.1",
+                                           port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the console did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def login(page: Any, console_url: str, key: str) -> tuple[int, str]:
+    """Open the console and sign in through its form; (status, title) of the first, unauthenticated load."""
+    response = page.goto(console_url + "/")
+    first = (response.status if response else 0, page.title())
+    page.fill("input[name=api_key]", key)
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+    return first
+
+
+@pytest.fixture(scope="module")
+def browser(console_url: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(browser: Any, console_url: str) -> Iterator[tuple[Any, list[str], list[str]]]:
+    """A signed-in page; console errors and requests to anywhere but the console are collected."""
+    errors: list[str] = []
+    foreign: list[str] = []
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    first = login(page, console_url, KEY)
+    assert first[0] == 401 and first[1].startswith("Sign in"), first
+    assert page.url == console_url + "/" and page.title().startswith("Quiver console")
+    page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+
+    def watch(request: Any) -> None:
+        if not (request.url.startswith(console_url) or request.url.startswith("data:")):
+            foreign.append(request.url)
+
+    page.on("request", watch)
+    yield page, errors, foreign
+    context.close()
+
+
+def shots(operator_world: Any) -> Path:
+    folder = Path(os.environ.get("QUIVER_CONSOLE_SCREENSHOTS") or operator_world.root / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_a_wrong_key_gets_the_login_form_again(browser: Any, console_url: str) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    login(page, console_url, "wrong")
+    assert "wrong key" in page.content() and page.title().startswith("Sign in")
+    assert page.goto(console_url + "/catalog").status == 401
+    context.close()
+
+
+def test_every_page_loads_links_resolve_nothing_external_no_console_errors(browser_page: Any, console_url: str,
+                                                                           operator_world: Any) -> None:
+    page, errors, foreign = browser_page
+    folder = shots(operator_world)
+    world = operator_world
+    pages = {**PAGES, "decision": f"/decisions/{world.decisions['promote']}",
+             "shadow-decision": f"/decisions/{world.decisions['shadow']}", "rollout": f"/rollouts/{world.rollout_id}"}
+    checked: set[str] = set()
+    for name, path in pages.items():
+        response = page.goto(console_url + path)
+        assert response is not None and response.status == 200, (path, response and response.status)
+        assert "Traceback" not in page.content()
+        page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+        for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)"):
+            parsed = urlparse(href)
+            assert f"{parsed.scheme}://{parsed.netloc}" == console_url, f"{path} links outside: {href}"
+            target = href.split("#")[0]
+            if target in checked:
+                continue
+            checked.add(target)
+            answer = page.request.get(target)
+            assert answer.status == 200, f"{path}: link {href} answered {answer.status}"
+    assert len(checked) >= 12
+    assert foreign == [], foreign
+    assert errors == [], errors
+
+
+def test_why_was_fraud_model_3_promoted_is_two_clicks_from_home(browser_page: Any, console_url: str,
+                                                               operator_world: Any) -> None:
+    page, errors, _ = browser_page
+    world = operator_world
+    page.goto(console_url + "/")
+    page.click("h3 >> text=fraud_model")  # click 1: the model
+    page.wait_for_url(console_url + "/models/fraud_model")
+    rows = page.locator("#alias-history tr")
+    cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(rows.count())]
+    [index] = [i for i, c in enumerate(cells) if c[1:2] == ["champion"] and c[3:4] == ["3"]]
+    rows.nth(index).locator("td").nth(6).locator("a").click()  # click 2: the decision that moved champion to :3
+    page.wait_for_url(console_url + f"/decisions/{world.decisions['promote']}")
+    text = page.inner_text("main")
+    assert "promote" in text and "fraud_model:3" in text and "every guardrail passed" in text
+    headers = page.eval_on_selector_all("#guardrails th", "els => els.map(e => e.textContent)")
+    assert {"estimate (canary − champion)", "confidence sequence", "floor", "verdict"} <= set(headers)
+    guardrails = page.locator("#guardrails tr").all_inner_texts()[1:]
+    assert {g.split("\t")[0] for g in guardrails} == {"error_rate", "latency_p99", "score_shift", "log_loss", "brier"}
+    assert all("pass" in g and "[" in g for g in guardrails), guardrails  # a verdict and an interval each
+    # The rollout's confidence sequence per guardrail over its looks, each with its floor.
+    charts = page.locator("svg.cs-chart[data-kind=canary_step]")
+    assert charts.count() == 5 and page.locator("svg.cs-chart[data-kind=watch]").count() == 2
+    log_loss = page.locator("svg.cs-chart[data-kind=canary_step][data-guardrail=log_loss]")
+    assert "floor 0.08" in log_loss.inner_html() and log_loss.locator("circle").count() >= 2
+    page.screenshot(path=str(shots(world) / "two-clicks-answer.png"), full_page=True)
+    assert errors == [], errors

@@ -82,13 +82,13 @@ def _serve(config: Config, models: Any, batches: int, seed: int, truth: np.ndarr
     """Every user `batches` times through the real service, 4 rows a call; labels drawn from `truth`
     arrive at once. Returns a moment after everything was logged."""
     from quiver.monitoring.labels import write_labels
-    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.serving.prediction import PredictionService
     from quiver.serving.store import FeatureStore
 
     rng = np.random.default_rng(seed)
     ids: list[str] = []
-    with FeatureStore(config=config) as store, ServingLogger(config.offline_dir) as logger, \
+    with FeatureStore(config=config) as store, ServingLogger(config.offline_dir, schema=log_schema(store.catalog)) as logger, \
             PredictionService(store, MODEL, models=models, logger=logger) as service:
         for b in range(batches):
             for start in range(0, USERS, ROWS_PER_CALL):

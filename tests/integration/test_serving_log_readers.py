@@ -1,6 +1,7 @@
 """A serving-log folder is one dataset with one schema: pandas, pyarrow.dataset, DuckDB and Spark read it as it
 is, and agree with `read_serving_logs` — even when a flush held only nulls for a column (before, a one-row file
-stored such a column with Arrow's `null` type and `pd.read_parquet` on the folder failed)."""
+stored such a column with Arrow's `null` type and `pd.read_parquet` on the folder failed) — on logs written
+here flush by flush and on what the real prediction service wrote (`operator_world`)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,40 @@ def test_a_logger_without_a_catalog_keeps_the_types_already_in_the_folder(tmp_pa
     assert [s.field("feature.v:x").type for s in schemas] == [pa.float64(), pa.float64()]
     values = pd.read_parquet(tmp_path / "serving_logs").sort_values("request_id")["feature.v:x"].tolist()
     assert values[0] == 1.5 and pd.isna(values[1]) and len(values) == 2
+
+
+def test_the_served_folder_reads_the_same_with_every_reader(operator_world: Any) -> None:
+    """What the prediction service wrote (champion, shadow, canary and paired rows over several flushes)."""
+    import duckdb
+
+    folder = Path(operator_world.config.offline_dir) / "serving_logs"
+    files = sorted(folder.glob("date=*/hour=*/part-*.parquet"))
+    assert len(files) >= 2, files
+    for file in files:  # one typed schema whatever each flush held (the service declares the catalog's)
+        assert not [f.name for f in pq.read_schema(file) if pa.types.is_null(f.type)], file
+    expected = read_serving_logs(operator_world.config.offline_dir)
+    arms = expected.to_pandas()["arm"].value_counts().to_dict()
+    assert {"champion", "canary", "shadow", "paired"} <= set(arms)
+
+    dataset = ds.dataset(folder, format="parquet", partitioning="hive").to_table()
+    frame = pd.read_parquet(folder)
+    with duckdb.connect() as db:
+        counts = dict(db.execute(f"select arm, count(*) from read_parquet('{folder}/**/*.parquet', "
+                                 f"hive_partitioning = true, union_by_name = true) group by arm").fetchall())
+        f0_type = db.execute(f"select typeof(\"feature.f0\") from read_parquet('{folder}/**/*.parquet', "
+                             f"union_by_name = true) limit 1").fetchall()[0][0]
+    assert dataset.num_rows == len(frame) == expected.num_rows == sum(counts.values())
+    assert counts == arms and frame["arm"].value_counts().to_dict() == arms
+    assert pa.types.is_floating(dataset.schema.field("feature.f0").type) and f0_type == "DOUBLE"
+    assert frame["feature.f0"].dtype.kind == "f" and frame["feature.category"].dropna().isin(["a", "b", "c"]).all()
+
+    from quiver.offline.engines import spark_session, stop_spark
+
+    spark: Any = spark_session("local[1]")  # the project's own session settings (UTC, loopback)
+    try:
+        logs = spark.read.option("mergeSchema", "true").parquet(str(folder))
+        by_arm = {r["arm"]: r["count"] for r in logs.groupBy("arm").count().collect()}
+        assert by_arm == arms
+        assert dict(logs.dtypes)["feature.f0"] == "double"
+    finally:
+        stop_spark()

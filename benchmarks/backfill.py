@@ -12,6 +12,10 @@ stats, tiles, atomic swap of the 7 date partitions, registry run) `--repeats` ti
 median, in source events per second. Spark's session start and an untimed warm-up backfill of 20k events
 (both engines) come first and are reported separately. Figures come from a busy, shared 2-core machine. Both stores are compared: same tile keys and counts, sums and maxima equal to 1e-9.
 
+Each engine also runs with a contract on the source (checks every generated event passes), each contract
+run right after a plain one: the tiles must equal those without it, and the slowdown is the row filter's cost
+(target: at most 10 %).
+
 Last line: RESULT backfill ratio=<spark_time/duckdb_time> quiver=<duckdb ev/s> peer=<spark ev/s>
 """
 
@@ -57,13 +61,18 @@ def generate(folder: Path, events: int, seed: int = 7) -> None:
         pq.write_table(table, folder / f"events-{i:02d}.parquet", row_group_size=1_000_000)
 
 
-def catalog_and_config(project: Path, cores: int = 2) -> tuple[Any, Any]:
-    from quiver import Aggregation, Entity, FeatureView, Int64, Source
+def catalog_and_config(project: Path, cores: int = 2, contract: bool = False) -> tuple[Any, Any]:
+    """The benchmark's catalog; with `contract`, the source declares the checks a real feed would (every
+    generated event passes them, so the tiles are the same: only their cost shows)."""
+    from quiver import Aggregation, Check, Contract, Entity, FeatureView, Int64, Source
     from quiver.catalog.validate import build_catalog
     from quiver.config import Config
 
     user = Entity("user", ["user_id"], dtype=Int64)
-    events = Source("events", path="events", timestamp_field="event_ts")
+    checks = Contract({"user_id": Check(not_null=True, min=1), "amount": Check(not_null=True, finite=True, min=0.0,
+                                                                               max=1e9),
+                       "event_ts": Check(max_future="5m")}) if contract else None
+    events = Source("events", path="events", timestamp_field="event_ts", contract=checks)
     aggs = [Aggregation("amount", fn, w) for w in ("1h", "24h") for fn in ("count", "sum", "mean", "max")]
     aggs += [Aggregation("amount", "stddev", "24h"), Aggregation("amount", "last", "24h"),
              Aggregation("is_online", "mean", "24h")]
@@ -134,16 +143,29 @@ def main() -> None:
         generate(project / "warm" / "events", 20_000)
         warm_catalog, warm_config = catalog_and_config(project / "warm", cores)
         run(warm_config, warm_catalog, "duckdb", 1, cores)
-        duck_times, duck_report = run(duck_cfg, catalog, "duckdb", repeats, cores)
         began = time.perf_counter()
         spark_session(f"local[{cores}]")
         spark_start_s = time.perf_counter() - began
         began = time.perf_counter()
         run(replace(warm_config, offline_root="offline-spark"), warm_catalog, "spark", 1, cores)
         spark_warmup_s = time.perf_counter() - began
-        spark_times, spark_report = run(spark_cfg, catalog, "spark", repeats, cores)
+        # The same backfills with the source's contract: what checking every row costs each engine. Runs
+        # interleave (plain, contract, plain, …) so that a JVM still warming up or a neighbour's load lands on
+        # both sides alike.
+        checked, _ = catalog_and_config(project, cores, contract=True)
+        duck_c_cfg, spark_c_cfg = (replace(config, offline_root=f"offline-{e}-contract") for e in ("duckdb", "spark"))
+        duck_times, spark_times, duck_c_times, spark_c_times = [], [], [], []
+        for _ in range(repeats):
+            times, duck_report = run(duck_cfg, catalog, "duckdb", 1, cores)
+            duck_times += times
+            duck_c_times += run(duck_c_cfg, checked, "duckdb", 1, cores)[0]
+            times, spark_report = run(spark_cfg, catalog, "spark", 1, cores)
+            spark_times += times
+            spark_c_times += run(spark_c_cfg, checked, "spark", 1, cores)[0]
         stop_spark()
         check = compare(read_tiles(duck_cfg.offline_dir), read_tiles(spark_cfg.offline_dir))
+        compare(read_tiles(duck_cfg.offline_dir), read_tiles(duck_c_cfg.offline_dir))  # all valid: the same tiles
+        compare(read_tiles(spark_cfg.offline_dir), read_tiles(spark_c_cfg.offline_dir))
         if not check["events"] == events == duck_report.views["spend"].events_read \
                 or spark_report.views["spend"].rows_written != duck_report.views["spend"].rows_written:
             sys.exit(f"backfill: answers differ: {check['events']} events in tiles, {events} generated, "
@@ -151,7 +173,14 @@ def main() -> None:
                      f"{duck_report.views['spend'].rows_written} spark {spark_report.views['spend'].rows_written}")
 
     duck_s, spark_s = statistics.median(duck_times), statistics.median(spark_times)
+    duck_c_s, spark_c_s = statistics.median(duck_c_times), statistics.median(spark_c_times)
+    contract = {"duckdb_s": [round(t, 3) for t in duck_c_times], "spark_s": [round(t, 3) for t in spark_c_times],
+                "duckdb_events_per_s": round(events / duck_c_s), "spark_events_per_s": round(events / spark_c_s),
+                "duckdb_slowdown": round(duck_c_s / duck_s - 1, 4), "spark_slowdown": round(spark_c_s / spark_s - 1, 4),
+                "checks": "user_id not null and >= 1; amount not null, finite, in [0, 1e9]; event_ts at most 5m "
+                          "after the clock", "target_slowdown": 0.10}
     result = {
+        "contract": contract,
         "benchmark": "backfill", "mode": "quick" if args.quick else "full", "events": events, "users": USERS,
         "days": DAYS, "files": FILES, "repeats": repeats, "warmup_runs": 1, "cores": cores,
         "duckdb_threads": cores, "spark_master": f"local[{cores}]",
@@ -173,6 +202,8 @@ def main() -> None:
     print(f"duckdb threads={cores}: median {duck_s:.2f} s of {duck_times} → {events / duck_s:,.0f} events/s")
     print(f"spark local[{cores}]: median {spark_s:.2f} s of {spark_times} → {events / spark_s:,.0f} events/s "
           f"(session start {spark_start_s:.1f} s and warm-up {spark_warmup_s:.1f} s, not timed)")
+    print(f"with the source contract: duckdb {events / duck_c_s:,.0f} events/s ({contract['duckdb_slowdown']:+.1%}), "
+          f"spark {events / spark_c_s:,.0f} events/s ({contract['spark_slowdown']:+.1%}); tiles equal")
     print(f"RESULT backfill ratio={spark_s / duck_s:.2f} quiver={events / duck_s:.0f}ev/s "
           f"peer={events / spark_s:.0f}ev/s")
 

@@ -8,6 +8,8 @@ reported), all bounded runs over the pre-written backlog:
 
 (a) quiver     file → feeder (checks, late split) → Flink SQL → committed change files → loader → Redis,
                timed from the job running to every batch committed and loaded, plus the feeder's time;
+(a') the same, over the same catalog without the `transactions` contract: what its row checks cost
+               (every generated event is valid, so both fed and loaded the same; target: at most 10 % slower);
 (b) blackhole  the same compiled job, the same feeder output, its tile and last-value sinks swapped for
                `blackhole`: Flink's own floor for our SQL on this machine (no answers to check);
 (c) pysink     the same job with each view's changes handed to a pandas UDF that writes Redis (the
@@ -49,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
 STREAM_PY = Path(os.environ.get("QUIVER_STREAM_PYTHON", ROOT / ".venv-stream" / "bin" / "python"))
 RESULTS = ROOT / "benchmarks" / "results" / "streaming.json"
+NO_CONTRACT = "quiver-no-contract.yaml"  # the project's config over the catalog without the source contract
 PROBE_BASE = 900_000_000
 TARGET_EVENTS_S = 50_000
 TARGET_P99_S = 2.0
@@ -99,6 +102,15 @@ def make_project(root: Path, redis_url: str, events: int, users: int, project: s
     shutil.copytree(ROOT / "feature_defs", root / "feature_defs")
     (root / "quiver.yaml").write_text(f"project: {project}\ncatalog: feature_defs\nregistry_url: sqlite:///"
                                       f"{root}/registry.db\noffline_root: offline\nredis_url: {redis_url}\n")
+    # The same catalog without the source contract: what its row checks cost the stream (side a').
+    shutil.copytree(ROOT / "feature_defs", root / "feature_defs_no_contract")
+    sources = root / "feature_defs_no_contract" / "sources.py"
+    text = sources.read_text()
+    if "    contract=transaction_checks,\n" not in text:
+        sys.exit("streaming: feature_defs/sources.py no longer declares `contract=transaction_checks`")
+    sources.write_text(text.replace("    contract=transaction_checks,\n", ""))
+    (root / NO_CONTRACT).write_text((root / "quiver.yaml").read_text().replace(
+        "catalog: feature_defs\n", "catalog: feature_defs_no_contract\n"))
     generate(root / "data", days=1, users=users, merchants=2000, transactions_per_day=events)
     tx = read_events(root / "data" / "events" / "transactions")
     tx = tx.drop_columns([c for c in ("date",) if c in tx.column_names])
@@ -109,8 +121,9 @@ def make_project(root: Path, redis_url: str, events: int, users: int, project: s
 RUNNER_ARGS: list[str] = []  # the runner options of every side (same settings for a, b and c)
 
 
-def run_quiver(root: Path, state: Path, parallelism: int, *extra: str, bounded: bool = True) -> subprocess.Popen[str]:
-    cmd = [str(STREAM_PY), "-m", "quiver.streaming.runner", "--config", str(root / "quiver.yaml"),
+def run_quiver(root: Path, state: Path, parallelism: int, *extra: str, bounded: bool = True,
+               config: str = "quiver.yaml") -> subprocess.Popen[str]:
+    cmd = [str(STREAM_PY), "-m", "quiver.streaming.runner", "--config", str(root / config),
            "--state-dir", str(state), "--parallelism", str(parallelism), *RUNNER_ARGS, *extra]
     if bounded:
         cmd.append("--bounded")
@@ -125,12 +138,13 @@ def read_status(state: Path) -> dict[str, Any]:
         return {}
 
 
-def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: Any, *extra: str) -> dict[str, Any]:
+def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: Any, *extra: str,
+                config: str = "quiver.yaml", side: str = "quiver") -> dict[str, Any]:
     """(a) file → feeder → Flink → committed change files → loader → Redis, until all is loaded."""
     flush()
     began = time.time()
     redis_began = redis_cpu()
-    proc = run_quiver(root, state, parallelism, "--fresh", *extra)
+    proc = run_quiver(root, state, parallelism, "--fresh", *extra, config=config)
     if proc.wait() != 0:
         raise RuntimeError(f"quiver stream failed, see {state.parent / (state.name + '.log')}")
     status = read_status(state)
@@ -145,7 +159,7 @@ def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: A
     profile = {"flink_jvm_cpu_s": used - python if used and python is not None else None,
                "loader_feeder_python_cpu_s": python, "redis_server_cpu_s": redis_cpu() - redis_began,
                "loader_busy_s": status["loader"].get("busy_s")}
-    return {"side": "quiver", "parallelism": parallelism, "events": events, "events_per_s": events / seconds,
+    return {"side": side, "parallelism": parallelism, "events": events, "events_per_s": events / seconds,
             "processing_s": seconds, "feed_s": status["feed_s"], "cpu_s": used,
             "events_per_cpu_s": events / used if used else None, "cpu_profile": profile,
             "startup_s": t["running"] - began,
@@ -466,12 +480,20 @@ def main() -> int:
                                                                                            "project: peer"))
         print(f"data: {events:,} events, {users:,} users ({time.time() - began:.1f} s); the machine is shared "
               f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): compare figures within this run", flush=True)
-        runs: dict[str, dict[int, list[dict[str, Any]]]] = {"quiver": {}, "blackhole": {}, "pysink": {}}
+        runs: dict[str, dict[int, list[dict[str, Any]]]] = {"quiver": {}, "quiver_no_contract": {}, "blackhole": {},
+                                                            "pysink": {}}
         checked = 0
         for level in levels:
             for r in range(repeats):  # interleaved, so a change in the machine's load hits every side alike
                 figs = [side_quiver(root, tmp / f"state-p{level}", level, events, flush),
+                        side_quiver(root, tmp / f"state-nc-p{level}", level, events, flush, config=NO_CONTRACT,
+                                    side="quiver_no_contract"),
                         side_worker("blackhole", root, tmp / "state-blackhole", level, events)]
+                if figs[0]["loaded_rows"] != figs[1]["loaded_rows"] or figs[0]["fed_lines"] != figs[1]["fed_lines"]:
+                    print(f"FAIL: with and without the contract the answers differ: {figs[0]['fed_lines']} / "
+                          f"{figs[1]['fed_lines']} lines fed, {figs[0]['loaded_rows']} / {figs[1]['loaded_rows']} rows "
+                          "loaded (every generated event is valid)", flush=True)
+                    failed = True
                 if not a.no_peer:
                     figs.append(_peer(root, tmp, level, events))
                 for fig in figs:
@@ -507,7 +529,16 @@ def main() -> int:
                 candidates.append({"name": name, "options": extra, **fig})
                 print(f"candidate {name:>28} ({side}): {fig['events_per_s']:>8,.0f} ev/s, "
                       f"{fig['events_per_cpu_s'] or 0:,.0f} ev/CPU s", flush=True)
+        with_c, without_c = median["quiver"][best], median["quiver_no_contract"][best]
+        feed_with = statistics.median(f["feed_s"] for f in runs["quiver"][best])
+        feed_without = statistics.median(f["feed_s"] for f in runs["quiver_no_contract"][best])
+        contract = {"with_events_per_s": with_c, "without_events_per_s": without_c,
+                    "slowdown": without_c / with_c - 1.0, "feed_s_with": feed_with, "feed_s_without": feed_without,
+                    "target_slowdown": 0.10}
+        print(f"contract (p={best}): {with_c:,.0f} ev/s with, {without_c:,.0f} without ({contract['slowdown']:+.1%}); "
+              f"feeder {feed_with:.2f} s with, {feed_without:.2f} s without", flush=True)
         result = {
+            "contract": contract,
             "events": events, "users": users, "quick": a.quick, "parallelism": levels, "runs_per_side": repeats,
             "runner_args": RUNNER_ARGS, "sides": runs, "median_events_per_s": median,
             "median_events_per_cpu_s": per_cpu, "best_parallelism": best,

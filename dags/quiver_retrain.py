@@ -4,10 +4,12 @@ Scheduled on the Asset `quiver://drift/<model>` that `quiver_drift` emits on dat
 calendar fallback (`loop_retrain_calendar` in quiver.yaml; empty turns it off). The training window is the last `loop_window_days` days ending where the drift was seen
 (the drift event's window end; the data interval's end for calendar runs). The train task runs on the
 `gpu_queue` / `gpu_pool` named in quiver.yaml (device `auto`: CUDA when the worker has one, else CPU).
-The new version becomes `challenger` only when it beat its logistic baseline and is not worse than the
+The new version becomes `challenger` only when it is not worse than its logistic baseline nor than the
 champion on the same validation rows; then the Asset `quiver://challenger/<model>` starts shadow evaluation.
 One candidate at a time: while a challenger is shadowed or canaried, drift and calendar runs skip (a run with
-conf {"cutoff": …} trains anyway). A retry finds the version it registered for the window: no second training.
+conf {"cutoff": …} trains anyway). A drift-triggered run waits (skips) until `loop_min_labelled` labels of the
+traffic since the drift began had arrived by its cutoff: before that the window holds only the old world.
+A retry finds the version it registered for the window: no second training.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def quiver_retrain() -> None:
     @task
     def plan(data_interval_end: Any = None, triggering_asset_events: Any = None,
              dag_run: Any = None) -> dict[str, Any]:
-        from quiver.pipelines.loop import event_extras, retrain_busy, retrain_plan
+        from quiver.pipelines.loop import event_extras, retrain_busy, retrain_plan, retrain_waiting
 
         conf = dict(getattr(dag_run, "conf", None) or {})
         events = event_extras(triggering_asset_events)
@@ -54,6 +56,9 @@ def quiver_retrain() -> None:
         busy = retrain_busy(S.config_path, S.model) if window["trigger"] != "manual" else None
         if busy:
             raise AirflowSkipException(f"not retraining now: {busy}")
+        waiting = retrain_waiting(S.config_path, window, S.min_labelled)
+        if waiting:
+            raise AirflowSkipException(f"not retraining yet: {waiting}")
         return window
 
     @task(queue=S.gpu_queue, pool=S.gpu_pool, executor_config=S.gpu_executor_config())

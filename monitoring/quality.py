@@ -149,14 +149,20 @@ def contract_expectations(contract: ContractSpec) -> list[dict[str, Any]]:
     return out
 
 
-def contract_columns(frame: pd.DataFrame, contract: ContractSpec, now: datetime | None = None) -> pd.DataFrame:
+def contract_columns(frame: pd.DataFrame, contract: ContractSpec, now: datetime | None = None,
+                     table: pa.Table | None = None) -> pd.DataFrame:
     """`frame` with the columns the contract expectations read: `__refused` (the row fails a check), one
-    `__refused_by.<rule>:<column>` per check (that check is the first it fails) and `contract_reason`."""
+    `__refused_by.<rule>:<column>` per check (that check is the first it fails) and `contract_reason`.
+
+    The rules run on `table` (the batch as Arrow, row for row with `frame`) when given: pandas cannot tell a
+    null float from NaN, Arrow can. From a DataFrame alone a float NaN counts as NaN."""
     from quiver.compile.contracts import reason_strings, violations
 
     moment = now or datetime.now(UTC)
-    table = pa.Table.from_pandas(frame[contract.columns], preserve_index=False)
-    first = violations(table, contract, int(moment.timestamp() * 1_000_000))
+    if table is None:
+        table = pa.table({c: pa.array(frame[c].to_numpy() if frame[c].dtype.kind == "f" else frame[c],
+                                      from_pandas=frame[c].dtype.kind != "f") for c in contract.columns})
+    first = violations(table.select(contract.columns), contract, int(moment.timestamp() * 1_000_000))
     out = frame.copy()
     out[REFUSED_COLUMN] = first >= 0
     for index, check in enumerate(contract.checks):
@@ -263,13 +269,14 @@ class QualityGate:
             raise QuiverError(f"no expectations for source {source!r} (no catalog, suite file or extra)")
         return entries
 
-    def validate(self, frame: pd.DataFrame, source: str,
-                 expectations: Sequence[dict[str, Any]] | None = None) -> tuple[bool, dict[str, Any]]:
-        """Run GE on `frame` (no side effects): (success, GE result as JSON-ready dict)."""
+    def validate(self, frame: pd.DataFrame, source: str, expectations: Sequence[dict[str, Any]] | None = None,
+                 table: pa.Table | None = None) -> tuple[bool, dict[str, Any]]:
+        """Run GE on `frame` (no side effects): (success, GE result as JSON-ready dict). `table`: the same
+        batch as Arrow, when there is one (the contract's rules read it exactly; see `contract_columns`)."""
         entries = list(expectations) if expectations is not None else self.suite_for(source)
-        return _run_suite(self._ge(), self.prepare(frame, source), source, entries)
+        return _run_suite(self._ge(), self.prepare(frame, source, table), source, entries)
 
-    def prepare(self, frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    def prepare(self, frame: pd.DataFrame, source: str, table: pa.Table | None = None) -> pd.DataFrame:
         """`frame` with its source's contract columns added (see `contract_columns`), when it has a contract
         and they are not there yet; otherwise `frame` itself."""
         spec = self.catalog.sources.get(source) if self.catalog is not None else None
@@ -278,7 +285,7 @@ class QualityGate:
         missing = [c for c in spec.contract.columns if c not in frame.columns]
         if missing:  # the structure expectations report it; no row can be judged
             return frame
-        return contract_columns(frame, spec.contract)
+        return contract_columns(frame, spec.contract, table=table)
 
     def _ge(self) -> Any:
         if self._validator is None:
@@ -301,7 +308,8 @@ class QualityGate:
 
         started = time.perf_counter()
         origin = Path(batch) if isinstance(batch, str | Path) else None
-        frame = self.prepare(read_batch(batch), source)
+        table = batch if isinstance(batch, pa.Table) else pq.read_table(origin) if origin is not None else None
+        frame = self.prepare(read_batch(table if table is not None else batch), source, table)
         batch_id = batch_id or _batch_id(origin)
         success, validation = self.validate(frame, source)
         failed, bad_rows, per_row = _summarize(validation, len(frame))

@@ -48,12 +48,14 @@ _HOUR_W = np.array([0.6, 0.4, 0.3, 0.25, 0.3, 0.5, 1.0, 1.8, 2.6, 3.2, 3.6, 4.0,
                     4.4, 4.3, 4.1, 4.0, 4.2, 4.6, 5.0, 5.2, 4.8, 3.8, 2.6, 1.4])
 _HOUR_P = _HOUR_W / _HOUR_W.sum()
 # A label row is what the scoring request carried (ids, time, the transaction's amount and channel) and,
-# later, what became known: the label and when it arrived (chargebacks come days late).
+# later, what became known: the label and when it arrived (chargebacks come later than clean labels).
 _LABEL_SCHEMA = pa.schema([("transaction_id", pa.string()), ("user_id", pa.int64()), ("merchant_id", pa.int64()),
                            ("event_ts", TS_TYPE), ("amount", pa.float64()), ("is_online", pa.bool_()),
                            ("is_fraud", pa.int64()), ("label_arrived_at", TS_TYPE)])
 LABEL_DELAY_US = 24 * US_PER_HOUR  # the earliest a label is known: a day after the transaction
-_FRAUD_EXTRA_DELAY_US = 36 * US_PER_HOUR  # mean extra wait for a chargeback (exponential)
+# Mean extra wait for a chargeback (exponential). Later than a clean label, so the newest labels of a window
+# are fraud-poor at its cutoff (knowledge time); scaled to the demo's windows of days, not months.
+_FRAUD_EXTRA_DELAY_US = 12 * US_PER_HOUR
 _CLEAN_EXTRA_DELAY_US = 6 * US_PER_HOUR
 
 _BURST_SHARE = 0.04  # follow-up transactions minutes after an earlier one by the same user

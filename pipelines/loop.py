@@ -113,6 +113,12 @@ def retrain_busy(config_path: str | None, model: str) -> str | None:
     return busy_with(project, model)
 
 
+def retrain_waiting(config_path: str | None, plan: Mapping[str, Any], min_labelled: int) -> str | None:
+    from quiver.pipelines.loop_retrain import waiting_for_labels
+
+    return waiting_for_labels(Project.load(config_path), plan, min_labelled)
+
+
 def retrain_train(config_path: str | None, plan: Mapping[str, Any], service: str) -> dict[str, Any]:
     from quiver.pipelines.loop_retrain import train_step
 

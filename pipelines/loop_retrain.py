@@ -3,9 +3,9 @@
 `plan_retrain` turns what triggered the run (drift Asset events, or the weekly calendar) into a window
 [cutoff − N days, cutoff); `train_step` trains and registers through `quiver.pipelines.training.run_training` (a
 retry finds the version it already registered for the same window instead of training twice); `gate_step`
-sets alias `challenger` only when the new version beat its logistic baseline *and* is not worse than the
-champion on the same rows — both models scored on the new version's test window (labels known by its cutoff,
-never used for early stopping or selection).
+sets alias `challenger` only when the new version is registered (not worse than its logistic baseline) *and*
+is not worse than the champion on the same rows — both models scored on the new version's test window
+(labels known by its cutoff, never used for early stopping or selection).
 """
 
 from __future__ import annotations
@@ -111,13 +111,13 @@ def compare_on_validation(project: Project, model: str, new: Any, champion: Any)
 
 
 def gate_step(project: Project, model: str, version: int) -> dict[str, Any]:
-    """Make `version` the challenger when it beat its baseline and is not worse than the champion."""
+    """Make `version` the challenger when it is registered and not worse than the champion."""
     models = project.models
     new = models.get(model, version)
     champion = models.alias(model, CHAMPION)
     result: dict[str, Any] = {"model": model, "version": version, "champion": champion.label if champion else None}
     if new.status != "registered":
-        return {**result, "decision": "rejected", "reason": f"{new.label} did not beat its logistic baseline"}
+        return {**result, "decision": "rejected", "reason": f"{new.label} was worse than its logistic baseline"}
     if champion is not None and champion.version == version:
         return {**result, "decision": "is_champion", "reason": f"{new.label} is already the champion"}
     comparison = compare_on_validation(project, model, new, champion) if champion is not None else None
@@ -131,10 +131,10 @@ def gate_step(project: Project, model: str, version: int) -> dict[str, Any]:
             worse.append(f"log loss {ch['log_loss']:.4f} > champion {cu['log_loss']:.4f} + {LOG_LOSS_TOLERANCE}")
         if worse:
             return {**result, "decision": "not_better", "reason": "; ".join(worse)}
-        reason = (f"beat its baseline; on its validation window ROC-AUC {ch['roc_auc']:.4f} vs champion "
+        reason = (f"not worse than its baseline; on its test window ROC-AUC {ch['roc_auc']:.4f} vs champion "
                   f"{cu['roc_auc']:.4f}, log loss {ch['log_loss']:.4f} vs {cu['log_loss']:.4f}")
     else:
-        reason = "beat its baseline; no champion to compare with"
+        reason = "not worse than its baseline; no champion to compare with"
     current = models.aliases(model).get(CHALLENGER)
     if current != version:  # a retry finds the alias already moved and notifies nobody twice
         _make_challenger(project, model, version, current, reason, {"version": version, "comparison": comparison})
@@ -164,6 +164,60 @@ def challenger_event_extra(gate: Mapping[str, Any], plan: Mapping[str, Any]) -> 
     """What the challenger Asset event carries (shadow evaluation starts from it)."""
     return {"model": gate["model"], "version": gate["version"], "champion": gate.get("champion"),
             "window_end": plan["cutoff"], "drift_run_id": plan.get("drift_run_id")}
+
+
+def drift_began(project: Project, model: str, cutoff: datetime) -> datetime | None:
+    """Where the drift that triggers a retrain began: the start of the earliest window in the unbroken run of
+    drifted checks (of the same champion reference) ending at `cutoff`; None when the newest check up to
+    `cutoff` did not drift."""
+    from quiver.monitoring import repository
+
+    reference, began = None, None
+    for run in repository.list_drift_runs(project.registry, name=model, limit=200):  # newest first
+        window = _window_of(run["current"])
+        if window is None or window[1] > cutoff:
+            continue
+        if reference is None:
+            reference = run["reference"]
+        if run["reference"] != reference or not run["dataset_drift"]:
+            break
+        began = window[0]
+    return began
+
+
+def _window_of(label: str) -> tuple[datetime, datetime] | None:
+    """The [start, end) a drift run read, from its `current` label (`loop_drift.window_label`)."""
+    if not label.startswith("serving_logs[") or not label.endswith(")"):
+        return None
+    start, _, end = label.removeprefix("serving_logs[").removesuffix(")").partition(",")
+    try:
+        return utc(start), utc(end)
+    except ValueError:
+        return None
+
+
+def waiting_for_labels(project: Project, plan: Mapping[str, Any], min_labelled: int) -> str | None:
+    """Why a drift-triggered retrain should wait, or None. Under knowledge time a window ending where the
+    drift was seen holds no label of the drifted traffic yet (labels arrive later), so a model trained
+    on it learns the old world again and blocks the loop as a useless challenger. It waits until at least
+    `min_labelled` labels of events since the drift began had arrived by the plan's cutoff; the next drift
+    check (the drift persists) starts it again."""
+    if plan.get("trigger") != "drift":
+        return None
+    cutoff = utc(plan["cutoff"])
+    began = drift_began(project, plan["model"], cutoff)
+    if began is None:
+        return None
+    from quiver.pipelines.training import DEFAULT_LABELS, known_by, window_labels
+
+    path = project.config.root / DEFAULT_LABELS
+    if not path.exists():
+        return None  # labels come from elsewhere: training says what it finds
+    known, _ = known_by(window_labels(path, began, cutoff), cutoff)
+    if known.num_rows >= min_labelled:
+        return None
+    return (f"waiting for labels of the drifted traffic: {known.num_rows} label(s) of events since the drift "
+            f"began ({iso(began)}) had arrived by {iso(cutoff)}, {min_labelled} needed")
 
 
 def busy_with(project: Project, model: str) -> str | None:

@@ -1,6 +1,6 @@
 """The sliding-window training job: labels of [cutoff − window, cutoff) → point-in-time training set →
 time split → tensors → train (CPU or CUDA) → metrics beside a logistic-regression baseline → artifact →
-model registry (``rejected`` when it does not beat the baseline).
+model registry (``rejected`` when it is worse than the baseline).
 
 A plain command (``quiver train …`` or ``python -m quiver.pipelines.training …``), so an Airflow task on a ``gpu``
 queue or a Kubernetes pod requesting ``nvidia.com/gpu`` runs it unchanged.
@@ -121,7 +121,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     it. Knowledge time: a label counts only if it had arrived by the cutoff (`label_arrived_at` or
     `arrived_at` of the label rows). The window splits by time into train, validation (early stopping) and
     test (the newest `test_fraction`: the baseline gate and the registry's status, never selected on). With
-    `alias`, a version that beat the baseline also gets that alias (compare-and-set against the
+    `alias`, a version registered (not worse than the baseline) also gets that alias (compare-and-set against the
     alias's current version). `champion` only for a model that has none yet (the first one: no champion to
     gate against); later versions reach it through challenger → shadow → canary, so `canary`, `shadow`,
     `previous` and an existing `champion` are refused before any work is done."""
@@ -188,6 +188,10 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     if unlabelled:
         say(f"quarantined {unlabelled:,} label row(s) with a null {label_column!r} (not trained on)")
         table = table.filter(pc.is_valid(table[label_column]))
+    table, refused = refuse_by_request_contracts(catalog, service, table)
+    if refused:
+        say(f"quarantined {sum(refused.values()):,} label row(s) whose request fields fail their contract "
+            f"({', '.join(f'{r} {n:,}' for r, n in sorted(refused.items()))}): serving would refuse them too")
     started = time.perf_counter()
     frame = get_historical_features(table, service, catalog=catalog, config=config,
                                     engine=engine or config.engine, timestamp_column=timestamp_column)
@@ -205,22 +209,34 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     say(f"split at {split.boundary:%Y-%m-%d %H:%M} and {held.boundary:%Y-%m-%d %H:%M}: {len(train_t):,} train / "
         f"{len(valid_t):,} validation / {len(test_t):,} test rows; {len(numeric)} numeric, {len(categorical)} "
         f"categorical ({', '.join(categorical) or '-'})")
+    label_rates = {"train": float(train_t.label.mean()), "validation": float(valid_t.label.mean()),
+                   "test": float(test_t.label.mean())}
+    say(f"positive rate: train {label_rates['train']:.2%}, validation {label_rates['validation']:.2%}, test "
+        f"{label_rates['test']:.2%}")
+    if label_rates["test"] < 0.5 * label_rates["train"]:
+        # Knowledge time keeps only labels known at the cutoff; when positives arrive later than negatives the
+        # newest rows are positive-poor, and the test window (the newest) judges the model on that.
+        say("warning: the test window's positive rate is under half the training window's: its labels look "
+            "immature (positives arrive later). An earlier cutoff or a longer window gives the gate a fair test.")
     network = NetworkConfig(n_numeric=len(numeric), cardinalities=prep.cardinalities, hidden=cfg.hidden,
-                            dropout=cfg.dropout)
+                            dropout=cfg.dropout, wide=cfg.wide)
 
     # ----- train (resumes from the checkpoint of an identical killed run) -----
     run_key = f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
     # A shared artifact root lets a retry on another worker resume; an object store keeps them on this host.
     checkpoints = store.checkpoint_dir(name, run_key) or config.root / ".quiver" / "checkpoints" / name / run_key
-    outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say)
+    # The baseline is fitted first: a wide network starts from its weights (and is judged against it on test).
+    baseline = metrics.fit_baseline(train_t.numeric.numpy(), train_t.categorical.numpy(), prep.cardinalities,
+                                    train_t.label.numpy(), seed=seed)
+    linear = metrics.baseline_weights(baseline, train_t.numeric.shape[1]) if cfg.wide else None
+    outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say,
+                          linear_start=linear)
 
     # ----- metrics of the model and of the baseline, on the test window neither selected on -----
     scorer_columns = held.valid[features]
     test_y = test_t.label.numpy()
     scores = _score(outcome.model, test_t)
     model_metrics = metrics.classification_metrics(test_y, scores)
-    baseline = metrics.fit_baseline(train_t.numeric.numpy(), train_t.categorical.numpy(), prep.cardinalities,
-                                    train_t.label.numpy(), seed=seed)
     baseline_metrics = metrics.classification_metrics(
         test_y, metrics.baseline_scores(baseline, test_t.numeric.numpy(), test_t.categorical.numpy()))
 
@@ -245,10 +261,13 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     model_metrics.update({"samples_per_s": outcome.samples_per_s, "epochs": float(outcome.epochs_run),
                           "best_epoch": float(outcome.best_epoch), "val_loss": outcome.best_val_loss})
     rows = {"labels": int(table.num_rows), "train": len(train_t), "validation": len(valid_t), "test": len(test_t),
-            "quarantined_null_label": int(unlabelled), "not_arrived_by_cutoff": int(unknown_yet)}
+            "quarantined_null_label": int(unlabelled), "not_arrived_by_cutoff": int(unknown_yet),
+            "refused_by_request_contract": int(sum(refused.values()))}
+    lineage_rates = {k: round(v, 6) for k, v in label_rates.items()}
     lineage = {
         "labels_source": labels_key, "labels_sha256": labels_sha, "labels_origin": _origin(labels_source, config),
-        "rows": rows, "service": service, "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
+        "rows": rows, "positive_rate": lineage_rates, "service": service,
+        "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
         "pit": {"engine": engine or config.engine, "timestamp_column": timestamp_column,
                 "as_of_rule": "features use only events with event_ts < label time",
                 "offline_root": config.offline_root},
@@ -275,11 +294,30 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     if alias and status == "registered":
         current = models.aliases(name).get(alias)
         move = models.set_alias(name, alias, version.version, expected=current,
-                                reason=f"trained on [{start:%Y-%m-%d}, {end:%Y-%m-%d}), beat the baseline")
+                                reason=f"trained on [{start:%Y-%m-%d}, {end:%Y-%m-%d}), not worse than the baseline")
         say(f"alias {alias}: {current or '-'} → {version.version}")
     registry.close()
     return TrainingResult(version, model_metrics, baseline_metrics, status, outcome.device, outcome.samples_per_s,
                           rows, move, lines)
+
+
+def refuse_by_request_contracts(catalog: Catalog, service: str, table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
+    """Label rows without those whose request fields fail their request source's contract (the rows
+    `/predict` refuses), and how many each check refused (`<source>/<rule>:<column>`)."""
+    from quiver.compile.contracts import counts, violations
+    from quiver.serving.store import resolve
+
+    plan = resolve(catalog, service)
+    keep = np.ones(table.num_rows, dtype=bool)
+    refused: dict[str, int] = {}
+    for source, contract in plan.request_contracts:
+        present = [c for c in contract.columns if c in table.column_names]
+        if len(present) < len(contract.columns):
+            continue  # the training set will say which request column the labels lack
+        first = violations(table.select(present), contract, time.time_ns() // 1000)
+        refused.update({f"{source}/{reason}": n for reason, n in counts(first[keep], contract).items()})
+        keep &= first < 0
+    return (table if keep.all() else table.filter(pa.array(keep))), refused
 
 
 def check_training_alias(models: ModelRegistry, name: str, alias: str) -> None:

@@ -49,6 +49,7 @@ class ServingProject:
 
 def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, shadow: bool = True) -> ServingProject:
     """Definitions, events, online values in Redis, and champion (+ shadow) versions with real artifacts."""
+    from quiver.artifacts import ArtifactStore
     from quiver.config import load_config
     from quiver.registry import Registry
     from quiver.registry.models import ModelRegistry
@@ -69,9 +70,9 @@ def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, sh
     project = ServingProject(root, redis_url)
     write_online(project)
     registry = Registry(config.registry, project="p")
-    models = ModelRegistry(registry)
+    models = ModelRegistry(registry, ArtifactStore.from_config(config))  # artifacts under <root>/.quiver
     for seed in (1, 2) if shadow else (1,):
-        folder, sha = save_model(root / "models", seed)
+        folder, sha = save_model(root / ".quiver" / "models", seed)
         models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics=BEAT_BASELINE, window_start=now - timedelta(days=7),
                         cutoff=now, features=["f0", "f1", "category"], catalog_version=None, label_column="label",
                         lineage={}, reference_path=str(folder / "reference.parquet"))

@@ -319,7 +319,12 @@ def quality(source: Annotated[str, typer.Argument(help="catalog source the batch
         except QualityGateError as exc:
             console.print(f"[bold red]stopped[/]: {exc}")
             raise typer.Exit(1) from None
-        if result.success:
+        if result.success and result.n_bad_rows:
+            console.print(f"[green]passed[/] {batch} ({result.n_rows} rows, {result.elapsed_s:.2f} s): "
+                          f"{result.n_bad_rows} row(s) fail a check, within the share the source tolerates "
+                          f"({result.n_bad_rows / max(1, result.n_rows):.2%}); the backfill and the streaming job "
+                          f"quarantine them", highlight=False, soft_wrap=True)
+        elif result.success:
             console.print(f"[green]passed[/] {batch} ({result.n_rows} rows, {result.elapsed_s:.2f} s)")
         else:
             failures += 1

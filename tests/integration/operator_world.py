@@ -139,7 +139,7 @@ def build_world(root: Path, redis_url: str) -> World:
     models.set_alias(MODEL, "champion", v1, expected=None, reason="first champion, trained on the first week")
     _register(models, models_dir, seed=2, beats_baseline=False, auc=0.61)
     v3 = _register(models, models_dir, seed=1, auc=0.73)  # the same weights as :1: exactly as good
-    models.set_alias(MODEL, "challenger", v3, expected=None, reason="beat its baseline; no worse than the champion")
+    models.set_alias(MODEL, "challenger", v3, expected=None, reason="not worse than its baseline nor than the champion")
     models.set_alias(MODEL, "shadow", v3, expected=None, reason=f"shadow {MODEL}:{v3}")
     truth = models.load(MODEL, v1).predict(frame)
     decisions: dict[str, int] = {}

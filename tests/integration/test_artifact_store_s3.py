@@ -92,9 +92,9 @@ def test_another_machine_loads_the_model_reference_and_labels(machines: tuple[Co
     np.testing.assert_allclose(scorer.predict(reference.to_pandas()), reference["score"].to_numpy(), rtol=0,
                                atol=1e-6)
     assert str(scorer.path).startswith(str(reader.root / ".quiver" / "cache"))  # downloaded, then verified
-    # The retrain gate's view: the validation split rebuilt from the label snapshot (no trainer file read).
+    # The retrain gate's view: the test window rebuilt from the label snapshot (no trainer file read).
     frame, labels = validation_rows(project, version)
-    assert len(labels) == version.lineage["rows"]["validation"] == reference.num_rows
+    assert len(labels) == version.lineage["rows"]["test"] == reference.num_rows  # the test window: the gate's rows
     np.testing.assert_allclose(scorer.predict(frame), reference["score"].to_numpy(), rtol=0, atol=1e-6)
 
 

@@ -66,7 +66,7 @@ def test_an_arm_that_failed_to_load_once_is_swapped_in_as_soon_as_it_loads(proje
     v2 = register(project.models, project.root, seed=2)
     project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
     start_canary(project.config, MODEL, v2, settings=JudgeSettings(steps=(0.99, 1.0)))
-    artifact = Path(project.models.get(MODEL, v2).artifact_path)
+    artifact = project.models.artifacts.local_dir(project.models.get(MODEL, v2).artifact_path)
     hidden = artifact.with_name(artifact.name + ".away")
     artifact.rename(hidden)  # the artifact store is briefly unreadable
     service = project.service(retry_base_s=0.05)
@@ -288,7 +288,8 @@ def test_a_champion_that_cannot_load_keeps_the_old_one_serving_and_a_fresh_serve
     alerts = AlertManager(project.registry, [LogSink()])
     running = project.service(alerts=alerts)
     project.models.set_alias(MODEL, "champion", v2, expected=v1, reason="promoted")
-    (Path(project.models.get(MODEL, v2).artifact_path) / "weights.pt").write_bytes(b"corrupt")
+    (project.models.artifacts.local_dir(project.models.get(MODEL, v2).artifact_path) / "weights.pt").write_bytes(
+        b"corrupt")
     assert not running.refresh()  # the new champion does not load: the old one keeps serving
     assert running.arms.champion.version == v1
     assert alerts.open_alerts("champion_load_failed")

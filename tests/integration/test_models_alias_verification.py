@@ -18,7 +18,7 @@ __all__ = ["project"]
 
 
 def artifact(project: Project, version: int) -> Path:
-    return Path(project.models.get(MODEL, version).artifact_path)
+    return project.models.artifacts.local_dir(project.models.get(MODEL, version).artifact_path)
 
 
 def test_a_corrupt_artifact_never_becomes_champion(project: Project) -> None:

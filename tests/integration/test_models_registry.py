@@ -102,15 +102,15 @@ def test_the_registry_derives_the_status_and_a_rejected_artifact_needs_a_recorde
     models = ModelRegistry(Registry(registry_url, project="m"))
     sha = "cd" * 32
     lost = register(models, status="rejected", sha256=sha)
-    assert lost.status == "rejected"  # its metrics did not beat the baseline: the registry says so
-    no_evidence = models.register("fraud", artifact_path="/models/y", sha256="ef" * 32, metrics={},
+    assert lost.status == "rejected"  # its metrics are worse than the baseline's: the registry says so
+    no_evidence = models.register("fraud", artifact_path="models/y", sha256="ef" * 32, metrics={},
                                   window_start=START, cutoff=CUTOFF, features=["f"], catalog_version=None,
                                   label_column="is_fraud", lineage={}, reference_path="")
     assert no_evidence.status == "rejected"
     # The same artifact again, as a "new" serving version: refused without a recorded override.
     with pytest.raises(QuiverError, match=r"rejected as fraud:1.*override"):
         register(models, sha256=sha)
-    forced = models.register("fraud", artifact_path="/models/x", sha256=sha, metrics=lost.metrics, window_start=START,
+    forced = models.register("fraud", artifact_path="models/x", sha256=sha, metrics=lost.metrics, window_start=START,
                              cutoff=CUTOFF, features=["f"], catalog_version=None, label_column="is_fraud",
                              lineage={"note": "kept"}, reference_path="", override="incident #42: approved by risk",
                              created_by="operator")

@@ -47,16 +47,17 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_training_beats_the_baseline_and_registers_a_champion(project: Path) -> None:
+def test_training_is_not_worse_than_the_baseline_and_registers_a_champion(project: Path) -> None:
     out = (project / "train.out").read_text()
     assert "training on cpu (fp32)" in out and "samples/s" in out
     assert "fraud_model:1 registered" in out and "alias champion: - → 1" in out
     models = ModelRegistry(Registry(load_config(project).registry, project="fraud"))
     version = models.get("fraud_model", 1)
     assert version.status == "registered" and models.aliases("fraud_model") == {"champion": 1}
-    # The registry's rule (derive_status): better log loss than the baseline, ranking not materially worse.
-    assert version.metrics["log_loss"] < version.metrics["baseline"]["log_loss"]
-    assert version.metrics["roc_auc"] > version.metrics["baseline"]["roc_auc"] - 0.005 > 0.6
+    # The registry's rule (derive_status): log loss and ranking not worse than the baseline's beyond noise.
+    assert version.metrics["log_loss"] <= version.metrics["baseline"]["log_loss"] * 1.01
+    assert version.metrics["roc_auc"] >= version.metrics["baseline"]["roc_auc"] - 0.005 > 0.6
+    assert version.lineage["positive_rate"]["train"] > 0  # the split's label rates are recorded
     for key in ("pr_auc", "log_loss", "brier", "ece", "latency_ms_batch_1", "latency_ms_batch_1000"):
         assert np.isfinite(version.metrics[key]) and np.isfinite(version.metrics["baseline"].get(key, 0.0))
     assert version.catalog_version == 1 and version.label_column == "is_fraud"
@@ -145,13 +146,14 @@ def test_models_commands(project: Path) -> None:
         assert no_gpu.returncode == 2 and "no CUDA device" in no_gpu.stderr
 
 
-def test_a_model_that_does_not_beat_the_baseline_is_rejected_and_gets_no_alias(project: Path) -> None:
+def test_a_model_worse_than_the_baseline_is_rejected_and_gets_no_alias(project: Path) -> None:
     from quiver.models.train import TrainConfig
     from quiver.pipelines.training import run_training
 
     config = load_config(project)
-    # A learning rate of ~0 leaves the network at its random initialisation: no better than chance.
-    untrained = replace(TrainConfig(), epochs=1, learning_rate=1e-12)
+    # A learning rate of ~0 leaves the network at its random initialisation: no better than chance. (Without
+    # the wide path, which would start it as the baseline itself.)
+    untrained = replace(TrainConfig(), epochs=1, learning_rate=1e-12, wide=False)
     result = run_training(config, "fraud_model", "10d", "2026-11-11", device="cpu", model_name="weak",
                           train_config=untrained, alias="champion", log=lambda _: None)
     assert result.status == "rejected" and result.alias_move is None

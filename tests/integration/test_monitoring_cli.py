@@ -1,5 +1,5 @@
 """`quiver drift / drift-history / quality / alerts` as real subprocesses, on the example catalog and the
-synthetic demo data (drift injected from day 2, 1% malformed rows)."""
+synthetic demo data (drift injected from day 2, 3% malformed rows: above the contract's 1 %)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "quiver.yaml", root / "quiver.yaml")
     generate(root / "data", days=4, seed=3, users=500, transactions_per_day=6_000, drift_from_day=2,
-             malformed_fraction=0.01)
+             malformed_fraction=0.03)
     (root / "feature_defs" / "expectations").mkdir(exist_ok=True)
     (root / "feature_defs" / "expectations" / "transactions.json").write_text(json.dumps({"expectations": [
         {"type": "expect_column_values_to_be_between", "kwargs": {"column": "amount", "min_value": 0}},
@@ -88,12 +88,13 @@ def test_quality_command_quarantines_malformed_batches(project: Path) -> None:
     assert not (target / "batch").exists() and pq.read_table(batch).num_rows == rows
     summary = json.loads((target / "validation.json").read_text())
     failed = {(f["type"], f["column"]) for f in summary["failed"]}
-    assert ("expect_column_values_to_not_be_null", "user_id") in failed
-    assert ("expect_column_values_to_be_between", "amount") in failed
+    assert ("expect_column_values_to_be_in_set", "__refused") in failed  # the contract: > 1 % of rows refused
+    assert ("expect_column_values_to_be_between", "amount") in failed  # the user's own suite, strict
     assert ("expect_column_values_to_be_in_set", "category") in failed
-    assert ("expect_column_values_to_be_between", "event_ts") in failed  # from the future
     bad = pq.read_table(target / "bad_rows.parquet")
     assert bad.num_rows == summary["n_bad_rows"] > 0
+    reasons = set(bad.column("contract_reason").to_pylist()) - {None}
+    assert reasons == {"not_null:user_id", "finite:amount", "min:amount", "one_of:category", "future:event_ts"}
     listed = done(quiver("alerts", "list", "--kind", "quality", cwd=project))
     assert "transactions" in listed
     alert_id = listed.split("│")[1].strip() if "│" in listed else None

@@ -2,9 +2,10 @@
 train → serve → shadow → canary → decisions → console), and its Python example.
 
 The commands run in order, as a new user would after `make demo`, in a copy of the demo project (the
-example catalog, quiver.yaml, monitoring.yaml, and the venvs linked in) holding small demo data over the
-demo's dates (17 days, 2026-11-01 … 2026-11-17, drift injected from 2026-11-09). A command that the README says "exits 1" must
-exit 1; every other must exit 0. The excerpt of `feature_defs/user_features.py` must match the real file,
+example catalog, quiver.yaml, monitoring.yaml, and the venvs linked in) holding smaller demo data over the
+first 17 of the demo's days (2026-11-01 … 2026-11-17, drift injected from 2026-11-09: every date the tour
+uses). A command that the README says "exits 1" must exit 1; every other must exit 0 (its curl calls fail
+on an HTTP error). The excerpt of `feature_defs/user_features.py` must match the real file,
 and the error line the README shows must be the one the CLI prints for that typo.
 """
 
@@ -94,7 +95,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for venv in (".venv", ".venv-stream"):
         assert (REPO / venv / "bin" / "python").exists(), f"{venv} is missing: run `make setup`"
         (root / venv).symlink_to(REPO / venv)
-    generate(root / "data", days=17, users=300, transactions_per_day=2_000, drift_from_day=8, late_fraction=0.01,
+    generate(root / "data", days=17, users=2_000, transactions_per_day=8_000, drift_from_day=8, late_fraction=0.01,
              malformed_fraction=0.001)
     yield root
     from quiver.config import load_config
@@ -139,7 +140,8 @@ assert _values.notna().mean() > 0.8, _values
 assert online["credit_limit"].notna().all() and online["risk_score"].notna().all()
 # Feast habits on the same store: entity_df= and .to_df()
 pd.testing.assert_frame_equal(store.get_historical_features(entity_df=labels, features="fraud_model"), train)
-_again = store.get_online_features("fraud_model", [{"user_id": 7, "merchant_id": 3}], at="2026-11-18T00:00:00Z")
+_again = store.get_online_features("fraud_model", [{"user_id": 7, "merchant_id": 3}], at="2026-11-18T00:00:00Z",
+                                   request={"amount": [42.0], "is_online": [True]})
 assert _again.to_df().equals(_again.to_pandas())
 print("README-PYTHON-OK")
 """

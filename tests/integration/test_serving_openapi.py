@@ -83,6 +83,7 @@ def prediction_url(tmp_path_factory: pytest.TempPathFactory, redis_server) -> It
     import pandas as pd
     import pyarrow as pa
 
+    from quiver.artifacts import ArtifactStore
     from quiver.offline.layout import last_values_schema
     from quiver.online.redis_store import RedisOnlineStore
     from quiver.registry import Registry
@@ -103,8 +104,8 @@ def prediction_url(tmp_path_factory: pytest.TempPathFactory, redis_server) -> It
     online.write_last_values(cat.views["stats"], pa.Table.from_pandas(frame, preserve_index=False)
                              .select(schema.names).cast(schema))
     registry = Registry(config.registry, project="fz")
-    models = ModelRegistry(registry)
-    v1 = register(models, tmp / "models", seed=1)
+    models = ModelRegistry(registry, ArtifactStore.from_config(config))
+    v1 = register(models, tmp / ".quiver" / "models", seed=1)
     models.set_alias(MODEL, "champion", v1, expected=None, reason="fuzz")
     from quiver.serving.prediction import PredictionService
 

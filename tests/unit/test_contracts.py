@@ -234,3 +234,16 @@ def test_the_gate_fails_exactly_above_the_contracts_share(refused: int, passes: 
                 for r in validation["results"] if r["expectation_config"]["meta"].get("origin") == "contract"}
     assert by_check == {"any": refused, "min:amount": refused // 2, "one_of:cat": refused - refused // 2,
                         "finite:amount": 0}
+
+
+def test_the_gate_tells_a_null_from_nan_when_it_has_the_batch_as_arrow() -> None:
+    """pandas holds both as NaN; the gate reads the rules off the Arrow batch, as the backfill does."""
+    from quiver.monitoring.quality import contract_columns, read_batch
+
+    contract = ContractSpec((CheckSpec("amount", "float64", "not_null"), CheckSpec("amount", "float64", "finite")))
+    table = pa.table({"amount": pa.array([1.0, None, math.nan], pa.float64())})
+    frame = read_batch(table)
+    assert contract_columns(frame, contract, table=table)["contract_reason"].tolist() == [
+        None, "not_null:amount", "finite:amount"]
+    # From a DataFrame alone both are NaN, and NaN is what a float NaN is.
+    assert contract_columns(frame, contract)["contract_reason"].tolist() == [None, "finite:amount", "finite:amount"]

@@ -113,3 +113,31 @@ def test_devices() -> None:
 
 def test_embedding_sizes_grow_slowly() -> None:
     assert embedding_dim(3) == 3 and embedding_dim(10_000) == 16 and embedding_dim(1) == 2
+
+
+def test_a_wide_net_started_from_the_baseline_is_that_baseline_and_never_ends_worse_on_validation() -> None:
+    from quiver.models import metrics
+
+    tr, va, net = synthetic()
+    wide = replace(net, wide=True)
+    baseline = metrics.fit_baseline(tr.numeric.numpy(), tr.categorical.numpy(), wide.cardinalities,
+                                    tr.label.numpy(), seed=0)
+    start = metrics.baseline_weights(baseline, tr.numeric.shape[1])
+    model = TabularNet(wide)
+    model.start_from_linear(*start)
+    with torch.no_grad():
+        ours = torch.sigmoid(model.eval()(va.numeric, va.categorical)).numpy()
+    theirs = metrics.baseline_scores(baseline, va.numeric.numpy(), va.categorical.numpy())
+    assert np.allclose(ours, theirs, atol=1e-5)  # the same function before any training
+    lines: list[str] = []
+    outcome = train(tr, va, wide, replace(SMALL, epochs=6, wide=True), device="cpu", log=lines.append,
+                    linear_start=start)
+    start_loss = float(next(line for line in lines if line.startswith("start:")).rsplit(" ", 1)[1])
+    assert outcome.best_val_loss <= start_loss
+    assert outcome.best_epoch >= -1
+
+
+def test_start_from_linear_needs_a_wide_network() -> None:
+    _, _, net = synthetic()
+    with pytest.raises(ValueError, match="wide=True"):
+        TabularNet(net).start_from_linear(torch.zeros(8), [torch.zeros(c) for c in net.cardinalities], 0.0)

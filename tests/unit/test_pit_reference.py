@@ -283,6 +283,10 @@ def reference_features(world: World, features: list[str], full_names: bool = Fal
         out["event_ts"].astype("int64").tolist()
     for ref in features:
         view_name, _, feature = ref.partition(":")
+        if view_name in world.catalog.on_demand:
+            column = f"{view_name}__{feature}" if full_names else feature
+            out[column] = _on_demand_feature(world, world.catalog.on_demand[view_name], feature)
+            continue
         view = world.catalog.views[view_name]
         rows = _valid_rows(world, view)
         by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -295,6 +299,22 @@ def reference_features(world: World, features: list[str], full_names: bool = Fal
             values.append(_one_feature(view, feature, by_key.get(key, []), t))
         out[column] = values
     return out
+
+
+def _on_demand_feature(world: World, spec: Any, feature: str) -> list[Any]:
+    """One on-demand output per label row, one row at a time: its stored inputs by brute force as of the
+    label's time, its request fields from the label row, `request_ts` the label's time."""
+    inputs = reference_features(world, [f"{v}:{f}" for v, f in spec.inputs])
+    values = []
+    for i in range(len(world.labels)):
+        row = {name: [world.labels[name].iloc[i]] for name, _ in spec.request_fields}
+        row |= {f: [inputs[f].iloc[i]] for _, f in spec.inputs}
+        row["request_ts"] = [pd.Timestamp(world.labels["event_ts"].iloc[i])]
+        frame = pd.DataFrame(row)
+        frame["request_ts"] = pd.to_datetime(frame["request_ts"], utc=True)
+        result = spec.udf(frame)[feature].iloc[0]
+        values.append(None if pd.isna(result) else result)
+    return values
 
 
 def _one_feature(view: ViewSpec, feature: str, events: list[dict[str, Any]], t: int) -> Any:

@@ -1,7 +1,8 @@
-"""Validation metrics of a binary classifier, and the logistic-regression baseline it must beat."""
+"""Validation metrics of a binary classifier, and the logistic-regression baseline it must not fall behind."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -82,6 +83,14 @@ def fit_baseline(numeric: np.ndarray, categorical: np.ndarray, cardinalities: Se
     model.fit(_baseline_design(numeric, categorical, cardinalities), labels)
     model.cardinalities_ = tuple(cardinalities)
     return model
+
+
+def baseline_weights(model: Any, n_numeric_columns: int) -> tuple[np.ndarray, list[np.ndarray], float]:
+    """A fitted baseline's weights in the network's wide form: (per numeric input column, per category value
+    of each categorical feature, intercept)."""
+    coef = np.asarray(model.coef_[0], dtype=np.float64)
+    edges = np.cumsum([n_numeric_columns, *model.cardinalities_])
+    return coef[:n_numeric_columns], [coef[a:b] for a, b in itertools.pairwise(edges)], float(model.intercept_[0])
 
 
 def baseline_scores(model: Any, numeric: np.ndarray, categorical: np.ndarray) -> np.ndarray:

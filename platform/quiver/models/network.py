@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ class NetworkConfig:
     hidden: tuple[int, ...] = (64, 32)
     dropout: float = 0.1
     embedding_dims: tuple[int, ...] = field(default=())
+    wide: bool = False  # a logistic-regression path beside the MLP (wide & deep); see TabularNet
 
     def __post_init__(self) -> None:
         if not self.embedding_dims:
@@ -37,7 +38,7 @@ class NetworkConfig:
     def from_dict(cls, data: dict[str, Any]) -> NetworkConfig:
         return cls(n_numeric=int(data["n_numeric"]), cardinalities=tuple(data["cardinalities"]),
                    hidden=tuple(data["hidden"]), dropout=float(data["dropout"]),
-                   embedding_dims=tuple(data["embedding_dims"]))
+                   embedding_dims=tuple(data["embedding_dims"]), wide=bool(data.get("wide", False)))
 
 
 class TabularNet(nn.Module):
@@ -55,8 +56,32 @@ class TabularNet(nn.Module):
             width = size
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, 1)
+        # Wide & deep: a logistic regression's own form (a weight per numeric input, one per category value)
+        # beside the MLP. It starts from the fitted baseline (`start_from_linear`), so the MLP only learns
+        # what the linear model misses, and on a small window the net does not fall behind its baseline.
+        self.wide_numeric = nn.Linear(2 * config.n_numeric, 1) if config.wide else None
+        self.wide_categorical = nn.ModuleList(nn.Embedding(c, 1) for c in config.cardinalities) \
+            if config.wide else None
+
+    def start_from_linear(self, numeric: Any, categorical: Sequence[Any], intercept: float) -> None:
+        """Set the wide path to a fitted logistic regression (weights per numeric input column and per
+        category value, and its intercept; arrays or tensors) and silence the MLP's output, so the net starts
+        as that model."""
+        if self.wide_numeric is None or self.wide_categorical is None:
+            raise ValueError("start_from_linear needs a network built with wide=True")
+        with torch.no_grad():
+            self.wide_numeric.weight.copy_(torch.as_tensor(numeric, dtype=torch.float32).reshape(1, -1))
+            self.wide_numeric.bias.fill_(intercept)
+            for emb, weights in zip(self.wide_categorical, categorical, strict=True):
+                cast(nn.Embedding, emb).weight.copy_(torch.as_tensor(weights, dtype=torch.float32).reshape(-1, 1))
+            self.head.weight.zero_()
+            self.head.bias.zero_()
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         parts: Sequence[torch.Tensor] = [numeric, *(emb(categorical[:, i]) for i, emb in enumerate(self.embeddings))]
-        logits: torch.Tensor = self.head(self.body(torch.cat(list(parts), dim=1))).squeeze(1)
-        return logits
+        logits: torch.Tensor = self.head(self.body(torch.cat(list(parts), dim=1)))
+        if self.wide_numeric is not None and self.wide_categorical is not None:
+            logits = logits + self.wide_numeric(numeric)
+            for i, emb in enumerate(self.wide_categorical):
+                logits = logits + emb(categorical[:, i])
+        return logits.squeeze(1)

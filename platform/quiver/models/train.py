@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ class TrainConfig:
     # features, 1.7 % positives) wider nets overfit within two epochs and lose to the logistic baseline.
     hidden: tuple[int, ...] = (32,)
     dropout: float = 0.3
+    wide: bool = True  # the network's linear path (NetworkConfig.wide)
     seed: int = 0
     # torch CPU threads. 1 by measurement: this small MLP's batches gain nothing from more threads and ran
     # 5-8x slower with 2 on a busy 2-core machine (threads spin-wait for each other). None: torch's default.
@@ -106,9 +107,13 @@ def lr_at(step: int, total_steps: int, cfg: TrainConfig) -> float:
 
 
 def train(train_set: Tensors, valid_set: Tensors, network: NetworkConfig, cfg: TrainConfig, *,
-          device: str = "auto", checkpoint_dir: str | Path | None = None,
-          log: Callable[[str], None] = print) -> TrainOutcome:
-    """Train a TabularNet; resume from `checkpoint_dir` when it holds a checkpoint of this same run."""
+          device: str = "auto", checkpoint_dir: str | Path | None = None, log: Callable[[str], None] = print,
+          linear_start: tuple[Any, Sequence[Any], float] | None = None) -> TrainOutcome:
+    """Train a TabularNet; resume from `checkpoint_dir` when it holds a checkpoint of this same run.
+
+    `linear_start` (numeric weights, per-categorical weights, intercept — `metrics.baseline_weights`) starts
+    a wide network as that logistic regression; the start is then the first candidate for the best epoch
+    (epoch -1), so the result is never worse on validation than the model it started from."""
     # ----- setup -----
     dev = pick_device(device)
     amp_dtype, use_scaler = precision_for(dev)
@@ -117,7 +122,10 @@ def train(train_set: Tensors, valid_set: Tensors, network: NetworkConfig, cfg: T
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    model = TabularNet(network).to(dev)
+    model = TabularNet(network)
+    if linear_start is not None:
+        model.start_from_linear(*linear_start)
+    model = model.to(dev)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
     loss_fn = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(cfg.pos_weight, device=dev))
@@ -150,6 +158,10 @@ def train(train_set: Tensors, valid_set: Tensors, network: NetworkConfig, cfg: T
             log(f"resumed from {ckpt_path} after epoch {start_epoch}")
         else:
             log(f"ignoring {ckpt_path}: it belongs to another run (data, network or config differ)")
+    if start_epoch == 0 and linear_start is not None:
+        best_val = evaluate_loss(model, valid_set, dev, amp_dtype)
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        log(f"start: the baseline's weights, val loss {best_val:.5f}")
     resumed_from = start_epoch
 
     # ----- the loop -----

@@ -162,7 +162,7 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
     versus = (f"ROC-AUC {auc:.4f} vs baseline {baseline:.4f}" if isinstance(auc, float) and isinstance(baseline, float)
               else "")
     if version.status == "rejected":
-        return f"rejected by the offline gate: it did not beat its logistic baseline ({versus or 'no metrics'})"
+        return f"rejected by the offline gate: it was worse than its logistic baseline ({versus or 'no metrics'})"
     if version.status == "archived":
         return "archived: it can get no alias"
     held = sorted(a for a, v in aliases.items() if v == version.version)
@@ -170,7 +170,7 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
         gone = [m for m in history if m.from_version == version.version and m.to_version != version.version]
         tail = f"; last held {gone[-1].alias} until {gone[-1].moved_at:%Y-%m-%d %H:%M} ({gone[-1].reason})" \
             if gone else ""
-        return f"registered ({versus or 'beat its baseline'}), holds no alias{tail}"
+        return f"registered ({versus or 'not worse than its baseline'}), holds no alias{tail}"
     parts = []
     for alias in held:
         moves = [m for m in history if m.alias == alias and m.to_version == version.version]
@@ -183,4 +183,4 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
         if cause is not None:
             why += f" [decision #{cause.id}, {KIND_LABELS.get(cause.kind, cause.kind)} → {cause.outcome}]"
         parts.append(why)
-    return f"registered ({versus or 'beat its baseline'}); " + "; ".join(parts)
+    return f"registered ({versus or 'not worse than its baseline'}); " + "; ".join(parts)

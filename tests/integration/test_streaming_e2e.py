@@ -493,3 +493,18 @@ def test_late_events_reach_the_offline_store_then_redis(streamed: Streamed) -> N
     assert [r for r in got if r[1] >= lo] == want
     late_ts = s.data.late.column("ts").cast(pa.int64()).to_pylist()
     assert any(t >= lo for t in late_ts), "the test needs late events inside the window read online"
+
+
+def test_a_job_flink_refuses_fails_with_its_reason_not_a_trace(tmp_path: Path, redis_for_module: RedisServer) -> None:
+    # The reason of a Java error is at the head of a 200-line trace, which a terminal or a CI log cuts off:
+    # the runner says the cause chain in one line and keeps the trace in a file.
+    config = write_project(tmp_path, redis_for_module.url, random_stream(seed=3, n=500, n_late=2))
+    result = run_stream(config, "--bounded", "--table-set", "table.exec.sink.not-null-enforcer=BOGUS", timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "\tat org.apache" not in result.stderr, result.stderr[-3000:]
+    assert "the Flink job could not run: java.lang.IllegalArgumentException: Could not parse value 'BOGUS' for key " \
+           "'table.exec.sink.not-null-enforcer'" in result.stderr, result.stderr[-3000:]
+    paths = StreamPaths.at(tmp_path / ".quiver" / "stream")
+    assert "\tat org.apache.flink" in paths.error_file.read_text()
+    status = json.loads(paths.status_file.read_text())
+    assert status["state"] == "failed" and "Could not parse value 'BOGUS'" in status["error"], status

@@ -93,3 +93,21 @@ def test_the_local_session_cluster_binds_loopback(tmp_path: Path) -> None:
     assert conf["taskmanager.numberOfTaskSlots"] == "3" and conf["heartbeat.timeout"] == "8000"
     with pytest.raises(QuiverError, match="at least one TaskManager"):
         SessionCluster(tmp_path / "x", taskmanagers=0, home=home)
+
+
+def test_a_java_error_is_summarised_by_its_cause_chain() -> None:
+    from quiver.streaming.job import is_java_error, java_error_summary
+
+    class Py4JJavaError(Exception):  # py4j's, as PyFlink raises it
+        pass
+
+    trace = ("An error occurred while calling o84.execute.\n"
+             ": org.apache.flink.table.api.TableException: Cannot generate a valid execution plan\n"
+             "\tat org.apache.flink.table.planner.Foo.bar(Foo.scala:64)\n\tat java.base/java.lang.Thread.run(Thread.java:840)\n"
+             "Caused by: java.lang.OutOfMemoryError: Metaspace\n\tat q.r(R.java:1)\n\t... 25 more\n"
+             "Caused by: java.lang.OutOfMemoryError: Metaspace\n\t... 3 more\n")
+    assert is_java_error(Py4JJavaError(trace)) and not is_java_error(ValueError("x"))
+    assert java_error_summary(Py4JJavaError(trace)) == (
+        "org.apache.flink.table.api.TableException: Cannot generate a valid execution plan"
+        " <- java.lang.OutOfMemoryError: Metaspace")
+    assert java_error_summary(Py4JJavaError("no trace at all")) == "Py4JJavaError: no trace at all"

@@ -128,6 +128,22 @@ def target_settings(jobmanager: str) -> dict[str, str]:
     return {"execution.target": "remote", "rest.address": host, "rest.port": port}
 
 
+def is_java_error(exc: BaseException) -> bool:
+    """True for an error Flink's JVM raised (PyFlink wraps it in py4j's Py4JJavaError)."""
+    return type(exc).__name__ == "Py4JJavaError" or hasattr(exc, "java_exception")
+
+
+def java_error_summary(exc: BaseException, limit: int = 6) -> str:
+    """The cause chain of a Java error on one line: each exception's first line, outermost first, without the
+    stack frames (a terminal or a CI log shows the end of a long trace, and the reason is at its head)."""
+    causes: list[str] = []
+    for line in str(exc).splitlines():
+        for head in (": ", "Caused by: "):  # py4j puts the outermost exception after ": "
+            if line.startswith(head) and line[len(head):].strip() not in causes:
+                causes.append(line[len(head):].strip()[:300])
+    return " <- ".join(causes[:limit]) or f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 class RunningJob:
     """A submitted job: its id, status, wait and cancel (wraps PyFlink's TableResult)."""
 

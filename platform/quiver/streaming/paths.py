@@ -49,6 +49,11 @@ class StreamPaths:
         return self.root / "status.json"
 
     @property
+    def error_file(self) -> Path:
+        """The whole Java trace of the last run that Flink refused."""
+        return self.root / "last-error.txt"
+
+    @property
     def metrics_file(self) -> Path:
         return self.root / "metrics.prom"
 

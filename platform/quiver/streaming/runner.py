@@ -42,6 +42,8 @@ from quiver.streaming.job import (
     JobOptions,
     RunningJob,
     clear_checkpoints,
+    is_java_error,
+    java_error_summary,
     latest_checkpoint,
     record_job,
     restore_point,
@@ -193,8 +195,13 @@ class StreamRunner:
                 code = 1
         except Exception as exc:
             code = 1
-            self._status["error"] = f"{type(exc).__name__}: {exc}"
-            raise
+            if not is_java_error(exc):
+                self._status["error"] = f"{type(exc).__name__}: {exc}"
+                raise
+            # Flink's own error (planner, submission): its cause chain here, the whole Java trace in a file.
+            self.paths.error_file.write_text(str(exc))
+            self._status["error"] = java_error_summary(exc)
+            log.error("the Flink job could not run: %s (full trace: %s)", self._status["error"], self.paths.error_file)
         finally:
             self._stop.set()
             for t in threads:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from quiver.serving.predict_server import create_app
+from quiver.serving.predict_server import INLINE_ROWS, create_app
 from tests.integration.test_prediction_service import MODEL, Project, Server, project, register
 
 pytestmark = pytest.mark.integration
@@ -47,6 +47,24 @@ def test_scores_over_http(served: tuple[httpx.Client, Project, int]) -> None:
     assert post(client, body, key="wrong").status_code == 401
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["champion"] == f"{MODEL}:{v1}"
+
+
+def test_requests_scored_on_the_loop_and_on_a_worker_thread_answer_alike(
+        served: tuple[httpx.Client, Project, int]) -> None:
+    client, project, v1 = served
+    users = [i % 7 for i in range(INLINE_ROWS + 40)]  # one request over the inline limit, then small ones
+    big = post(client, {"rows": [{"request_id": f"b{i}", "entities": {"user_id": u}} for i, u in enumerate(users)]})
+    assert big.status_code == 200, big.text
+    small = []
+    for start in range(0, len(users), 10):
+        r = post(client, {"rows": [{"request_id": f"s{i}", "entities": {"user_id": users[i]}}
+                                   for i in range(start, min(start + 10, len(users)))]})
+        assert r.status_code == 200, r.text
+        small += r.json()["predictions"]
+    want = project.scores(v1, users)
+    np.testing.assert_allclose([p["score"] for p in big.json()["predictions"]], want, atol=1e-12)
+    np.testing.assert_allclose([p["score"] for p in small], want, atol=1e-12)
+    assert [p["request_id"] for p in small] == [f"s{i}" for i in range(len(users))]
 
 
 @pytest.mark.parametrize(("body", "status"), [

@@ -109,10 +109,10 @@ def missing_inputs(model: Model, statuses: Mapping[str, np.ndarray], n: int) -> 
     names = [f for f in model.features if f in statuses]
     if not names:
         return np.zeros(n, dtype=np.int64), names
-    missing = np.zeros(n, dtype=np.int64)
-    for name in names:
-        missing += statuses[name] != FieldStatus.PRESENT
-    return missing, names
+    # One comparison over a (features × rows) array, against a plain int: comparing an array with the enum
+    # member makes numpy probe the enum's attributes each time (~2 µs per feature).
+    codes = np.stack([statuses[name] for name in names])
+    return np.count_nonzero(codes != int(FieldStatus.PRESENT), axis=0).astype(np.int64), names
 
 
 def over_policy(model: Model, missing: np.ndarray) -> tuple[str, np.ndarray]:

@@ -3,15 +3,18 @@
 Conventions of the feature server (`quiver.serving.server`): `X-API-Key` when a key is configured (401
 otherwise), strict JSON and pydantic bodies (422 naming the field, see `quiver.serving.edge`), bad entity keys
 or unknown features 400, bodies over the limit 413, more than `ServerLimits.per_client_concurrency` requests
-of one client in flight 429, the online store down or stalled 503 with Retry-After at once. Scoring (the
-Redis round trip, torch) is blocking work: it runs on the store gate's worker threads (`runtime.StoreGate`,
-the feature server's), never on the event loop, so /health and /metrics answer from the gate's own probe
-while Redis stalls; the shadow arm runs on the service's own worker after the response. Error bodies and
+of one client in flight 429, the online store down or stalled 503 with Retry-After at once. Only the Redis
+round trip leaves the event loop, under the store gate (`runtime.StoreGate`, the feature server's: the
+asyncio client, or a worker thread for rediss://), so /health and /metrics answer from the gate's own probe
+while Redis stalls; requests of up to INLINE_ROWS rows are scored on the loop (no thread hop), bigger ones
+on a worker thread; the shadow arm runs on the service's own worker after the response. Error bodies and
 /health never name hosts, socket paths or exception types (those go to the server log).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -45,6 +48,7 @@ from quiver.serving.server import MAX_BODY_BYTES, BodyLimit, Observe
 
 log = logging.getLogger(__name__)
 MAX_ROWS = 1_000  # rows per request: a bigger batch is several requests (fairness: see docs/prediction.md)
+INLINE_ROWS = 128  # requests up to this many rows are scored on the event loop (see `score` in create_app)
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 FieldName = Annotated[str, Field(pattern=IDENT)]
@@ -139,6 +143,27 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
         if key and not (given and hmac.compare_digest(given.encode(), key.encode())):
             raise HTTPException(401, "missing or wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
 
+    fetch_async = getattr(service.store.online, "fetch_async", None)
+    if str(getattr(service.store.online, "url", "")).startswith("rediss://"):
+        fetch_async = None  # the asyncio client speaks no TLS: rediss:// reads go through the worker threads
+
+    async def score(rows: list[dict[str, Any]], explain_missing: bool) -> list[Any]:
+        # Only the store round trip leaves the loop (the asyncio client, else a worker thread). A small
+        # request is scored on the loop too: the model's few hundred µs cost less there than a thread hop
+        # and a fight with the loop for the GIL. Big requests, and micro-batching (which waits for other
+        # calls), score on a worker thread so the loop keeps answering.
+        call = service.begin(rows)
+        if call.read.pending is None:
+            fetched = None
+        elif fetch_async is not None:
+            fetched = await gate.call_async(fetch_async, call.read.pending)
+        else:
+            fetched = await gate.call(service.store.online.fetch, call.read.pending)
+        if len(rows) <= INLINE_ROWS and not service.micro_batch:
+            return service.finish(call, fetched, explain_missing=explain_missing)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(service.finish, call, fetched, explain_missing=explain_missing))
+
     @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
               responses={400: {"description": "bad entity keys, duplicate request ids"},
                          **COMMON_RESPONSES})
@@ -153,7 +178,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             gate.refuse_if_down()
             await slots.acquire(client_key(request.scope, client_header), len(rows))
             try:
-                predictions = await gate.call(service.predict, rows, explain_missing=body.explain_missing)
+                predictions = await score(rows, body.explain_missing)
             finally:
                 slots.release()
         except Busy as exc:

@@ -67,10 +67,25 @@ if TYPE_CHECKING:
     from quiver.config import Config
     from quiver.monitoring.serving_log import ServingLogger
     from quiver.registry.models import ModelRegistry, ModelVersion
-    from quiver.serving.store import FeatureStore
+    from quiver.serving.result import OnlineResult
+    from quiver.serving.store import FeatureStore, OnlineCall
 
 log = logging.getLogger(__name__)
 _SHADOW_BATCH_ROWS = 4096  # rows the shadow worker scores in one call at most
+
+
+@dataclass(frozen=True)
+class ScoringCall:
+    """A prepared `predict` call (`PredictionService.begin`): the arm set it runs on and its planned read."""
+
+    began: float
+    arms: ArmSet
+    call_id: str
+    request_ids: list[str]
+    entities: dict[str, list[Any]]  # as the rows gave them (typed by the read: `read.entities`)
+    fields: dict[str, list[Any]]
+    times: list[Any] | None
+    read: OnlineCall
 
 
 @dataclass(frozen=True)
@@ -88,7 +103,7 @@ class _OffPath:
     rollout: tuple[int, int, float] | None
     call_id: str
 
-__all__ = ["Arm", "ArmSet", "Model", "Prediction", "PredictionService", "ServiceStats", "route_share"]
+__all__ = ["Arm", "ArmSet", "Model", "Prediction", "PredictionService", "ScoringCall", "ServiceStats", "route_share"]
 
 
 class PredictionService:
@@ -323,14 +338,22 @@ class PredictionService:
         """Score request rows: {"request_id", "entities": {key: value}, "at" (optional), "fields" (the
         request fields the model's on-demand features read)}. Every prediction says how many of its inputs
         were missing, and applies the serving model's missing-input policy (flag or refuse beyond its
-        share); `explain_missing` also names them."""
+        share); `explain_missing` also names them.
+
+        The same in three steps, for a server that keeps the store round trip off its event loop:
+        `call = begin(rows)`, `fetched = store.online.fetch(call.read.pending)` (skipped when `call.read.pending`
+        is None), `finish(call, fetched)`."""
+        call = self.begin(rows)
+        fetched = self.store.online.fetch(call.read.pending) if call.read.pending is not None else None
+        return self.finish(call, fetched, explain_missing=explain_missing)
+
+    def begin(self, rows: Sequence[Mapping[str, Any]]) -> ScoringCall:
+        """Step 1 of `predict` (no I/O): check the rows, read the arm set once, plan the store read."""
         began = time.perf_counter()
         arms = self._arms  # read once: this request finishes on these models whatever the poller does
-        call_id = uuid.uuid4().hex[:16]
         request_ids = [str(r["request_id"]) for r in rows]
         if len(set(request_ids)) != len(request_ids):
             raise QuiverError("request_id values must be unique within a request")
-        n = len(rows)
         entities = _columns([r.get("entities") or {} for r in rows], "entities")
         plan = self.store.plan(list(arms.feature_refs))
         given = [r.get("fields") or {} for r in rows]
@@ -340,12 +363,21 @@ class PredictionService:
         times = None if all(t is None for t in at) else at
         if times is not None and any(t is None for t in times):
             raise QuiverError("give `at` for every row of a request or for none")
+        read = self.store.prepare_online(list(arms.feature_refs), entities, at=times)
+        return ScoringCall(began, arms, uuid.uuid4().hex[:16], request_ids, entities, fields, times, read)
+
+    def finish(self, call: ScoringCall, fetched: Any, *, explain_missing: bool = False) -> list[Prediction]:
+        """Step 3 of `predict` (no I/O but the serving log's buffer): decode, route, score, log."""
+        began, arms, call_id, request_ids, entities, fields, times = (
+            call.began, call.arms, call.call_id, call.request_ids, call.entities, call.fields, call.times)
+        n = len(request_ids)
+        plan = call.read.plan
         # Rows log at their own `at` (replays of simulated days), else at the request's wall-clock time (µs UTC).
         logged_at: np.ndarray | int = np.array([timestamp_us(t) for t in times], dtype=np.int64) \
             if times is not None else time.time_ns() // 1000
-        result = self.store.get_online_features(list(arms.feature_refs), entities, at=times, request=fields)
+        result = self.store.finish_online(call.read, fetched, fields)
         columns: dict[str, Any] = {**fields, **result.to_dict()}
-        fetched = time.perf_counter()
+        fetched_at = time.perf_counter()
         on_canary = np.zeros(n, dtype=bool)
         if arms.canary is not None and arms.fraction > 0:
             # The read's first key is `routing_key_for(catalog, feature_refs)`: what the judge counts.
@@ -392,12 +424,12 @@ class PredictionService:
                 self.stats.add(canary_fallbacks=int(on_canary.sum()))
                 self._alert("canary_failed", arms.canary.label, canary_error)
             canary_ms = (time.perf_counter() - t) * 1e3
-        feature_ms = (fetched - began) * 1e3
+        feature_ms = (fetched_at - began) * 1e3
         champion_label = arms.champion.label
         canary_label = arms.canary.label if arms.canary is not None else ""
         fallback = bool(canary_error)
         served_by_canary = on_canary & (not fallback)
-        missing, flagged, refused, names = self._missing(arms, result.statuses(), served_by_canary, n)
+        missing, flagged, refused, names = self._missing(arms, result, served_by_canary, n)
         scores[refused] = np.nan
         out = []
         score_list, canary_list = scores.tolist(), on_canary.tolist()
@@ -428,13 +460,16 @@ class PredictionService:
                                     arms.rollout, call_id), "paired_dropped")
         return out
 
-    def _missing(self, arms: ArmSet, statuses: Mapping[str, np.ndarray], served_by_canary: np.ndarray,
+    def _missing(self, arms: ArmSet, result: OnlineResult, served_by_canary: np.ndarray,
                  n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:
         """Per row: missing inputs of the model that served it, flagged, refused, and their names."""
         missing = np.zeros(n, dtype=np.int64)
         flagged = np.zeros(n, dtype=bool)
         refused = np.zeros(n, dtype=bool)
         names: list[list[str]] = [[] for _ in range(n)]
+        if result.all_present():  # nothing missing: no per-feature statuses to build
+            return missing, flagged, refused, names
+        statuses = result.statuses()
         for arm, rows in ((arms.champion, ~served_by_canary), (arms.canary, served_by_canary)):
             if arm is None or arm.model is None or not rows.any():
                 continue

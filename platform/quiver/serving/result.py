@@ -94,6 +94,20 @@ class OnlineResult:
         Compare with `quiver.online.base.FieldStatus`; an aggregation over an empty window is PRESENT."""
         return {name: codes for name, codes in self._status_blocks(lambda codes: list(np.atleast_2d(codes.T)))}
 
+    def all_present(self) -> bool:
+        """True when every value is PRESENT (no null, nothing missing or too old): the usual case, which a
+        caller can then skip per-feature statuses for. One check per block, not per feature."""
+        checked: set[int] = set()
+        for _, key in self.outputs:
+            number = self.batch.index[key][0]
+            if number in checked:
+                continue
+            checked.add(number)
+            codes = self.batch.view_status(key[0])
+            if not self.batch.blocks[number][1].all() or (codes is not None and (codes != _PRESENT).any()):
+                return False
+        return True
+
     def status_lists(self) -> dict[str, list[str]]:
         """`statuses()` as status names, JSON-ready (the HTTP server's `status` member)."""
         return dict(self._status_blocks(lambda codes: _STATUS_NAMES[codes].T.tolist()))

@@ -37,6 +37,7 @@ from quiver.serving.edge import (
     EpochMicros,
     FairSlots,
     IsoTime,
+    LeanPost,
     client_key,
     create_fastapi,
     iso_time_us,
@@ -164,19 +165,15 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
         return await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(service.finish, call, fetched, explain_missing=explain_missing))
 
-    @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
-              responses={400: {"description": "bad entity keys, duplicate request ids"},
-                         **COMMON_RESPONSES})
-    async def predict(body: PredictRequest, request: Request) -> Response:
-        """Scores per row: the champion's, or the canary's for rows routed to it."""
+    async def predict_json(body: PredictRequest, scope: Any) -> bytes:
         rows = [{"request_id": r.request_id, "entities": r.entities, "at": r.at_us(), "fields": r.fields}
                 for r in body.rows]
         try:
-            # A fair slot first (a heavy client waits behind light ones), then Redis and torch on the gate's
-            # workers: other requests keep being read and answered, and while the store is down every request
+            # A fair slot first (a heavy client waits behind light ones), then the store round trip off the
+            # loop: other requests keep being read and answered, and while the store is down every request
             # is refused at once instead of queueing.
             gate.refuse_if_down()
-            await slots.acquire(client_key(request.scope, client_header), len(rows))
+            await slots.acquire(client_key(scope, client_header), len(rows))
             try:
                 predictions = await score(rows, body.explain_missing)
             finally:
@@ -194,7 +191,15 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
                                     "model_version": p.model_version, "arm": p.arm, "fallback": p.fallback,
                                     "missing": p.missing, "flagged": p.flagged, "refused": p.refused,
                                     "missing_features": list(p.missing_features)} for p in predictions]}
-        return Response(_dumps(payload), media_type="application/json")
+        return _dumps(payload).encode()
+
+    @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
+              responses={400: {"description": "bad entity keys, duplicate request ids"},
+                         **COMMON_RESPONSES})
+    async def predict(body: PredictRequest, request: Request) -> Response:
+        """Scores per row: the champion's, or the canary's for rows routed to it."""
+        # Well-formed requests are answered by `predict_json` through LeanPost before they get here.
+        return Response(await predict_json(body, request.scope), media_type="application/json")
 
     @app.get("/health", responses={503: {"description": "online store unavailable (see Retry-After)"}})
     async def health() -> Response:
@@ -238,6 +243,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
         refused.set(client_counts.refused)
         return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(LeanPost, path="/predict", model=PredictRequest, handler=predict_json, api_key=key)
     app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency, paths=frozenset({"/predict"}),
                        client_header=limits.client_header, counts=client_counts)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

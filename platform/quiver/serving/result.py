@@ -110,7 +110,8 @@ class OnlineResult:
 
     def status_lists(self) -> dict[str, list[str]]:
         """`statuses()` as status names, JSON-ready (the HTTP server's `status` member)."""
-        return dict(self._status_blocks(lambda codes: _STATUS_NAMES[codes].T.tolist()))
+        return dict(self._status_blocks(lambda codes: _STATUS_NAMES[codes].T.tolist(),
+                                        lambda rows, cols: [["PRESENT"] * rows for _ in range(cols)]))
 
     def not_found(self) -> dict[str, int]:
         """Per view read, how many entities the store held nothing for (NOT_FOUND), and nothing else."""
@@ -121,22 +122,27 @@ class OnlineResult:
                 out[view] = int(np.count_nonzero(codes == FieldStatus.NOT_FOUND))
         return out
 
-    def _status_blocks(self, convert: Any) -> Iterator[tuple[str, Any]]:
-        """(output name, converted per-column status) with one numpy pass per block."""
+    def _status_blocks(self, convert: Any, all_present: Any = None) -> Iterator[tuple[str, Any]]:
+        """(output name, converted per-column status) with one numpy pass per block; `all_present(rows,
+        columns)`, when given, converts a block whose values are all PRESENT (the usual case) without numpy."""
         converted: dict[int, Any] = {}
         for name, key in self.outputs:
             number, position = self.batch.index[key]
             if number not in converted:
                 _, valid, _ = self.batch.blocks[number]
                 view_codes = self.batch.view_status(key[0])
-                if view_codes is None:  # a store that does not say: a null is all we know
-                    view_codes = np.full(len(valid), _PRESENT, dtype=np.uint8)
-                if valid.all() and (view_codes == _PRESENT).all():  # the usual case: one cheap broadcast
-                    codes = np.full(valid.shape if valid.ndim == 2 else (len(valid), 1), _PRESENT, np.uint8)
+                whole = valid.all() and (view_codes is None or (view_codes == _PRESENT).all())
+                if whole and all_present is not None:
+                    converted[number] = all_present(len(valid), valid.shape[1] if valid.ndim == 2 else 1)
+                elif whole:  # one cheap broadcast
+                    converted[number] = convert(np.full(valid.shape if valid.ndim == 2 else (len(valid), 1),
+                                                        _PRESENT, np.uint8))
                 else:
+                    if view_codes is None:  # a store that does not say: a null is all we know
+                        view_codes = np.full(len(valid), _PRESENT, dtype=np.uint8)
                     rows = view_codes[:, None] if valid.ndim == 2 else view_codes
                     codes = np.where(valid, rows, np.where(rows == _PRESENT, _NULL, rows)).astype(np.uint8)
-                converted[number] = convert(codes if codes.ndim == 2 else codes[:, None])
+                    converted[number] = convert(codes if codes.ndim == 2 else codes[:, None])
             yield name, converted[number][max(position, 0)]
 
     def to_lists(self) -> dict[str, list[Any]]:

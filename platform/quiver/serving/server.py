@@ -39,7 +39,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from quiver.catalog.errors import QuiverError
 from quiver.online.base import STATUS_NAMES, OnlineStoreError, now_us
-from quiver.serving.edge import COMMON_RESPONSES, ClientCounts, ClientLimit, create_fastapi
+from quiver.serving.edge import COMMON_RESPONSES, ClientCounts, ClientLimit, LeanPost, create_fastapi
 from quiver.serving.result import OnlineResult
 from quiver.serving.runtime import Probe, ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
 from quiver.serving.schemas import OnlineRequest, OnlineResponse
@@ -128,10 +128,7 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
     if str(getattr(store.online, "url", "")).startswith("rediss://"):
         fetch_async = None  # the asyncio client speaks no TLS: rediss:// reads go through the worker threads
 
-    @app.post("/features/online", response_model=OnlineResponse, dependencies=[Depends(authorized)],
-              responses={400: {"description": "unknown features or bad entity keys"}, **COMMON_RESPONSES})
-    async def features_online(body: OnlineRequest) -> Response:
-        """Feature values and their statuses for the given entities as of `at` (default: now)."""
+    async def online(body: OnlineRequest, scope: Any = None) -> bytes:
         # Only the store round trip leaves the loop, on a worker thread (or the asyncio client); planning and
         # decoding stay on the loop: decoding on the workers too made them fight the loop for the GIL.
         features: Any = body.feature_service if body.feature_service is not None else body.features
@@ -146,7 +143,7 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
                 fetched = await gate.call_async(fetch_async, call.pending)
             else:
                 fetched = await gate.call(store.online.fetch, call.pending)
-            payload = encode(store.finish_online(call, fetched, body.request))
+            return encode(store.finish_online(call, fetched, body.request))
         except StoreUnavailable as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except OnlineStoreError as exc:
@@ -154,7 +151,13 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
             raise HTTPException(502, "the online store refused the read; see the server log") from None
         except QuiverError as exc:
             raise HTTPException(400, str(exc)) from None
-        return Response(payload, media_type="application/json")
+
+    @app.post("/features/online", response_model=OnlineResponse, dependencies=[Depends(authorized)],
+              responses={400: {"description": "unknown features or bad entity keys"}, **COMMON_RESPONSES})
+    async def features_online(body: OnlineRequest) -> Response:
+        """Feature values and their statuses for the given entities as of `at` (default: now)."""
+        # Well-formed requests are answered by `online` through LeanPost before they get here (see below).
+        return Response(await online(body), media_type="application/json")
 
     @app.get("/health", responses={503: {"description": "online store unavailable (see Retry-After)"}})
     async def health() -> Response:
@@ -175,6 +178,7 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         await gate.health()  # refreshes the gauges; never waits on a stalled store
         return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(LeanPost, path="/features/online", model=OnlineRequest, handler=online, api_key=key)
     app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency,
                        paths=frozenset({"/features/online"}), client_header=limits.client_header, counts=client_counts)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

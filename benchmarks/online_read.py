@@ -4,12 +4,13 @@ The same data (N entities × 50 float64 features of one last-value view) goes in
 redis-server this script starts on a free port. For 1, 100 and 1000 entities × 50 features it times
 `FeatureStore.get_online_features(...).to_dict()` (Quiver) and `feast.FeatureStore.get_online_features(...)
 .to_dict()` (Feast), plus the floor: redis-py MGET of the same packed bytes with prebuilt keys and one
-numpy.frombuffer. Systems are timed in 10 alternating rounds so machine noise hits all alike, each taking a
-different place in each round and starting each turn with WARMUP untimed calls; p50 and a tail percentile
-over every call. Target: Quiver's p99 ≤ 1.2× the floor's at every size (exit 1 when missed on a full run,
-which makes ≥ 2,000 calls a side; reported, not enforced, with --quick or --no-targets). A p99 needs at least 100 calls; where a system gets fewer (Feast at 1000
-entities takes ~0.6 s a call, so `--quick` gives it 10), the tail reported for BOTH systems at that size is
-p90 (needs 10 calls), and the output says so. Both stores must return the same values for the sampled
+numpy.frombuffer. Systems are timed in 10 alternating rounds so machine noise hits all alike, each taking
+a different place in each round and starting each turn with a garbage collection and WARMUP untimed calls;
+p50 and a tail percentile over every call. Target: Quiver's p99 ≤ 1.2× the floor's at every size (exit 1
+when missed on a full run, which makes ≥ 2,000 calls a side; reported, not enforced, with --quick or
+--no-targets). A p99 needs at least 100 calls; where a system gets fewer (Feast at 1000 entities takes
+~0.6 s a call, so `--quick` gives it 10), the tail reported beside Feast at that size is p90 (needs 10
+calls), and the output says so. Both stores must return the same values for the sampled
 entities, or the script exits non-zero. Figures come from a busy, shared 2-core machine.
 
     python benchmarks/online_read.py [--quick] [--entities N] [--no-targets]
@@ -19,6 +20,7 @@ Last line: RESULT online_read ratio=<Feast p99 / Quiver p99, 1 entity> quiver=<p
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -175,12 +177,14 @@ def main() -> int:
             order = list(sides)
             rounds = 10
             for r in range(rounds):
-                # Each side takes a different place each round and starts its turn with WARMUP untimed calls:
-                # whatever ran just before (Feast allocates a lot) leaves the next side's caches cold, and
-                # with a fixed order that cost fell on one side only, enough of its calls to set its p99.
+                # Each side takes a different place each round and starts its turn with a collection and
+                # WARMUP untimed calls: whatever ran just before (Feast allocates a lot) leaves the next side
+                # cold caches and a garbage collector about to run, and with a fixed order that cost fell on
+                # one side only, enough of its calls to set its p99. Collections its own calls cause stay in.
                 for name in order[r % len(order):] + order[:r % len(order)]:
                     total, call = sides[name]
                     per_round = max(1, total // rounds)
+                    gc.collect()
                     for k in range(min(WARMUP, per_round)):
                         call(k % len(pool))
                     for _ in range(per_round):

@@ -136,8 +136,10 @@ def run_block(block: Block, cwd: Path, timeout_s: float = 420, rerun_refused_fli
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)  # leftovers of a block (none when it cleans up after itself)
     if proc.returncode != 0 and FLINK_REFUSED in stderr and rerun_refused_flink:
-        # Flink's planner refused the tour's job once on CI, and in none of 7 runs here with the same tree: the
-        # stream commands run once more (a fresh job replays the stream files), and the first reason is shown.
+        # Flink's planner refused the tour's job once on CI (NullPointerException: metadataHandlerProvider, a
+        # py4j/ThreadLocal race the runner now avoids, see quiver.streaming.job._one_java_thread). Its trigger is
+        # timing, so the fix could not be proven on demand: the stream commands run once more (a fresh job
+        # replays the stream files) and the warning quotes the first reason. A second refusal fails the test.
         reason = next(line for line in stderr.splitlines() if FLINK_REFUSED in line)
         warnings.warn(f"Flink refused the README's stream job; running it again. {reason}", stacklevel=1)
         rest = "".join(f"$ {c}\n" for c in commands(block) if "stream_producer" not in c)

@@ -508,3 +508,36 @@ def test_a_job_flink_refuses_fails_with_its_reason_not_a_trace(tmp_path: Path, r
     assert "\tat org.apache.flink" in paths.error_file.read_text()
     status = json.loads(paths.status_file.read_text())
     assert status["state"] == "failed" and "Could not parse value 'BOGUS'" in status["error"], status
+
+
+def test_the_job_is_planned_with_no_thread_of_the_runner_running(tmp_path: Path, redis_for_module: RedisServer,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Flink's planner keeps state in a Java ThreadLocal (FLINK-23020): a py4j command sent from another Python
+    # thread while the job is planned (a finalizer run by a collection the loader thread set off) made py4j
+    # open a second connection, and the planner failed on the other Java thread (NullPointerException:
+    # metadataHandlerProvider, on CI and once here). The loader and feeder now start after the submission.
+    import threading
+
+    from quiver.streaming import runner as runner_module
+
+    config = write_project(tmp_path, redis_for_module.url, random_stream(seed=5, n=300, n_late=1))
+    catalog = load_catalog(config.catalog_dir, root=config.root)
+    seen: dict[str, Any] = {}
+
+    class Py4JJavaError(Exception):
+        pass
+
+    def planned(*args: Any) -> Any:
+        seen["threads"] = {t.name for t in threading.enumerate()}
+        raise Py4JJavaError("An error occurred while calling o9.execute.\n: java.lang.NullPointerException: "
+                            "metadataHandlerProvider\n\tat org.apache.calcite.Foo.bar(Foo.java:1)\n")
+
+    monkeypatch.setattr(runner_module, "submit", planned)
+    store = RedisOnlineStore(redis_for_module.url, config.project)
+    paths = StreamPaths.at(tmp_path / ".quiver" / "stream")
+    runner = runner_module.StreamRunner(config, catalog, paths, runner_module.StreamOptions(bounded=True), store=store)
+    assert runner.run() == 1
+    assert not {"loader", "feeder"} & seen["threads"], seen
+    status = json.loads(paths.status_file.read_text())
+    assert status["state"] == "failed" and status["error"] == "java.lang.NullPointerException: metadataHandlerProvider"
+    store.close()

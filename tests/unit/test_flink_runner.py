@@ -111,3 +111,14 @@ def test_a_java_error_is_summarised_by_its_cause_chain() -> None:
         "org.apache.flink.table.api.TableException: Cannot generate a valid execution plan"
         " <- java.lang.OutOfMemoryError: Metaspace")
     assert java_error_summary(Py4JJavaError("no trace at all")) == "Py4JJavaError: no trace at all"
+
+
+def test_no_collection_runs_while_a_job_is_planned() -> None:
+    import gc
+
+    from quiver.streaming.job import _one_java_thread
+
+    assert gc.isenabled()
+    with _one_java_thread():
+        assert not gc.isenabled()  # a collection would run py4j finalizers on whichever thread set it off
+    assert gc.isenabled()

@@ -8,9 +8,11 @@
   features or wrong key types 400, bodies over the limit 413 (checked on Content-Length and on the bytes
   actually received), request heads over the limit 431, more than `per_client_concurrency` requests of one
   client in flight 429 (see `runtime.ServerLimits`).
-- The store: every read runs on a worker thread through `runtime.StoreGate`, never on the event loop. While
-  Redis is down or stalled requests get 503 + Retry-After at once, /health and /metrics keep answering,
-  and the first probe that gets an answer brings the server back.
+- The store: only the Redis round trip leaves the event loop, under `runtime.StoreGate` (the asyncio client,
+  or a worker thread). While Redis is down or stalled requests get 503 + Retry-After at once, /health and
+  /metrics keep answering, and the first probe that gets an answer brings the server back.
+- Well-formed /features/online requests are answered through `edge.LeanPost` (no FastAPI routing or
+  dependency solving); every other request, errors included, is FastAPI's.
 - Every returned value has a status (`status` in the response: PRESENT, NULL_VALUE, NOT_FOUND,
   OUTSIDE_MAX_AGE); /metrics counts entity reads per view and status.
 - /metrics (Prometheus): request latency histogram per route, request counts per route and status, reads

@@ -10,10 +10,13 @@ same job (`job.json`: a hash of the SQL); otherwise the job starts fresh and rep
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,16 +194,34 @@ def submit(job: FlinkJob, options: JobOptions, paths: StreamPaths, restore: Path
     initial = Configuration()
     for key, value in target_settings(options.jobmanager).items():
         initial.set_string(key, value)
-    env = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode()
-                                  .with_configuration(initial).build())
-    conf = env.get_config()
-    for key, value in settings.items():
-        conf.set(key, value)
-    for statement in job.statements:
-        env.execute_sql(statement)
-    statements = env.create_statement_set()
-    for insert in job.inserts:
-        statements.add_insert_sql(insert)
-    log.info("submitting Flink job (%d views, parallelism %d, restore from %s) to %s", len(job.views),
-             options.parallelism, restore or "nothing", options.jobmanager or "the embedded mini-cluster")
-    return RunningJob(statements.execute())
+    with _one_java_thread():
+        env = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode()
+                                      .with_configuration(initial).build())
+        conf = env.get_config()
+        for key, value in settings.items():
+            conf.set(key, value)
+        for statement in job.statements:
+            env.execute_sql(statement)
+        statements = env.create_statement_set()
+        for insert in job.inserts:
+            statements.add_insert_sql(insert)
+        log.info("submitting Flink job (%d views, parallelism %d, restore from %s) to %s", len(job.views),
+                 options.parallelism, restore or "nothing", options.jobmanager or "the embedded mini-cluster")
+        return RunningJob(statements.execute())
+
+
+@contextlib.contextmanager
+def _one_java_thread() -> Iterator[None]:
+    """No garbage collection while a job is planned. Flink's planner keeps its metadata provider in a Java
+    ThreadLocal (FLINK-23020, unfixed), so every planning call must reach the JVM on the Java thread that
+    created the planner: one py4j connection. py4j gives a call whichever connection is free and opens
+    another when none is; a collection on any Python thread runs py4j finalizers, which send commands, and
+    one sent while the main thread called made a second connection. Later calls then landed on either, and
+    the planner failed with `NullPointerException: metadataHandlerProvider` (seen on CI and here, rarely)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -171,8 +171,6 @@ class StreamRunner:
                                     daemon=True)]
         if not self.options.bounded:
             threads.append(threading.Thread(target=self._feed_loop, args=(feeder,), name="feeder", daemon=True))
-        for t in threads:
-            t.start()
         code = 0
         try:
             self._status["timings"] = {"submit": time.time()}
@@ -180,6 +178,10 @@ class StreamRunner:
                                  self.options.state_backend, extra=self.options.flink_settings, jars=tuple(self.jars),
                                  jobmanager=self.options.jobmanager)
             self._running = submit(self.job, options, self.paths, restore)
+            # Only now: a thread of ours running while the job is planned can make py4j open a second
+            # connection, and Flink's planner then fails on the other Java thread (see job.submit).
+            for t in threads:
+                t.start()
             self._status["timings"]["running"] = time.time()
             # The whole tree (this process + the Flink JVM) and this process alone (feeder, loader, py4j):
             # their difference is Flink's share (the benchmark's profile).
@@ -205,7 +207,8 @@ class StreamRunner:
         finally:
             self._stop.set()
             for t in threads:
-                t.join(timeout=30)
+                if t.ident is not None:  # started
+                    t.join(timeout=30)
             self._drain(loader, publisher)
             self._status.setdefault("timings", {})["finished"] = time.time()
             self._status["state"] = "failed" if code else ("finished" if self.options.bounded else "stopped")

@@ -6,6 +6,7 @@ Each step prints what it did; the data lives under ./data and the registry under
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -168,7 +169,6 @@ def closed_loop(config: Config, days: int, drift_from_day: int) -> None:
 
 @step("8. Stream two more hours of events (12:00–14:00 the next day) through Flink into Redis (quiver stream --bounded)")
 def stream(config: Config, days: int) -> None:
-    import shutil
     import subprocess
     from datetime import UTC, datetime
     from datetime import time as clock
@@ -212,6 +212,23 @@ def stream(config: Config, days: int) -> None:
     show(before)
 
 
+def fresh_start(config: Config) -> None:
+    """A rerun of the demo tells its story from the start, as the first run did: the previous run's data/
+    (events, offline store, serving logs, labels) and .quiver/ (registry, online store, models, loop and
+    stream state) go. Kept, they failed the rerun (the champion left behind may only be replaced through the
+    loop's gates) or, worse, fed it: the old run's serving logs and labels of the same version numbers
+    reached the new run's shadow verdict."""
+    gone = [path for path in (config.root / "data", config.root / ".quiver") if path.exists()]
+    if not gone:
+        return
+    from quiver.online.embedded import stop_embedded
+
+    stop_embedded(config)
+    for path in gone:
+        shutil.rmtree(path)
+    console.print(f"a fresh demo: removed the previous run's {' and '.join(f'{p.name}/' for p in gone)}")
+
+
 def show(frame: object) -> None:
     """Print a small DataFrame as a rich table (floats rounded)."""
     from rich.table import Table
@@ -236,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
     args = parser.parse_args(argv)
     config = load_config(Path("quiver.yaml") if Path("quiver.yaml").exists() else None)
+    fresh_start(config)
     generate_data(config, args.days, args.drift_from_day, args.transactions_per_day, args.users)
     catalog = apply_catalog(config)
     run_backfill(config, catalog, args.days, args.engine)

@@ -54,7 +54,6 @@ from quiver.serving.arms import (
     Prediction,
     ServiceStats,
     _columns,
-    _concat,
     _features_of,
     _take,
     missing_inputs,
@@ -62,6 +61,7 @@ from quiver.serving.arms import (
     route_share,
 )
 from quiver.serving.micro_batch import MicroBatcher
+from quiver.serving.off_path import OffPath, score_off_path
 
 if TYPE_CHECKING:
     from quiver.config import Config
@@ -87,21 +87,6 @@ class ScoringCall:
     times: list[Any] | None
     read: OnlineCall
 
-
-@dataclass(frozen=True)
-class _OffPath:
-    """Rows an arm scores after the response: the shadow's copy of a request, or the champion's of its
-    canary rows (`log_arm` "paired")."""
-
-    arm: Arm
-    log_arm: str
-    request_ids: list[str]
-    entities: Mapping[str, Any]
-    columns: Mapping[str, Any]
-    feature_ms: float
-    logged_at: np.ndarray | int
-    rollout: tuple[int, int, float] | None
-    call_id: str
 
 __all__ = ["Arm", "ArmSet", "Model", "Prediction", "PredictionService", "ScoringCall", "ServiceStats", "route_share"]
 
@@ -193,7 +178,7 @@ class PredictionService:
                 break
             try:
                 if item is not None:
-                    self._score_off_path([item])
+                    score_off_path([item], self.stats, self.logger)
             except Exception:
                 log.exception("shadow scoring failed")
             finally:
@@ -449,11 +434,11 @@ class PredictionService:
                       feature_ms + champion_ms, feature_ms + canary_ms, logged_at, call_id,
                       {name: fields[name] for name, _ in plan.request_fields if name in fields}, missing, refused)
         if arms.shadow is not None and arms.shadow.model is not None:
-            self._off_path(_OffPath(arms.shadow, "shadow", request_ids, entities, columns, feature_ms, logged_at,
+            self._off_path(OffPath(arms.shadow, "shadow", request_ids, entities, columns, feature_ms, logged_at,
                                     arms.rollout, call_id), "shadow_dropped")
         if self.pair_canary and self.logger is not None and on_canary.any() and not canary_error:
             # The champion scores the canary's rows too, after the response: the judge's paired comparison.
-            self._off_path(_OffPath(arms.champion, "paired", [r for r, c in zip(request_ids, canary_list, strict=True)
+            self._off_path(OffPath(arms.champion, "paired", [r for r, c in zip(request_ids, canary_list, strict=True)
                                                                if c],
                                     _take(entities, on_canary, n), _take(columns, on_canary, n), feature_ms,
                                     logged_at[on_canary] if isinstance(logged_at, np.ndarray) else logged_at,
@@ -484,7 +469,7 @@ class PredictionService:
                 names[i] = [f for f in checked if statuses[f][i] != FieldStatus.PRESENT]
         return missing, flagged, refused, names
 
-    def _off_path(self, item: _OffPath, dropped: str) -> None:
+    def _off_path(self, item: OffPath, dropped: str) -> None:
         try:
             self._shadow_queue.put_nowait(item)
         except queue.Full:
@@ -534,7 +519,7 @@ class PredictionService:
                 batch.append(item)
                 rows += len(item.request_ids)
             try:
-                self._score_off_path(batch)
+                score_off_path(batch, self.stats, self.logger)
             except Exception:  # never let one bad batch stop the worker
                 log.exception("shadow scoring failed")
             finally:
@@ -542,42 +527,6 @@ class PredictionService:
                     self._shadow_queue.task_done()
             if stop:
                 return
-
-    def _score_off_path(self, batch: list[_OffPath]) -> None:
-        groups: dict[tuple[int, str], list[_OffPath]] = {}
-        for item in batch:
-            groups.setdefault((id(item.arm), item.log_arm), []).append(item)
-        for items in groups.values():
-            self._score_shadow(items)
-
-    def _score_shadow(self, items: list[_OffPath]) -> None:
-        arm, log_arm = items[0].arm, items[0].log_arm
-        assert arm.model is not None
-        names = [f for f in arm.model.features if f in items[0].columns]
-        columns = {f: _concat([item.columns[f] for item in items]) for f in names}
-        n = sum(len(item.request_ids) for item in items)
-        t = time.perf_counter()
-        error = ""
-        try:
-            scores = np.asarray(arm.model.predict(columns), dtype=np.float64)
-            if scores.shape != (n,):
-                raise ValueError(f"{log_arm} returned {scores.shape} scores for {n} rows")
-        except Exception as exc:  # a broken shadow is logged and counted, never seen by a client
-            error = f"{type(exc).__name__}: {exc}"[:500]
-            scores = np.full(n, np.nan)
-            self.stats.add(**{f"{log_arm}_errors": n})
-        scoring_ms = (time.perf_counter() - t) * 1e3
-        self.stats.add(**{f"{log_arm}_rows": n})
-        if self.logger is None:
-            return
-        offset = 0
-        for item in items:
-            k = len(item.request_ids)
-            # No features: the same vector is logged on the primary row of this request_id.
-            self.logger.log_batch(item.request_ids, item.entities, {}, arm.label, log_arm,
-                                  item.feature_ms + scoring_ms, scores[offset:offset + k], ts_us=item.logged_at,
-                                  error=error, rollout=item.rollout, call_id=item.call_id)
-            offset += k
 
     def drain(self, timeout_s: float = 10.0) -> bool:
         """Wait until queued shadow work is done (tests, shutdown); True when the queue emptied in time."""

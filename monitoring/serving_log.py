@@ -92,7 +92,7 @@ from quiver.monitoring.serving_log_tables import (
     split_by_hour,
     take_rows,
 )
-from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE
+from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE, ColumnBlock
 
 log = logging.getLogger("quiver.serving_log")
 
@@ -190,26 +190,32 @@ class ServingLogger:
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
                   latency_ms: float | np.ndarray = 0.0, predictions: np.ndarray | None = None,
                   ts_us: np.ndarray | int | None = None, error: str | np.ndarray = "",
-                  rollout: RolloutTag | None = None, call_id: str = "", request: Mapping[str, Any] | None = None,
+                  rollout: RolloutTag | None = None, call_id: str | np.ndarray = "",
+                  request: Mapping[str, Any] | None = None,
                   missing: np.ndarray | None = None) -> None:
         """Buffer many served rows given as columns (numpy arrays or lists, one value per row); returns at once.
 
         `model_version`, `arm`, `latency_ms` and `error` are one value for all rows or one per row; `ts_us` is
         epoch microseconds UTC (default: now); `prediction` is null where `error` is non-empty (and everywhere
         when `predictions` is None); `rollout` tags every row with the rollout, step and canary fraction it was
-        routed under; `call_id` names the request all these rows came in (one model call per arm); `request`
+        routed under; `call_id` names the request these rows came in (one model call per arm; one per row
+        when they came in several); `request`
         holds its fields (columns `request.<name>`) and `missing` per row how many of the serving model's inputs
         were missing (`missing_inputs`). The files
         written are the same as from `log()` of the same rows. Rows whose time lies outside TIME_RANGE are
         quarantined. Nothing passed may be mutated afterwards (the arrays are written
         by the background thread)."""
         n = len(request_ids)
-        for what, columns in (("entity_keys", entity_keys), ("features", features), ("request", request or {})):
+        block = isinstance(features, ColumnBlock)  # kept whole: the flush joins blocks in one call
+        if block and features.rows() != n:
+            raise ValueError(f"log_batch: features hold {features.rows()} rows for {n} request_ids")
+        for what, columns in (("entity_keys", entity_keys), ("features", {} if block else features),
+                              ("request", request or {})):
             for name, values in columns.items():
                 if len(values) != n:
                     raise ValueError(f"log_batch: {what}[{name!r}] holds {len(values)} values for {n} request_ids")
         per_row = {"model_version": model_version, "arm": arm, "latency_ms": latency_ms, "error": error,
-                   "predictions": predictions, "ts_us": ts_us}
+                   "predictions": predictions, "ts_us": ts_us, "call_id": call_id}
         for name, value in per_row.items():
             if isinstance(value, np.ndarray) and value.shape != (n,):
                 raise ValueError(f"log_batch: {name} has shape {value.shape} for {n} request_ids")
@@ -217,7 +223,7 @@ class ServingLogger:
             return
         stamp = time.time_ns() // 1000 if ts_us is None else \
             ts_us.astype(np.int64, copy=False) if isinstance(ts_us, np.ndarray) else int(ts_us)
-        batch = Batch(n, stamp, request_ids, dict(entity_keys), dict(features), model_version, arm,
+        batch = Batch(n, stamp, request_ids, dict(entity_keys), features if block else dict(features), model_version, arm,
                       latency_ms, predictions, error, rollout, call_id, dict(request) if request else None, missing)
         if isinstance(stamp, int):
             bad = None if MIN_TIME_US <= stamp < MAX_TIME_US else np.ones(n, dtype=bool)
@@ -253,7 +259,10 @@ class ServingLogger:
 
     def _make_room(self, rows: int, size: int) -> list[tuple[str, int]]:
         """Drop the oldest waiting rows until `rows`/`size` more fit (holding _lock)."""
-        dropped = []
+        dropped: list[tuple[str, int]] = []
+        if not self._retry and self._bytes + self._in_flight_bytes + size <= self.max_buffer_bytes and (
+                self.max_buffer_rows is None or self._rows + self._in_flight_rows + rows <= self.max_buffer_rows):
+            return dropped  # it fits (the usual case): no closure, no scan
 
         def over() -> bool:
             total = self._bytes + self._in_flight_bytes + sum(p.nbytes for p in self._retry)
@@ -533,10 +542,12 @@ def _size(values: Any, n: int) -> int:
 
 
 def _estimate_bytes(batch: Batch) -> int:
+    features = batch.features
+    block = isinstance(features, ColumnBlock)
     columns: Iterable[Any] = (batch.ts_us, batch.request_ids, batch.model_version, batch.arm, batch.latency_ms,
-                              batch.predictions, batch.error, *batch.entity_keys.values(), *batch.features.values(),
-                              *(batch.request or {}).values())
-    total, n = 256, batch.n
+                              batch.predictions, batch.error, batch.call_id, *batch.entity_keys.values(),
+                              *(() if block else features.values()), *(batch.request or {}).values())
+    total, n = 256 + (features.array.nbytes if isinstance(features, ColumnBlock) else 0), batch.n
     for values in columns:  # per request: the numeric arrays (most columns) without a call each
         total += values.nbytes if type(values) is np.ndarray and values.dtype.kind != "O" else _size(values, n)
     return total

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from quiver.online.base import ColumnBlock
+
 KEY_PREFIX = "key."
 FEATURE_PREFIX = "feature."
 REQUEST_PREFIX = "request."
@@ -40,7 +42,7 @@ class Batch:
     predictions: np.ndarray | None
     error: str | np.ndarray
     rollout: RolloutTag | None = None
-    call_id: str = ""  # the request these rows came in: its rows on one arm were one model call
+    call_id: str | np.ndarray = ""  # the request these rows came in (one per row when they came in several)
     request: Mapping[str, Any] | None = None  # the request's fields (what on-demand features read)
     missing: np.ndarray | None = None  # per row, how many of the serving model's inputs were missing
 
@@ -60,12 +62,15 @@ def records_to_table(records: list[Record]) -> pa.Table:
 def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
     """Batches as one Arrow table, rows in order: the same columns and types as `log()` of the same rows."""
     keys: dict[str, None] = {}
-    features: dict[str, None] = {}
+    joined = _joined_blocks(batches)
+    features: dict[str, None] = {} if joined is None else dict.fromkeys(joined[0].names)
     fields: dict[str, None] = {}
     for batch in batches:
         keys.update(dict.fromkeys(batch.entity_keys))
-        features.update(dict.fromkeys(batch.features))
-        fields.update(dict.fromkeys(batch.request or {}))
+        if joined is None:
+            features.update(dict.fromkeys(batch.features))
+        if batch.request:
+            fields.update(dict.fromkeys(batch.request))
     # The fixed columns are small next to the features: plain Python lists, exactly as `log()` builds them.
     columns: dict[str, pa.Array] = {
         "ts": pa.array(_flat(batches, "ts_us"), pa.int64()).cast(BASE_SCHEMA.field("ts").type),
@@ -83,10 +88,43 @@ def batches_to_table(batches: Sequence[Batch]) -> pa.Table:
     for name in keys:
         columns[KEY_PREFIX + name] = _merge([(b.entity_keys.get(name), b.n) for b in batches])
     for name in features:
-        columns[FEATURE_PREFIX + name] = _merge([(b.features.get(name), b.n) for b in batches])
+        if joined is not None:
+            block, absent = joined
+            column = block[name]
+            columns[FEATURE_PREFIX + name] = _array(column) if absent is None else pa.array(column, mask=absent)
+        else:
+            columns[FEATURE_PREFIX + name] = _merge([(b.features.get(name), b.n) for b in batches])
     for name in fields:
         columns[REQUEST_PREFIX + name] = _merge([((b.request or {}).get(name), b.n) for b in batches])
     return pa.table(columns)
+
+
+def _joined_blocks(batches: Sequence[Batch]) -> tuple[ColumnBlock, np.ndarray | None] | None:
+    """Every batch's features as one ColumnBlock and the rows that had none (a mask; None when every row had
+    them), when each batch holds a block of the same names and kind or no features at all (shadow and paired
+    rows): what a prediction server logs. One concatenation instead of one per feature over every batch."""
+    first = next((b.features for b in batches if isinstance(b.features, ColumnBlock)), None)
+    if not isinstance(first, ColumnBlock):
+        return None
+    names, dtype = first.names, first.array.dtype
+    arrays: list[np.ndarray] = []
+    absent: list[bool] = []
+    blanks: dict[int, np.ndarray] = {}
+    for batch in batches:
+        block = batch.features
+        if isinstance(block, ColumnBlock) and block.names == names and block.array.dtype == dtype:
+            arrays.append(block.array)
+            absent.append(False)
+        elif not block:
+            blank = blanks.get(batch.n)
+            if blank is None:
+                blank = blanks[batch.n] = np.zeros((batch.n, len(names)), dtype=dtype)
+            arrays.append(blank)
+            absent.append(True)
+        else:
+            return None
+    mask = np.repeat(absent, [b.n for b in batches]) if any(absent) else None
+    return ColumnBlock(names, np.concatenate(arrays)), mask
 
 
 def _rollout_columns(batches: Sequence[Batch]) -> dict[str, pa.Array]:
@@ -148,9 +186,11 @@ def take_rows(batch: Batch, index: np.ndarray) -> Batch:
         return [values[i] for i in index.tolist()]
 
     return Batch(len(index), take(batch.ts_us), take(batch.request_ids),
-                 {k: take(v) for k, v in batch.entity_keys.items()}, {k: take(v) for k, v in batch.features.items()},
+                 {k: take(v) for k, v in batch.entity_keys.items()},
+                 batch.features.take(index) if isinstance(batch.features, ColumnBlock) else
+                 {k: take(v) for k, v in batch.features.items()},
                  take(batch.model_version), take(batch.arm), take(batch.latency_ms), take(batch.predictions),
-                 take(batch.error), batch.rollout, batch.call_id,
+                 take(batch.error), batch.rollout, take(batch.call_id),
                  None if batch.request is None else {k: take(v) for k, v in batch.request.items()},
                  take(batch.missing))
 

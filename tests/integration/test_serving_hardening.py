@@ -307,7 +307,9 @@ def test_docs_render_in_a_real_browser_offline(up: Stack, tmp_path: Path) -> Non
     import subprocess
 
     for process, path in ((up.predict, "/predict"), (up.features, "/features/online")):
-        result = subprocess.run([browser(), "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+        # --headless: Chromium 150 no longer implies it from --dump-dom ("The platform failed to initialize").
+        result = subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu",
+                                 f"--user-data-dir={tmp_path / 'profile'}",
                                  "--virtual-time-budget=20000", "--dump-dom", f"{process.base}/docs"],
                                 capture_output=True, text=True, timeout=120)
         dom = result.stdout

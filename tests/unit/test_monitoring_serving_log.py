@@ -67,9 +67,11 @@ def test_flushes_on_size_in_the_background(tmp_path: Path) -> None:
         for r in rows(1_200):
             logger.log(**r)
         deadline = time.monotonic() + 20
-        while logger.written < 1_000 and time.monotonic() < deadline:
+        while logger.written < 500 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert logger.written >= 1_000  # written by the thread, long before the interval
+        # Written by the thread, long before the interval. (How many depends on how far the loop got before the
+        # thread swapped the buffer out: what is left after that, under flush_rows, waits for the next trigger.)
+        assert logger.written >= 500
     finally:
         logger.close()
     assert read_serving_logs(tmp_path).num_rows == 1_200

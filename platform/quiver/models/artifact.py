@@ -91,7 +91,8 @@ class Scorer:
         with torch.inference_mode():
             for start in range(0, len(numeric), batch_size):
                 stop = start + batch_size
-                logits = self.model(torch.from_numpy(numeric[start:stop]), torch.from_numpy(categorical[start:stop]))
+                logits = self.model.infer(torch.from_numpy(numeric[start:stop]),
+                                          torch.from_numpy(categorical[start:stop]))
                 out[start:stop] = torch.sigmoid(logits.double()).numpy()
         return out
 

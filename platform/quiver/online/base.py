@@ -70,6 +70,10 @@ class Batch(Mapping[Key, Column]):
         self.index: dict[Key, tuple[int, int]] = {}  # key → (block, column in a 2-D block or -1)
         self.presence: dict[str, EntityPresence] = {}  # view → what its read found (absent: unknown)
         self._status: dict[str, np.ndarray] = {}
+        self._all_valid: dict[int, bool] = {}
+        # The prepared index parts (`add_indexed`) in the order added; None once a block came without one.
+        # Equal parts mean an equal index, so readers may key caches on them (see OnlineResult).
+        self.layout: tuple[Mapping[Key, tuple[int, int]], ...] | None = ()
 
     def view_status(self, view: str) -> np.ndarray | None:
         """Per entity, the FieldStatus of `view`'s row (PRESENT, NOT_FOUND or OUTSIDE_MAX_AGE) as uint8;
@@ -83,6 +87,7 @@ class Batch(Mapping[Key, Column]):
         """Add one column."""
         self.index[key] = (len(self.blocks), -1)
         self.blocks.append((column.values, column.valid, column.dtype))
+        self.layout = None
 
     def add_block(self, items: Sequence[tuple[Key, int]], values: np.ndarray, valid: np.ndarray,
                   dtype: str) -> None:
@@ -91,6 +96,27 @@ class Batch(Mapping[Key, Column]):
         self.blocks.append((values, valid, dtype))
         for key, position in items:
             self.index[key] = (number, position)
+        self.layout = None
+
+    def add_indexed(self, index: Mapping[Key, tuple[int, int]], values: np.ndarray, valid: np.ndarray,
+                    dtype: str, all_valid: bool | None = None) -> None:
+        """`add_block` with the index entries prepared (they must name this block's number, `len(self.blocks)`):
+        a decoder that reads the same features every call keeps them (and never changes them), and adding a
+        50-feature block then costs one dict update instead of a Python loop. `all_valid`: whether `valid` is all True, when the
+        decoder knows (None: `all_valid()` checks when asked)."""
+        if all_valid is not None:
+            self._all_valid[len(self.blocks)] = all_valid
+        self.blocks.append((values, valid, dtype))
+        self.index.update(index)
+        if self.layout is not None:
+            self.layout += (index,)
+
+    def all_valid(self, number: int) -> bool:
+        """Whether block `number` holds no null (checked once per block)."""
+        known = self._all_valid.get(number)
+        if known is None:
+            known = self._all_valid[number] = bool(self.blocks[number][1].all())
+        return known
 
     def __getitem__(self, key: Key) -> Column:
         number, position = self.index[key]
@@ -104,6 +130,40 @@ class Batch(Mapping[Key, Column]):
 
     def __len__(self) -> int:
         return len(self.index)
+
+
+class ColumnBlock(Mapping[str, np.ndarray]):
+    """Named columns of one 2-D array (rows × columns): a Mapping of name → column (a view), kept whole so
+    that a consumer that knows it takes the array at once. The serving log joins a thousand requests' blocks
+    in one numpy call where it would otherwise join fifty thousand one-row columns one by one."""
+
+    __slots__ = ("_positions", "array", "names")
+
+    def __init__(self, names: Sequence[str], array: np.ndarray):
+        if array.ndim != 2 or array.shape[1] != len(names):
+            raise ValueError(f"ColumnBlock: {len(names)} names for an array of shape {array.shape}")
+        self.names = tuple(names)
+        self.array = array  # not `values`: that is the Mapping's method
+        self._positions: dict[str, int] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if self._positions is None:
+            self._positions = {n: i for i, n in enumerate(self.names)}
+        return self.array[:, self._positions[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def rows(self) -> int:
+        """How many rows every column holds."""
+        return len(self.array)
+
+    def take(self, index: np.ndarray) -> ColumnBlock:
+        """The block of the rows at `index` (positions or a mask)."""
+        return ColumnBlock(self.names, self.array[index])
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,17 @@ import hashlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from quiver.catalog.errors import QuiverError
+from quiver.online.base import ColumnBlock
 from quiver.serving.micro_batch import MicroBatcher
+
+if TYPE_CHECKING:
+    from quiver.serving.result import OnlineResult
 
 _HASH_SCALE = float(1 << 64)
 
@@ -61,6 +66,15 @@ class ArmSet:
     rollout_id: int | None = None
     feature_refs: tuple[str, ...] = ()
     step: int = 0
+
+    @cached_property
+    def served_features(self) -> tuple[str, ...]:
+        """The input columns of the champion and the canary (what the serving log keeps of each row)."""
+        names: dict[str, None] = {}
+        for arm in (self.champion, self.canary):
+            if arm is not None and arm.model is not None:
+                names.update(dict.fromkeys(arm.model.features))
+        return tuple(names)
 
     @property
     def rollout(self) -> tuple[int, int, float] | None:
@@ -170,6 +184,41 @@ def route_share(salt: str, keys: Sequence[Any]) -> np.ndarray:
                      / _HASH_SCALE for k in keys], dtype=np.float64)
 
 
+class RowInputs:
+    """A request's model inputs. A model whose features are one float64 block of the read (the usual case: one
+    view's numbers) gets that array as a ColumnBlock, without splitting it into columns and stacking them back;
+    any other gets the columns of `to_dict` and the request fields, made once per request."""
+
+    def __init__(self, result: OnlineResult, fields: Mapping[str, Any], n: int):
+        self.result, self.fields, self.n = result, fields, n
+        self._columns: dict[str, Any] | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """Request fields and every feature read, as columns."""
+        if self._columns is None:
+            self._columns = {**self.fields, **self.result.to_dict()}
+        return self._columns
+
+    def of(self, names: Sequence[str], rows: np.ndarray | None = None) -> Mapping[str, Any]:
+        """The inputs `names` of the rows `rows` (a mask; None: all)."""
+        block = self.result.block(names)
+        if block is not None:
+            return block if rows is None else block.take(rows)
+        columns = self.columns()
+        return dict(columns) if rows is None else _take(columns, rows, self.n)
+
+
+def join_inputs(parts: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Mapping[str, Any]:
+    """Several requests' inputs `names` as one: their blocks joined in one call when all are blocks of the
+    same names, else one concatenation per column."""
+    first = parts[0]
+    if isinstance(first, ColumnBlock) and all(isinstance(p, ColumnBlock) and p.names == first.names
+                                              for p in parts):
+        return first if len(parts) == 1 else ColumnBlock(first.names, np.concatenate(
+            [p.array for p in parts if isinstance(p, ColumnBlock)]))
+    return {f: _concat([p[f] for p in parts]) for f in names}
+
+
 def _columns(dicts: list[Mapping[str, Any]], what: str) -> dict[str, list[Any]]:
     names: dict[str, None] = {}
     for d in dicts:
@@ -187,11 +236,7 @@ def _take(columns: Mapping[str, Any], mask: np.ndarray, n: int) -> dict[str, Any
 
 
 def _features_of(arms: ArmSet, columns: Mapping[str, Any]) -> dict[str, Any]:
-    names: dict[str, None] = {}
-    for arm in (arms.champion, arms.canary):
-        if arm is not None and arm.model is not None:
-            names.update(dict.fromkeys(arm.model.features))
-    return {name: columns[name] for name in names if name in columns}
+    return {name: columns[name] for name in arms.served_features if name in columns}
 
 
 def _concat(parts: list[Any]) -> Any:

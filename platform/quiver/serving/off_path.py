@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quiver.serving.arms import Arm, ServiceStats, _concat
+from quiver.serving.arms import Arm, ServiceStats, _concat, join_inputs
 
 if TYPE_CHECKING:
     from quiver.monitoring.serving_log import ServingLogger
@@ -34,10 +34,10 @@ class OffPath:
 
 
 def score_off_path(batch: list[OffPath], stats: ServiceStats, logger: ServingLogger | None) -> None:
-    """Score a batch of queued items, one model call per (arm, log arm), and log the rows."""
-    groups: dict[tuple[int, str], list[OffPath]] = {}
+    """Score a batch of queued items, one model call and one log call per (arm, log arm, rollout tag)."""
+    groups: dict[tuple[int, str, tuple[int, int, float] | None], list[OffPath]] = {}
     for item in batch:
-        groups.setdefault((id(item.arm), item.log_arm), []).append(item)
+        groups.setdefault((id(item.arm), item.log_arm, item.rollout), []).append(item)
     for items in groups.values():
         _score(items, stats, logger)
 
@@ -46,7 +46,7 @@ def _score(items: list[OffPath], stats: ServiceStats, logger: ServingLogger | No
     arm, log_arm = items[0].arm, items[0].log_arm
     assert arm.model is not None
     names = [f for f in arm.model.features if f in items[0].columns]
-    columns = {f: _concat([item.columns[f] for item in items]) for f in names}
+    columns = join_inputs([item.columns for item in items], names)
     n = sum(len(item.request_ids) for item in items)
     t = time.perf_counter()
     error = ""
@@ -62,11 +62,15 @@ def _score(items: list[OffPath], stats: ServiceStats, logger: ServingLogger | No
     stats.add(**{f"{log_arm}_rows": n})
     if logger is None:
         return
-    offset = 0
-    for item in items:
-        k = len(item.request_ids)
-        # No features: the same vector is logged on the primary row of this request_id.
-        logger.log_batch(item.request_ids, item.entities, {}, arm.label, log_arm,
-                         item.feature_ms + scoring_ms, scores[offset:offset + k], ts_us=item.logged_at,
-                         error=error, rollout=item.rollout, call_id=item.call_id)
-        offset += k
+    # One log call for the group, each row with its own request's call_id, time and latency. No features: the
+    # same vector is logged on the primary row of this request_id.
+    counts = [len(item.request_ids) for item in items]
+    keys = dict.fromkeys(key for item in items for key in item.entities)
+    logger.log_batch([r for item in items for r in item.request_ids],
+                     {key: _concat([item.entities.get(key, [None] * k) for item, k in zip(items, counts, strict=True)])
+                      for key in keys}, {}, arm.label, log_arm,
+                     np.repeat([item.feature_ms + scoring_ms for item in items], counts), scores,
+                     ts_us=np.concatenate([np.broadcast_to(np.asarray(item.logged_at, dtype=np.int64), (k,))
+                                           for item, k in zip(items, counts, strict=True)]),
+                     error=error, rollout=items[0].rollout,
+                     call_id=np.repeat(np.array([item.call_id for item in items], dtype=object), counts))

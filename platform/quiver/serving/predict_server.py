@@ -41,6 +41,7 @@ from quiver.serving.edge import (
     client_key,
     create_fastapi,
     iso_time_us,
+    json_bytes,
 )
 from quiver.serving.prediction import PredictionService
 from quiver.serving.runtime import ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
@@ -191,7 +192,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
                                     "model_version": p.model_version, "arm": p.arm, "fallback": p.fallback,
                                     "missing": p.missing, "flagged": p.flagged, "refused": p.refused,
                                     "missing_features": list(p.missing_features)} for p in predictions]}
-        return _dumps(payload).encode()
+        return json_bytes(payload)
 
     @app.post("/predict", response_model=PredictResponse, dependencies=[Depends(authorized)],
               responses={400: {"description": "bad entity keys, duplicate request ids"},
@@ -254,18 +255,6 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
     if not key:
         log.warning("prediction server runs without an API key: set QUIVER_API_KEY to require X-API-Key")
     return app
-
-
-try:  # ujson round-trips floats exactly and is faster than the stdlib here
-    import ujson
-
-    def _dumps(payload: Any) -> str:
-        return str(ujson.dumps(payload))
-except ImportError:  # pragma: no cover
-    import json
-
-    def _dumps(payload: Any) -> str:
-        return json.dumps(payload, separators=(",", ":"))
 
 
 def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,

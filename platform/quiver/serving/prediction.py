@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,7 @@ from quiver.serving.arms import (
     ArmSet,
     Model,
     Prediction,
+    RowInputs,
     ServiceStats,
     _columns,
     _features_of,
@@ -340,16 +341,17 @@ class PredictionService:
         if len(set(request_ids)) != len(request_ids):
             raise QuiverError("request_id values must be unique within a request")
         entities = _columns([r.get("entities") or {} for r in rows], "entities")
-        plan = self.store.plan(list(arms.feature_refs))
+        plan = self.store.plan(arms.feature_refs)
         given = [r.get("fields") or {} for r in rows]
-        check_request_rows(given, dict(plan.request_fields))
+        if plan.request_fields or any(given):
+            check_request_rows(given, dict(plan.request_fields))
         fields = _columns(given, "fields")
         at = [r.get("at") for r in rows]
         times = None if all(t is None for t in at) else at
         if times is not None and any(t is None for t in times):
             raise QuiverError("give `at` for every row of a request or for none")
-        read = self.store.prepare_online(list(arms.feature_refs), entities, at=times)
-        return ScoringCall(began, arms, uuid.uuid4().hex[:16], request_ids, entities, fields, times, read)
+        read = self.store.prepare_online(arms.feature_refs, entities, at=times)
+        return ScoringCall(began, arms, os.urandom(8).hex(), request_ids, entities, fields, times, read)
 
     def finish(self, call: ScoringCall, fetched: Any, *, explain_missing: bool = False) -> list[Prediction]:
         """Step 3 of `predict` (no I/O but the serving log's buffer): decode, route, score, log."""
@@ -361,7 +363,7 @@ class PredictionService:
         logged_at: np.ndarray | int = np.array([timestamp_us(t) for t in times], dtype=np.int64) \
             if times is not None else time.time_ns() // 1000
         result = self.store.finish_online(call.read, fetched, fields)
-        columns: dict[str, Any] = {**fields, **result.to_dict()}
+        inputs = RowInputs(result, fields, n)
         fetched_at = time.perf_counter()
         on_canary = np.zeros(n, dtype=bool)
         if arms.canary is not None and arms.fraction > 0:
@@ -370,15 +372,16 @@ class PredictionService:
             if key not in entities:
                 raise QuiverError(f"rows lack the routing key {key!r}")
             on_canary = route_share(arms.salt, entities[key]) < arms.fraction
+        canaries = int(np.count_nonzero(on_canary))  # rows routed to the canary (none without a rollout)
         scores = np.empty(n, dtype=np.float64)
         champion_rows = ~on_canary
         assert arms.champion.model is not None
         champion_ms = canary_ms = 0.0
-        if champion_rows.any():
+        if canaries < n:
             t = time.perf_counter()
             try:
-                scores[champion_rows] = arms.champion.predict(_take(columns, champion_rows, n),
-                                                              n - int(on_canary.sum()))
+                scores[champion_rows if canaries else slice(None)] = arms.champion.predict(
+                    inputs.of(arms.champion.model.features, champion_rows if canaries else None), n - canaries)
             except Exception as exc:
                 # No score to answer with: the request fails, but the failed call is logged like a canary's,
                 # so the judge compares both arms' error rates on the same footing.
@@ -393,27 +396,28 @@ class PredictionService:
                 raise
             champion_ms = (time.perf_counter() - t) * 1e3
         canary_error = ""
-        if on_canary.any():
+        if canaries:
             assert arms.canary is not None
             t = time.perf_counter()
             try:
                 if arms.canary.model is None:
                     raise RuntimeError(f"canary not loaded: {arms.canary.error}")
-                canary_scores = arms.canary.predict(_take(columns, on_canary, n), int(on_canary.sum()))
-                if canary_scores.shape != (int(on_canary.sum()),) or not np.isfinite(canary_scores).all():
+                canary_scores = arms.canary.predict(inputs.of(arms.canary.model.features, on_canary), canaries)
+                if canary_scores.shape != (canaries,) or not np.isfinite(canary_scores).all():
                     raise ValueError("canary returned missing or non-finite scores")
                 scores[on_canary] = canary_scores
             except Exception as exc:  # the canary must never fail a request: the champion answers
                 canary_error = f"{type(exc).__name__}: {exc}"[:500]
-                scores[on_canary] = arms.champion.predict(_take(columns, on_canary, n), int(on_canary.sum()))
-                self.stats.add(canary_fallbacks=int(on_canary.sum()))
+                scores[on_canary] = arms.champion.predict(inputs.of(arms.champion.model.features, on_canary),
+                                                          canaries)
+                self.stats.add(canary_fallbacks=canaries)
                 self._alert("canary_failed", arms.canary.label, canary_error)
             canary_ms = (time.perf_counter() - t) * 1e3
         feature_ms = (fetched_at - began) * 1e3
         champion_label = arms.champion.label
         canary_label = arms.canary.label if arms.canary is not None else ""
         fallback = bool(canary_error)
-        served_by_canary = on_canary & (not fallback)
+        served_by_canary = on_canary if canaries and not fallback else np.zeros(n, dtype=bool)
         missing, flagged, refused, names = self._missing(arms, result, served_by_canary, n)
         scores[refused] = np.nan
         out = []
@@ -427,20 +431,23 @@ class PredictionService:
             else:
                 out.append(Prediction(request_id, score, champion_label, "champion", routed, counts[i], flags[i],
                                       refusals[i], which))
-        canary_count = int(on_canary.sum())
-        self.stats.add(requests=1, rows=n, champion_rows=n - canary_count, canary_rows=canary_count)
+        self.stats.add(requests=1, rows=n, champion_rows=n - canaries, canary_rows=canaries)
         if self.logger is not None:
-            self._log(request_ids, entities, columns, arms, scores, on_canary, canary_error,
+            # The served inputs as one array when they are (one view's numbers): the log keeps it whole.
+            features = result.block(arms.served_features) or _features_of(arms, inputs.columns())
+            self._log(request_ids, entities, features, arms, scores, on_canary, canaries, canary_error,
                       feature_ms + champion_ms, feature_ms + canary_ms, logged_at, call_id,
                       {name: fields[name] for name, _ in plan.request_fields if name in fields}, missing, refused)
         if arms.shadow is not None and arms.shadow.model is not None:
-            self._off_path(OffPath(arms.shadow, "shadow", request_ids, entities, columns, feature_ms, logged_at,
+            self._off_path(OffPath(arms.shadow, "shadow", request_ids, entities,
+                                   inputs.of(arms.shadow.model.features), feature_ms, logged_at,
                                     arms.rollout, call_id), "shadow_dropped")
-        if self.pair_canary and self.logger is not None and on_canary.any() and not canary_error:
+        if self.pair_canary and self.logger is not None and canaries and not canary_error:
             # The champion scores the canary's rows too, after the response: the judge's paired comparison.
             self._off_path(OffPath(arms.champion, "paired", [r for r, c in zip(request_ids, canary_list, strict=True)
                                                                if c],
-                                    _take(entities, on_canary, n), _take(columns, on_canary, n), feature_ms,
+                                    _take(entities, on_canary, n),
+                                    inputs.of(arms.champion.model.features, on_canary), feature_ms,
                                     logged_at[on_canary] if isinstance(logged_at, np.ndarray) else logged_at,
                                     arms.rollout, call_id), "paired_dropped")
         return out
@@ -475,8 +482,8 @@ class PredictionService:
         except queue.Full:
             self.stats.add(**{dropped: len(item.request_ids)})
 
-    def _log(self, request_ids: list[str], entities: Mapping[str, Any], columns: Mapping[str, Any], arms: ArmSet,
-             scores: np.ndarray, on_canary: np.ndarray, canary_error: str, champion_ms: float,
+    def _log(self, request_ids: list[str], entities: Mapping[str, Any], features: Mapping[str, Any], arms: ArmSet,
+             scores: np.ndarray, on_canary: np.ndarray, canaries: int, canary_error: str, champion_ms: float,
              canary_ms: float, logged_at: np.ndarray | int, call_id: str, request: Mapping[str, Any],
              missing: np.ndarray, refused: np.ndarray) -> None:
         assert self.logger is not None
@@ -484,7 +491,7 @@ class PredictionService:
         arm: str | np.ndarray = "champion"
         latency: float | np.ndarray = champion_ms
         error: str | np.ndarray = ""
-        if arms.canary is not None and on_canary.any():  # per-row columns only when the rows differ
+        if arms.canary is not None and canaries:  # per-row columns only when the rows differ
             version = np.where(on_canary, arms.canary.label, arms.champion.label)
             arm = np.where(on_canary, "canary", "champion")
             latency = np.where(on_canary, canary_ms, champion_ms)
@@ -492,7 +499,7 @@ class PredictionService:
                 error = np.where(on_canary, canary_error, "")
         if refused.any():  # refused by the model's missing-input policy: no score, and why
             error = np.where(refused, "refused: too many inputs missing", error)
-        self.logger.log_batch(request_ids, entities, _features_of(arms, columns), version, arm, latency, scores,
+        self.logger.log_batch(request_ids, entities, features, version, arm, latency, scores,
                               ts_us=logged_at, error=error, rollout=arms.rollout, call_id=call_id,
                               request=request or None, missing=missing)
 

@@ -6,19 +6,25 @@ conversion asks for them, and conversions work a block at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from quiver.online.base import Batch, Column, FieldStatus, Key
+from quiver.online.base import Batch, Column, ColumnBlock, FieldStatus, Key
 
 _ARROW = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string(),
           "timestamp": pa.timestamp("us", tz="UTC")}
 _NAT = np.iinfo(np.int64).min
 _STATUS_NAMES = np.array(["INVALID", *(s.name for s in FieldStatus)], dtype=object)
 _PRESENT, _NULL = np.uint8(FieldStatus.PRESENT), np.uint8(FieldStatus.NULL_VALUE)
+_Run = tuple[int, str, Sequence[str], Sequence[int] | None]  # see OnlineResult._runs
+_RUNS: dict[tuple[int, ...], tuple[Any, tuple[Any, ...], list[_Run]]] = {}
+_RUNS_KEPT = 1024  # request shapes remembered (a server sees a handful)
+_FEW_VALUES = 256
 
 
 class OnlineResult:
@@ -56,20 +62,30 @@ class OnlineResult:
     def to_dict(self) -> dict[str, np.ndarray]:
         """Entity keys and features as numpy arrays. Nulls: NaN in float columns (int columns that hold a
         null become float64), NaT in timestamps, None in string and bool columns (object dtype)."""
-        out: dict[str, np.ndarray] = dict(self.entities)
-        index, blocks = self.batch.index, self.batch.blocks
-        split: dict[int, tuple[list[np.ndarray], list[np.ndarray] | None, list[bool]]] = {}
-        for name, key in self.outputs:
-            number, position = index[key]
-            if position < 0:
-                plain, fallback = _numpy_block(*blocks[number])
-                out[name] = fallback if fallback is not None else plain
-                continue
-            if number not in split:
-                split[number] = _split_block(*blocks[number])
-            columns, fallbacks, has_null = split[number]
-            out[name] = fallbacks[position] if fallbacks is not None and has_null[position] else columns[position]
+        out: dict[str, Any] = dict(self.entities)
+        batch = self.batch
+        blocks = batch.blocks
+        out.update(self._by_output(lambda number, _: _block_columns(*blocks[number], batch.all_valid(number))))
         return out
+
+    def block(self, names: Sequence[str]) -> ColumnBlock | None:
+        """The float64 features `names` as one ColumnBlock, valued as `to_dict` gives them (NaN for nulls), when
+        they all come from one float64 block of the read (the usual case: numbers of one view); else None.
+        Zero-copy when they are that block's columns in order."""
+        runs = self._runs()
+        if len(runs) != 1:
+            return None
+        number, _, run_names, positions = runs[0]
+        values, valid, dtype = self.batch.blocks[number]
+        if dtype != "float64" or values.ndim != 2:
+            return None
+        plain = _numpy_block(values, valid, dtype, self.batch.all_valid(number))[0]
+        if positions is None and tuple(run_names) == tuple(names):
+            return ColumnBlock(names, plain)
+        where = dict(zip(run_names, range(len(run_names)) if positions is None else positions, strict=True))
+        if any(name not in where for name in names):
+            return None
+        return ColumnBlock(names, plain[:, [where[name] for name in names]])
 
     def to_arrow(self) -> pa.Table:
         """An Arrow table with real nulls (exact types, ints stay ints)."""
@@ -92,26 +108,24 @@ class OnlineResult:
         """Per feature, a FieldStatus code (uint8) per entity: PRESENT, NULL_VALUE, NOT_FOUND (no value for the
         entity, e.g. an unknown id, a flushed store) or OUTSIDE_MAX_AGE (older than the TTL at `at`).
         Compare with `quiver.online.base.FieldStatus`; an aggregation over an empty window is PRESENT."""
-        return {name: codes for name, codes in self._status_blocks(lambda codes: list(np.atleast_2d(codes.T)))}
+        return self._by_output(lambda number, view: list(self._status_codes(number, view).T))
 
     def all_present(self) -> bool:
         """True when every value is PRESENT (no null, nothing missing or too old): the usual case, which a
         caller can then skip per-feature statuses for. One check per block, not per feature."""
-        checked: set[int] = set()
-        for _, key in self.outputs:
-            number = self.batch.index[key][0]
-            if number in checked:
-                continue
-            checked.add(number)
-            codes = self.batch.view_status(key[0])
-            if not self.batch.blocks[number][1].all() or (codes is not None and (codes != _PRESENT).any()):
-                return False
-        return True
+        blocks = {number: view for number, view, _, _ in self._runs()}
+        return all(self._all_present(number, view) for number, view in blocks.items())
 
     def status_lists(self) -> dict[str, list[str]]:
         """`statuses()` as status names, JSON-ready (the HTTP server's `status` member)."""
-        return dict(self._status_blocks(lambda codes: _STATUS_NAMES[codes].T.tolist(),
-                                        lambda rows, cols: [["PRESENT"] * rows for _ in range(cols)]))
+        def names(number: int, view: str) -> list[list[str]]:
+            if self._all_present(number, view):  # the usual case: no numpy at all
+                valid = self.batch.blocks[number][1]
+                return [["PRESENT"] * len(valid) for _ in range(valid.shape[1] if valid.ndim == 2 else 1)]
+            names_: list[list[str]] = _STATUS_NAMES[self._status_codes(number, view)].T.tolist()
+            return names_
+
+        return self._by_output(names)
 
     def not_found(self) -> dict[str, int]:
         """Per view read, how many entities the store held nothing for (NOT_FOUND), and nothing else."""
@@ -122,44 +136,75 @@ class OnlineResult:
                 out[view] = int(np.count_nonzero(codes == FieldStatus.NOT_FOUND))
         return out
 
-    def _status_blocks(self, convert: Any, all_present: Any = None) -> Iterator[tuple[str, Any]]:
-        """(output name, converted per-column status) with one numpy pass per block; `all_present(rows,
-        columns)`, when given, converts a block whose values are all PRESENT (the usual case) without numpy."""
-        converted: dict[int, Any] = {}
-        for name, key in self.outputs:
-            number, position = self.batch.index[key]
-            if number not in converted:
-                _, valid, _ = self.batch.blocks[number]
-                view_codes = self.batch.view_status(key[0])
-                whole = valid.all() and (view_codes is None or (view_codes == _PRESENT).all())
-                if whole and all_present is not None:
-                    converted[number] = all_present(len(valid), valid.shape[1] if valid.ndim == 2 else 1)
-                elif whole:  # one cheap broadcast
-                    converted[number] = convert(np.full(valid.shape if valid.ndim == 2 else (len(valid), 1),
-                                                        _PRESENT, np.uint8))
-                else:
-                    if view_codes is None:  # a store that does not say: a null is all we know
-                        view_codes = np.full(len(valid), _PRESENT, dtype=np.uint8)
-                    rows = view_codes[:, None] if valid.ndim == 2 else view_codes
-                    codes = np.where(valid, rows, np.where(rows == _PRESENT, _NULL, rows)).astype(np.uint8)
-                    converted[number] = convert(codes if codes.ndim == 2 else codes[:, None])
-            yield name, converted[number][max(position, 0)]
+    def _by_output(self, convert: Callable[[int, str], Sequence[Any]]) -> dict[str, Any]:
+        """{output name: its column} in output order, converting each block once: `convert(block number,
+        view)` gives one item per column of the block (a 1-D block has one, which position -1 picks)."""
+        out: dict[str, Any] = {}
+        for number, view, names, positions in self._runs():
+            columns = convert(number, view)
+            out.update(zip(names, columns if positions is None else [columns[p] for p in positions], strict=True))
+        return out
+
+    def _runs(self) -> list[_Run]:
+        """The outputs as runs of consecutive outputs from one block: (block, view, names, positions, None
+        when they are the block's columns in order). Worked out once per request shape: a request reads the
+        same blocks every time, and a loop over 50 outputs costs more than the rest of a small conversion."""
+        layout = self.batch.layout
+        key = None if layout is None else (id(self.outputs), *map(id, layout))
+        if key is not None:
+            cached = _RUNS.get(key)
+            if cached is not None and cached[0] is self.outputs and cached[1] == layout:
+                return cached[2]
+        index, blocks = self.batch.index, self.batch.blocks
+        runs: list[tuple[int, str, list[str], list[int]]] = []
+        for name, key_ in self.outputs:
+            number, position = index[key_]
+            if runs and runs[-1][0] == number:
+                runs[-1][2].append(name)
+                runs[-1][3].append(position)
+            else:
+                runs.append((number, key_[0], [name], [position]))
+        plain: list[_Run] = [
+            (number, view, tuple(names), None if positions == list(range(_width(blocks[number][0]))) else
+             tuple(positions)) for number, view, names, positions in runs]
+        if key is not None and layout is not None:
+            if len(_RUNS) >= _RUNS_KEPT:
+                _RUNS.clear()
+            _RUNS[key] = (self.outputs, layout, plain)  # holds what the ids name, so no id is reused meanwhile
+        return plain
+
+    def _all_present(self, number: int, view: str) -> bool:
+        codes = self.batch.view_status(view)
+        if not self.batch.all_valid(number):
+            return False
+        if codes is None:
+            return True
+        return bool(codes[0] == _PRESENT) if len(codes) == 1 else not (codes != _PRESENT).any()
+
+    def _status_codes(self, number: int, view: str) -> np.ndarray:
+        """FieldStatus codes of a block, entities × columns (2-D, also for a 1-D block)."""
+        valid = self.batch.blocks[number][1]
+        valid = valid if valid.ndim == 2 else valid[:, None]
+        view_codes = self.batch.view_status(view)
+        if view_codes is None:  # a store that does not say: a null is all we know
+            view_codes = np.full(len(valid), _PRESENT, dtype=np.uint8)
+        rows = view_codes[:, None]
+        return np.where(valid, rows, np.where(rows == _PRESENT, _NULL, rows)).astype(np.uint8)
 
     def to_lists(self) -> dict[str, list[Any]]:
         """JSON-ready columns: None for nulls (and non-finite floats), ISO-8601 strings for timestamps."""
         out: dict[str, list[Any]] = {k: v.tolist() for k, v in self.entities.items()}
-        converted: dict[int, list[list[Any]]] = {}
-        for name, key in self.outputs:
-            number, position = self.batch.index[key]
-            if number not in converted:
-                converted[number] = _plain_block(*self.batch.blocks[number])
-            out[name] = converted[number][max(position, 0)]
+        batch = self.batch
+        blocks = batch.blocks
+        out.update(self._by_output(lambda number, _: _plain_block(*blocks[number], batch.all_valid(number))))
         return out
 
 
-def _numpy_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """(values with nulls filled where the dtype allows, or as is; a fallback for columns holding nulls)."""
-    if valid.all():
+def _numpy_block(values: np.ndarray, valid: np.ndarray, dtype: str,
+                 whole: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values with nulls filled where the dtype allows, or as is; a fallback for columns holding nulls).
+    `whole`: the block holds no null."""
+    if whole:
         if dtype == "timestamp":
             return values.astype("datetime64[us]"), None
         return values, None
@@ -174,24 +219,35 @@ def _numpy_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> tuple[np.
     return values, filled
 
 
-def _split_block(values: np.ndarray, valid: np.ndarray,
-                 dtype: str) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[bool]]:
-    """Per-column arrays of a 2-D block (row views of its transpose: one numpy call, not one per column),
-    the null-holding fallbacks, and which columns hold a null."""
-    plain, fallback = _numpy_block(values, valid, dtype)
-    if fallback is None:
-        return list(plain.T), None, []
-    has_null = [bool(x) for x in np.atleast_1d(~valid.all(axis=0))]
-    return list(plain.T), list(fallback.T), has_null
+def _block_columns(values: np.ndarray, valid: np.ndarray, dtype: str, whole: bool) -> list[np.ndarray]:
+    """The arrays `to_dict` returns for a block, one per column (row views of its transpose: one numpy call,
+    not one per column); a column holding a null gets its null-filled fallback."""
+    plain, fallback = _numpy_block(values, valid, dtype, whole)
+    if values.ndim == 1:
+        return [fallback if fallback is not None else plain]
+    columns = list(plain.T)
+    if fallback is not None:
+        for position in np.flatnonzero(~valid.all(axis=0)).tolist():
+            columns[position] = fallback[:, position]
+    return columns
 
 
-def _plain_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> list[list[Any]]:
-    """Per column, a list with None for nulls; one tolist() per block, then only the nulls are patched."""
-    bad = ~(valid & np.isfinite(values)) if dtype == "float64" else ~valid
+def _plain_block(values: np.ndarray, valid: np.ndarray, dtype: str, whole: bool) -> list[list[Any]]:
+    """Per column, a list with None for nulls and non-finite floats; one tolist() per block, then only those
+    are patched."""
     two_d = values.ndim == 2
     columns: list[list[Any]] = values.T.tolist() if two_d else [values.tolist()]
     if dtype == "timestamp":
         columns = [[_iso(v) for v in column] for column in columns]
+    if dtype == "float64":
+        if whole and values.size <= _FEW_VALUES and all(map(math.isfinite, chain.from_iterable(columns))):
+            return columns  # a small block without nulls: one pass in Python beats three numpy calls
+        finite = np.isfinite(values)
+        bad = ~finite if whole else ~(valid & finite)
+    elif whole:
+        return columns
+    else:
+        bad = ~valid
     rows, cols = np.nonzero(bad) if two_d else (np.flatnonzero(bad), np.zeros(int(bad.sum()), dtype=np.int64))
     for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
         columns[c][r] = None
@@ -201,3 +257,8 @@ def _plain_block(values: np.ndarray, valid: np.ndarray, dtype: str) -> list[list
 def _iso(us: int) -> str | None:
     value = np.datetime64(us, "us").item()
     return value.isoformat() + "Z" if hasattr(value, "isoformat") else None
+
+
+def _width(values: np.ndarray) -> int:
+    """Columns of a block (a 1-D block is one column, at position -1)."""
+    return values.shape[1] if values.ndim == 2 else -1

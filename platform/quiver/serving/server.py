@@ -41,7 +41,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from quiver.catalog.errors import QuiverError
 from quiver.online.base import STATUS_NAMES, OnlineStoreError, now_us
-from quiver.serving.edge import COMMON_RESPONSES, ClientCounts, ClientLimit, LeanPost, create_fastapi
+from quiver.serving.edge import (
+    COMMON_RESPONSES,
+    ClientCounts,
+    ClientLimit,
+    LeanPost,
+    create_fastapi,
+    json_bytes,
+)
 from quiver.serving.result import OnlineResult
 from quiver.serving.runtime import Probe, ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
 from quiver.serving.schemas import OnlineRequest, OnlineResponse
@@ -113,18 +120,26 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         if key and not (given and hmac.compare_digest(given.encode(), key.encode())):
             raise HTTPException(401, "missing or wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
 
-    def encode(result: OnlineResult) -> bytes:
-        for view in dict.fromkeys(k[0] for _, k in result.outputs):
+    def encode(result: OnlineResult, views: Sequence[str]) -> bytes:
+        for view in views:
             codes = result.batch.view_status(view)
-            if codes is not None and len(codes):
-                for code, count in enumerate(np.bincount(codes, minlength=len(STATUS_NAMES) + 1).tolist()):
-                    if count and (view, code) in read_counters:
-                        read_counters[view, code].inc(count)
+            if codes is None or not len(codes):
+                continue
+            if len(codes) == 1:  # most requests: one entity, one count
+                counter = read_counters.get((view, int(codes[0])))
+                if counter is not None:
+                    counter.inc()
+                continue
+            for code, count in enumerate(np.bincount(codes, minlength=len(STATUS_NAMES) + 1).tolist()):
+                if count and (view, code) in read_counters:
+                    read_counters[view, code].inc(count)
         lists = result.to_lists()
+        entities = {k: lists.pop(k) for k in result.entities}
+        # All PRESENT (the usual case): one list serves every feature, as the encoder only reads it.
+        status = dict.fromkeys(lists, ["PRESENT"] * len(result)) if result.all_present() else result.status_lists()
         payload = {"at": result.at if isinstance(result.at, int) else result.at.tolist(),
-                   "entities": {k: lists.pop(k) for k in result.entities},
-                   "features": lists, "status": result.status_lists()}
-        return _dumps(payload).encode()
+                   "entities": entities, "features": lists, "status": status}
+        return json_bytes(payload)
 
     fetch_async = getattr(store.online, "fetch_async", None) if store_io == "async" else None
     if str(getattr(store.online, "url", "")).startswith("rediss://"):
@@ -137,15 +152,16 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         try:
             call = store.prepare_online(features, body.entities, at=body.at_us_value(),
                                         full_feature_names=body.full_feature_names)
-            check_request_columns(body.request, dict(call.plan.request_fields),
-                                  len(next(iter(call.entities.values()), ())))
+            if body.request or call.plan.request_fields:
+                check_request_columns(body.request, dict(call.plan.request_fields),
+                                      len(next(iter(call.entities.values()), ())))
             if call.pending is None:
                 fetched = None
             elif fetch_async is not None:
                 fetched = await gate.call_async(fetch_async, call.pending)
             else:
                 fetched = await gate.call(store.online.fetch, call.pending)
-            return encode(store.finish_online(call, fetched, body.request))
+            return encode(store.finish_online(call, fetched, body.request), call.plan.output_views)
         except StoreUnavailable as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
         except OnlineStoreError as exc:
@@ -208,18 +224,6 @@ def check_request_columns(request: Mapping[str, Sequence[Any]], fields: dict[str
         raise RequestFieldError(str(exc).replace("].fields.", "].request.")) from None
 
 
-def _json_dumps(payload: Any) -> str:
-    return json.dumps(payload, separators=(",", ":"))
-
-
-try:  # ujson (pinned in requirements/main.txt) round-trips floats exactly and is ~2.5x faster here
-    import ujson
-
-    _dumps: Callable[[Any], str] = ujson.dumps
-except ImportError:  # pragma: no cover - the stdlib is enough, only slower
-    _dumps = _json_dumps
-
-
 class Observe:
     """Time every request and count it by route and status (pure ASGI: no per-request task hop)."""
 
@@ -229,6 +233,7 @@ class Observe:
         self.latency = latency
         self.requests = requests
         self.routes = routes
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -247,8 +252,15 @@ class Observe:
             await self.app(scope, receive, capture)
         finally:
             route = scope["path"] if scope["path"] in self.routes else "other"
-            self.latency.labels(route).observe(time.perf_counter() - began)
-            self.requests.labels(route, str(status)).inc()
+            self._child(self.latency, route).observe(time.perf_counter() - began)
+            self._child(self.requests, route, str(status)).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # prometheus_client's labels() takes a lock and validates each time; the children never change.
+        child = self._children.get((id(metric), labels))
+        if child is None:
+            child = self._children[id(metric), labels] = metric.labels(*labels)
+        return child
 
 
 class BodyLimit:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,9 +55,13 @@ class ReadPlan:
     inputs: tuple[tuple[tuple[str, str], str], ...] = ()  # ((view, feature), column read into)
     request_contracts: tuple[tuple[str, ContractSpec], ...] = ()  # (request source, its contract)
 
+    @cached_property
+    def output_views(self) -> tuple[str, ...]:
+        """The views (stored or on-demand) the outputs come from, each once, in output order."""
+        return tuple(dict.fromkeys(view for _, (view, _) in self.named_keys))
 
-@dataclass(frozen=True)
-class OnlineCall:
+
+class OnlineCall(NamedTuple):
     """A prepared online read: the plan, typed keys, request times and the store's pending read."""
 
     plan: ReadPlan
@@ -102,7 +107,7 @@ def _view(catalog: Catalog, name: str) -> ViewSpec:
 def entity_columns(plan: ReadPlan, entity_rows: EntityRows) -> dict[str, np.ndarray]:
     """Join key columns as typed numpy arrays, from rows (list of dicts) or columns (dict of arrays)."""
     columns: dict[str, Any] = {}
-    if isinstance(entity_rows, Mapping):
+    if isinstance(entity_rows, dict | Mapping):  # dict first: an ABC check alone costs a microsecond
         for key, _ in plan.keys:
             if key not in entity_rows:
                 raise QuiverError(f"entities lack join key {key!r} (needed by the requested features)")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+import hiredis
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +39,7 @@ from quiver.online.redis_scripts import SCRIPTS
 
 log = logging.getLogger(__name__)
 
+_IO_ERRORS = (AuthenticationError, redis.ConnectionError, redis.TimeoutError, OSError)
 _DEPTH = 8  # commands in flight while the next batch is packed: the server works while we pack
 _ENCODE_ROWS = 4_000  # rows encoded at a time, between sends, so encoding overlaps Redis' work
 
@@ -131,30 +133,43 @@ class RedisOnlineStore(OnlineStore):
     def _errors(self, timeout_s: float | None = None) -> Iterator[None]:
         try:
             yield
-        except AuthenticationError as exc:
-            raise OnlineStoreError(f"Redis at {_redact(self.url)} refused the credentials: {exc}") from None
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise OnlineStoreUnavailable(
-                f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
-                f"{timeout_s or self.timeout_s:g}s ({type(exc).__name__}: {exc})") from None
+        except _IO_ERRORS as exc:
+            raise self._refusal(exc, timeout_s) from None
+
+    def _refusal(self, exc: BaseException, timeout_s: float | None) -> OnlineStoreError:
+        """What a connection problem means for the caller: refused credentials, or the store unavailable."""
+        if isinstance(exc, AuthenticationError):
+            return OnlineStoreError(f"Redis at {_redact(self.url)} refused the credentials: {exc}")
+        return OnlineStoreUnavailable(
+            f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
+            f"{timeout_s or self.timeout_s:g}s ({type(exc).__name__}: {exc})")
 
     def _roundtrip(self, commands: Sequence[bytes], conn: Any = None) -> list[Any]:
-        """Send commands in one write, read every reply; error replies come back as exceptions."""
+        """Send commands in one write, read every reply; error replies come back as exceptions.
+
+        redis-py connects (handshake, AUTH, SELECT, TLS) and times out; the bytes go straight through its
+        socket and hiredis: its per-reply Python layers cost a third of a one-entity read."""
         conn = conn if conn is not None else self._connection()
         for attempt in (0, 1):
             try:
-                conn.send_packed_command(list(commands), check_health=False)
+                sock, reader = _socket_of(conn)
+                sock.sendall(commands[0] if len(commands) == 1 else b"".join(commands))
                 replies: list[Any] = []
                 for _ in commands:
-                    try:
-                        replies.append(conn.read_response())
-                    except ResponseError as exc:  # one bad reply must not leave the others unread
-                        replies.append(exc)
+                    reply = reader.gets()
+                    while reply is False:
+                        data = sock.recv(_RECV_BYTES)
+                        if not data:
+                            raise ConnectionResetError("Redis closed the connection")
+                        reader.feed(data)
+                        reply = reader.gets()
+                    # One bad reply must not leave the others unread: it is returned, not raised.
+                    replies.append(ResponseError(str(reply)) if isinstance(reply, hiredis.ReplyError) else reply)
                 return replies
             except AuthenticationError:
                 conn.disconnect()
                 raise
-            except redis.ConnectionError:
+            except (redis.ConnectionError, ConnectionError):
                 # A server restart kills idle sockets: reconnect once (every command here is idempotent).
                 conn.disconnect()
                 if attempt:
@@ -165,12 +180,14 @@ class RedisOnlineStore(OnlineStore):
         raise AssertionError("unreachable")
 
     def _call(self, commands: Sequence[bytes], timeout_s: float | None = None) -> list[Any]:
-        with self._errors(timeout_s):
+        try:  # (not `_errors`: a generator context costs more than the rest of this call)
             if timeout_s is None:
                 replies = self._roundtrip(commands)
             else:
                 with self._probe_lock:
                     replies = self._roundtrip(commands, self._probe_connection(timeout_s))
+        except _IO_ERRORS as exc:
+            raise self._refusal(exc, timeout_s) from None
         for reply in replies:
             if isinstance(reply, ResponseError):
                 if str(reply).startswith(("NOAUTH", "WRONGPASS")):
@@ -418,6 +435,22 @@ class RedisOnlineStore(OnlineStore):
             self._aio = None
         self._local = threading.local()
         self._pool.disconnect()
+
+
+_RECV_BYTES = 1 << 16
+
+
+def _socket_of(conn: Any) -> tuple[Any, Any]:
+    """The connected socket of a redis-py connection (connecting it first) and a hiredis reader of its own, made
+    anew with each socket so that no byte of an earlier connection is ever read as a reply."""
+    sock = conn._sock
+    if sock is None:
+        conn.connect()
+        sock = conn._sock
+    pair = getattr(conn, "_quiver_io", None)
+    if pair is None or pair[0] is not sock:
+        pair = conn._quiver_io = (sock, hiredis.Reader())
+    return pair
 
 
 def _drop_null_keys(view: ViewSpec, table: pa.Table, time_column: str) -> pa.Table:

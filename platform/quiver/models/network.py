@@ -80,27 +80,43 @@ class TabularNet(nn.Module):
 
     def infer(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         """`forward` for scoring in eval mode: the same kernels in the same order (so the same bits), called
-        directly instead of through nine nn.Module calls and their hook checks, which cost more than the
+        directly instead of through nine nn.Module calls and their attribute look-ups, which cost more than the
         arithmetic for a request of a few rows. Dropout is the identity in eval mode, so it is left out."""
         if self.training:
             raise RuntimeError("infer() scores in eval mode: call model.eval() first")
+        embeddings, body, head, wide_numeric, wide_categorical = self._kernels()
         x = numeric
-        if len(self.embeddings):  # torch.cat of the numeric block alone is a copy of it
-            x = torch.cat([numeric, *(F.embedding(categorical[:, i], cast(nn.Embedding, emb).weight)
-                                      for i, emb in enumerate(self.embeddings))], dim=1)
-        for layer in self.body:
-            if isinstance(layer, nn.Linear):
-                x = F.linear(x, layer.weight, layer.bias)
-            elif isinstance(layer, nn.GELU):
-                x = F.gelu(x, approximate=layer.approximate)
-            elif not isinstance(layer, nn.Dropout):
-                x = layer(x)
-        logits = F.linear(x, self.head.weight, self.head.bias)
-        if self.wide_numeric is not None and self.wide_categorical is not None:
-            logits = logits + F.linear(numeric, self.wide_numeric.weight, self.wide_numeric.bias)
-            for i, emb in enumerate(self.wide_categorical):
-                logits = logits + F.embedding(categorical[:, i], cast(nn.Embedding, emb).weight)
+        if embeddings:  # torch.cat of the numeric block alone is a copy of it
+            x = torch.cat([numeric, *(F.embedding(categorical[:, i], weight) for i, weight in enumerate(embeddings))],
+                          dim=1)
+        for gelu, weight, bias in body:
+            x = F.gelu(x, approximate=gelu) if gelu else F.linear(x, weight, bias)
+        logits = F.linear(x, *head)
+        if wide_numeric is not None:
+            logits = logits + F.linear(numeric, *wide_numeric)
+            for i, weight in enumerate(wide_categorical):
+                logits = logits + F.embedding(categorical[:, i], weight)
         return logits.squeeze(1)
+
+    def _kernels(self) -> tuple[Any, ...]:
+        """The parameters `infer` passes to each kernel, looked up once (the same Parameter objects, so training
+        or loading weights in place is seen)."""
+        cached = self.__dict__.get("_kernel_plan")
+        if cached is None:
+            body: list[tuple[str, Any, Any]] = []
+            for layer in self.body:
+                if isinstance(layer, nn.Linear):
+                    body.append(("", layer.weight, layer.bias))
+                elif isinstance(layer, nn.GELU):
+                    body.append((layer.approximate, None, None))
+                elif not isinstance(layer, nn.Dropout):
+                    raise TypeError(f"infer() does not know layer {layer!r}")
+            wide = None if self.wide_numeric is None else (self.wide_numeric.weight, self.wide_numeric.bias)
+            cached = ([cast(nn.Embedding, e).weight for e in self.embeddings], body,
+                      (self.head.weight, self.head.bias), wide,
+                      [cast(nn.Embedding, e).weight for e in (self.wide_categorical or ())])
+            self.__dict__["_kernel_plan"] = cached  # not an attribute nn.Module tracks (no state_dict entry)
+        return cast(tuple[Any, ...], cached)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         parts: Sequence[torch.Tensor] = [numeric, *(emb(categorical[:, i]) for i, emb in enumerate(self.embeddings))]

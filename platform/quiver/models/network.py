@@ -87,8 +87,8 @@ class TabularNet(nn.Module):
         embeddings, body, head, wide_numeric, wide_categorical = self._kernels()
         x = numeric
         if embeddings:  # torch.cat of the numeric block alone is a copy of it
-            x = torch.cat([numeric, *(F.embedding(categorical[:, i], weight) for i, weight in enumerate(embeddings))],
-                          dim=1)
+            looked_up = (F.embedding(categorical[:, i], weight) for i, weight in enumerate(embeddings))
+            x = torch.cat([numeric, *looked_up], dim=1)
         for gelu, weight, bias in body:
             x = F.gelu(x, approximate=gelu) if gelu else F.linear(x, weight, bias)
         logits = F.linear(x, *head)
@@ -99,8 +99,8 @@ class TabularNet(nn.Module):
         return logits.squeeze(1)
 
     def _kernels(self) -> tuple[Any, ...]:
-        """The parameters `infer` passes to each kernel, looked up once (the same Parameter objects, so training
-        or loading weights in place is seen)."""
+        """The parameters `infer` passes to each kernel, looked up once (the same Parameter objects, so
+        weights trained or loaded in place are seen)."""
         cached = self.__dict__.get("_kernel_plan")
         if cached is None:
             body: list[tuple[str, Any, Any]] = []

@@ -102,8 +102,8 @@ class Batch(Mapping[Key, Column]):
                     dtype: str, all_valid: bool | None = None) -> None:
         """`add_block` with the index entries prepared (they must name this block's number, `len(self.blocks)`):
         a decoder that reads the same features every call keeps them (and never changes them), and adding a
-        50-feature block then costs one dict update instead of a Python loop. `all_valid`: whether `valid` is all True, when the
-        decoder knows (None: `all_valid()` checks when asked)."""
+        50-feature block then costs one dict update instead of a Python loop. `all_valid`: whether `valid` is
+        all True, when the decoder knows (None: `all_valid()` checks when asked)."""
         if all_valid is not None:
             self._all_valid[len(self.blocks)] = all_valid
         self.blocks.append((values, valid, dtype))

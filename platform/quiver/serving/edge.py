@@ -101,7 +101,8 @@ except ImportError:  # pragma: no cover - the stdlib is enough, only slower
 def fast_loads(body: bytes) -> Any:
     """`strict_loads` for bodies it accepts, faster; anything either would refuse raises ValueError (the
     caller then lets `strict_loads` say why and where). msgspec refuses everything `strict_loads` refuses
-    (NaN, ±Infinity, numbers beyond float64, lone surrogates, invalid UTF-8, trailing data): tests pin this."""
+    (NaN, ±Infinity, numbers beyond float64, lone surrogates, invalid UTF-8, trailing data): tests pin
+    this."""
     try:
         return _decode(body)
     except _FAST_ERRORS as exc:

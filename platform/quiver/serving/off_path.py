@@ -65,12 +65,12 @@ def _score(items: list[OffPath], stats: ServiceStats, logger: ServingLogger | No
     # One log call for the group, each row with its own request's call_id, time and latency. No features: the
     # same vector is logged on the primary row of this request_id.
     counts = [len(item.request_ids) for item in items]
+    sized = list(zip(items, counts, strict=True))
     keys = dict.fromkeys(key for item in items for key in item.entities)
     logger.log_batch([r for item in items for r in item.request_ids],
-                     {key: _concat([item.entities.get(key, [None] * k) for item, k in zip(items, counts, strict=True)])
-                      for key in keys}, {}, arm.label, log_arm,
-                     np.repeat([item.feature_ms + scoring_ms for item in items], counts), scores,
+                     {key: _concat([item.entities.get(key, [None] * k) for item, k in sized]) for key in keys}, {},
+                     arm.label, log_arm, np.repeat([item.feature_ms + scoring_ms for item in items], counts), scores,
                      ts_us=np.concatenate([np.broadcast_to(np.asarray(item.logged_at, dtype=np.int64), (k,))
-                                           for item, k in zip(items, counts, strict=True)]),
+                                           for item, k in sized]),
                      error=error, rollout=items[0].rollout,
                      call_id=np.repeat(np.array([item.call_id for item in items], dtype=object), counts))

@@ -1,6 +1,6 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
-.PHONY: help setup demo airflow airflow-stop test lint bench bench-quick check clean reset
+.PHONY: help setup demo airflow airflow-stop test test-fast lint bench bench-quick check clean reset
 
 PY := .venv/bin/python
 PYTEST_ARGS ?=
@@ -24,8 +24,11 @@ airflow: setup  ## Airflow standalone (UI on $(AIRFLOW_HOST):$(AIRFLOW_PORT), th
 airflow-stop:  ## stop `make airflow` (every process it started) from another terminal
 	$(PY) -m quiver.pipelines.loop_airflow stop .
 
-test: setup  ## run the test suite (extra args: PYTEST_ARGS="-k foo -x")
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+test: setup  ## run the whole test suite, every real part (extra args: PYTEST_ARGS="-k foo -x")
+	$(PY) -m pytest tests --durations=25 $(PYTEST_ARGS)
+
+test-fast: setup  ## the inner loop: unit, golden and integration tests without Spark, Flink, Airflow, training, browser
+	$(PY) -m pytest tests -m "not heavy" $(PYTEST_ARGS)
 
 lint: setup  ## ruff + mypy (strict, platform/quiver)
 	.venv/bin/ruff check platform pipelines monitoring dags benchmarks tests

@@ -17,13 +17,21 @@ java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p'
 #   cpu  — machines without an NVIDIA GPU (laptops, CI, the feature/prediction servers): the CPU build
 #          torch==X+cpu from PyTorch's CPU wheel index (QUIVER_TORCH_INDEX, default
 #          https://download.pytorch.org/whl/cpu), or from a local wheel folder pip already uses (find-links).
-#          No CUDA libraries: about 2 GB less than the default wheel.
+#          No CUDA libraries: about 2 GB less than the default wheel. Where neither can be had (the index
+#          unreachable), PyPI's torch==X, which runs on CPU as well.
 #   cuda — GPU training workers (guessed when `nvidia-smi -L` lists a GPU): PyPI's torch==X, which on Linux
 #          is the CUDA build and bundles its CUDA runtime (the driver must be installed on the host).
 torch_variant() {
   if [ -n "${QUIVER_TORCH:-}" ]; then echo "$QUIVER_TORCH"
   elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then echo cuda
   else echo cpu; fi
+}
+
+index_reachable() {  # url: answers within a few seconds (a closed network fails at once or times out)
+  "$PY" - "$1" <<'PYCODE' >/dev/null 2>&1
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=8).close()
+PYCODE
 }
 
 torch_pip_args() {  # the arguments of the pip install that puts torch in .venv
@@ -37,7 +45,14 @@ torch_pip_args() {  # the arguments of the pip install that puts torch in .venv
           echo "torch==$TORCH_VERSION+cpu"; return
         fi
       done
-      echo "torch==$TORCH_VERSION+cpu --extra-index-url ${QUIVER_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}" ;;
+      local index=${QUIVER_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+      if index_reachable "$index"; then
+        echo "torch==$TORCH_VERSION+cpu --extra-index-url $index"
+      else
+        # No CPU build to be had (no local wheel, index unreachable): PyPI's build runs on CPU too, only
+        # larger (it carries CUDA libraries it will not load here).
+        echo "torch==$TORCH_VERSION"
+      fi ;;
     *) die "QUIVER_TORCH must be cpu or cuda, got '$QUIVER_TORCH'" ;;
   esac
 }

@@ -109,3 +109,40 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         else:
             os.environ[key] = value
     server.stop()
+
+
+# Heavy resources, by test module: `make test-fast` leaves these out (`-m "not heavy"`), `make test` runs all.
+# A module named here gets the marker on every test; "postgres" is also given to any test using the cluster.
+HEAVY_MODULES: dict[str, frozenset[str]] = {
+    "spark": frozenset({"test_backfill_spark", "test_backfill_spark_standalone", "test_contract_paths",
+                        "test_edges_nan", "test_edges_time", "test_pit_backfill", "test_pit_spark",
+                        "test_serving_log_readers"}),
+    "flink": frozenset({"test_contract_paths", "test_readme", "test_streaming_cluster", "test_streaming_crash",
+                        "test_streaming_e2e", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
+    "airflow": frozenset({"test_dags", "test_loop_airflow", "test_loop_celery", "test_loop_standalone",
+                          "test_monitoring_airflow"}),
+    "training": frozenset({"test_artifact_store_s3", "test_loop_state", "test_models_training",
+                           "test_models_resume", "test_readme"}),
+    "browser": frozenset({"test_console_browser", "test_serving_hardening"}),
+}
+RESOURCE_MARKERS = (*HEAVY_MODULES, "postgres")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in RESOURCE_MARKERS:
+        config.addinivalue_line("markers", f"{name}: needs {name} (a heavy real part)")
+    config.addinivalue_line("markers", "heavy: any of spark, flink, airflow, training, browser")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+        heavy = [name for name, modules in HEAVY_MODULES.items() if module in modules]
+        for name in heavy:
+            item.add_marker(name)
+        if heavy:
+            item.add_marker("heavy")
+        params = getattr(item, "callspec", None)
+        uses_postgres = {"pg_url", "postgres_server"} & set(getattr(item, "fixturenames", ()))
+        if uses_postgres or (params is not None and params.params.get("registry_url") == "postgres"):
+            item.add_marker("postgres")

@@ -19,7 +19,7 @@ from quiver.compile.sql import AS_OF_PARAM, compile_values_at_boundary
 from quiver.config import Config
 from quiver.offline import layout
 from quiver.offline.backfill import NO_EVENT_TS, QUARANTINE, BackfillReport, backfill
-from quiver.offline.engines import spark_session, stop_spark
+from quiver.offline.engines import spark_session
 from tests.integration.test_backfill_support import (
     DAY0,
     US_PER_DAY,
@@ -50,9 +50,8 @@ class Stores:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
-    session = spark_session("local[2]")
-    yield session
-    stop_spark()
+    # Left running for the other Spark modules (one local session per test run: startup is 10-20 s).
+    yield spark_session("local[2]")
 
 
 @pytest.fixture(scope="module")

@@ -125,10 +125,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, redis_for_module: Any) -> It
                                  DAY0 + timedelta(days=1), engine="spark")}
     store = RedisOnlineStore(redis_for_module.url, config.project)
     yield Paths(config, catalog, table, reports, StreamPaths.at(root / ".quiver" / "stream"), store)
-    store.close()
-    from quiver.offline.engines import stop_spark
-
-    stop_spark()
+    store.close()  # the Spark session stays up for the other Spark modules (startup is 10-20 s)
 
 
 def expected_reasons(w: Paths) -> dict[int, str]:

@@ -1,16 +1,22 @@
 """The repository stands on its own, and its setup says what it installs.
 
 * No file cites design notes that live outside the repository (the project's own docs are in docs/).
-* scripts/setup.sh chooses the torch build explicitly (CPU wheel for CPU machines, CUDA build for GPU
-  workers) and accepts Java 17 and newer; `setup.sh --plan` prints those choices without changing anything.
+* scripts/setup.sh chooses the torch build explicitly (CPU wheel for CPU machines where one can be had,
+  else PyPI's build; CUDA build for GPU workers) and accepts Java 17 and newer; `setup.sh --plan` prints those choices without changing anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import re
+import socket
 import stat
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +45,29 @@ def test_no_file_cites_notes_outside_the_repository() -> None:
     assert not hits, hits
 
 
+@contextlib.contextmanager
+def _index(tmp_path: Path) -> Iterator[str]:
+    """A local HTTP folder with a `torch/` page, standing in for PyTorch's wheel index."""
+    root = tmp_path / "index"
+    (root / "whl" / "torch").mkdir(parents=True, exist_ok=True)
+    (root / "whl" / "torch" / "index.html").write_text("<html></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/whl"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the block ends: nothing listens there
+
+
 def plan(tmp_path: Path, java_version: str | None, **env: str) -> str:
     """`setup.sh --plan` with a stand-in `java` printing `java_version` (None: no java on PATH)."""
     bin_dir = tmp_path / "bin"
@@ -65,8 +94,13 @@ def test_java_17_and_newer_are_accepted(tmp_path: Path, version: str, verdict: s
 def test_torch_build_is_chosen_explicitly(tmp_path: Path) -> None:
     no_local_wheels = {"PIP_FIND_LINKS": str(tmp_path / "no-wheels"), "PIP_FOR_CONFIG": "false",
                        "PIP_CONFIG_FILE": os.devnull}
-    cpu = plan(tmp_path, "17.0.1", QUIVER_TORCH="cpu", **no_local_wheels)
-    assert "torch: cpu: pip install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu" in cpu
+    with _index(tmp_path) as index:  # a reachable CPU wheel index
+        cpu = plan(tmp_path, "17.0.1", QUIVER_TORCH="cpu", QUIVER_TORCH_INDEX=index, **no_local_wheels)
+    assert f"torch: cpu: pip install torch==2.13.0+cpu --extra-index-url {index}\n" in cpu
+    # No local wheel and no index to reach (a closed network): PyPI's build, which runs on CPU too.
+    closed = plan(tmp_path, "17.0.1", QUIVER_TORCH="cpu", QUIVER_TORCH_INDEX=f"http://127.0.0.1:{_closed_port()}/whl",
+                  **no_local_wheels)
+    assert "torch: cpu: pip install torch==2.13.0\n" in closed
     cuda = plan(tmp_path, "17.0.1", QUIVER_TORCH="cuda", **no_local_wheels)
     assert "torch: cuda: pip install torch==2.13.0\n" in cuda and "+cpu" not in cuda
     wheels = tmp_path / "wheels"

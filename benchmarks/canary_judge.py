@@ -19,16 +19,21 @@ The world is drawn the way production traffic comes, not the way a test assumes:
 Regimes (A/A, ≥ 300 rollouts each in the full run): `independent` (1 entity per request, no repeat users),
 `shared_label` (10-row requests sharing one label and one call), `many_entities` (20 entities per request),
 `repeat_users` (30 rows per entity on average, per-entity risk and noise), `clustered` (all at once: 20
-entities per request, shared labels, repeat users). Canaries worse by ½, 1 and 2 log-loss floors, a better
-canary, and error-rate / latency canaries run in the `clustered` world. Reported per case: outcomes, the rate
-of rollbacks (+ halts) with a 95 % Wilson interval, timeouts, median requests to a decision.
+entities per request, shared labels, repeat users), `champion_outage` (20 entities per request, the
+champion's call raising in 1.5 % of requests: its rows fail, the canary's rows are logged as not run;
+`--drop-not-run` replays the old serving path that never logged them), `repeat_unpaired` (repeat users, no
+paired champion scores). Canaries worse by ½, 1 and 2 log-loss floors, a better
+canary, error-rate / latency canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own
+scores moved; no labels, so the score shift is judged alone) run in the `clustered` world. Reported per
+case: outcomes, the rate of rollbacks (+ halts + timeouts) with a 95 % Wilson interval, false rollbacks,
+halts, timeouts and promotions (Wilson intervals in the JSON), median requests to a decision.
 
     python benchmarks/canary_judge.py [--quick] [--runs N] [--look-every N]
 Last line: RESULT canary_judge ratio=<0.05 / Wilson upper bound of the worst A/A false-rollback rate>
            quiver=<worst A/A rate %>% peer=<target 5>%   (no peer: the ratio is to the target; it does not
            saturate, since zero false rollbacks still leave an upper bound above 0)
-Exits non-zero when a target is missed: every A/A rate ≤ 5 %, detection ≥ 95 % at 1 and 2 floors, a canary
-worse by ½ floor rolled back at most 5 %.
+Exits non-zero when a target is missed: every A/A rate ≤ 5 % and promoted ≥ 95 %, detection ≥ 95 % at 1
+and 2 floors (score shift included), a canary worse (or shifted) by ½ floor rolled back at most 5 %.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +77,8 @@ class World:
     drift_span: float = 400_000.0
     model_noise: float = 0.6  # champion's logit noise sd
     entity_noise_share: float = 0.5  # share of the model noise variance that is per entity
+    champion_failure: float = 0.0  # per request: the champion's call raises, the canary's rows never run
+    paired: bool = True  # the champion scores the canary's rows (off the request path)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class Canary:
     log_loss_floors: float = 0.0  # expected log loss worse by this many floors (negative: better)
     error_rate: float | None = None  # per call; None = the world's
     latency_factor: float = 1.0
+    score_shift: float = 0.0  # canary scores moved up by this many score-shift floors (labels not used)
 
 
 WORLDS = {w.name: w for w in (
@@ -90,11 +98,14 @@ WORLDS = {w.name: w for w in (
     World("many_entities", rows_per_request=20),
     World("repeat_users", entities=20_000, activity_sd=1.0),
     World("clustered", entities=200_000, rows_per_request=20, activity_sd=1.0, shared_label=True),
+    World("champion_outage", entities=2_000_000, rows_per_request=20, champion_failure=0.015),
+    World("repeat_unpaired", entities=20_000, activity_sd=1.0, paired=False),
 )}
 AA = Canary("A/A")
 EFFECTS = (Canary("worse by ½ floor", 0.5), Canary("worse by 1 floor", 1.0), Canary("worse by 2 floors", 2.0),
            Canary("better by 1 floor", -1.0), Canary("errors +1 floor", error_rate=0.012),
-           Canary("latency ×3", latency_factor=3.0))
+           Canary("latency ×3", latency_factor=3.0), Canary("score shift ½ floor", score_shift=0.5),
+           Canary("score shift 1 floor", score_shift=1.0), Canary("score shift 2 floors", score_shift=2.0))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -140,6 +151,7 @@ class Run:
         self.champion_row_sd = math.sqrt(1 - share) * world.model_noise
         self.canary_row_sd = math.sqrt(1 - share) * canary_noise
         self.requests = 0
+        self.shift_floor = 0.05
 
     def batch(self, requests: int, fraction: float) -> dict[str, np.ndarray]:
         """`requests` new requests' rows: arm, scores, labels, label arrival, calls, errors, latencies."""
@@ -156,6 +168,8 @@ class Run:
             label = (rng.random(n) < sigmoid(z)).astype(np.float64)
         champion = sigmoid(z + self.champion_entity[entity] + self.champion_row_sd * rng.normal(0, 1, n))
         canary_score = sigmoid(z + self.canary_entity[entity] + self.canary_row_sd * rng.normal(0, 1, n))
+        if self.canary.score_shift:  # the champion's own scores moved: W1 = the shift (clipping aside)
+            canary_score = np.clip(champion + self.canary.score_shift * self.shift_floor, 0.0, 1.0)
         on_canary = self.route[entity] < fraction
         call = 2 * request + on_canary  # one model call per arm per request
         error_rate = np.where(on_canary, self.canary.error_rate if self.canary.error_rate is not None
@@ -165,6 +179,10 @@ class Run:
         codes, first, inverse = np.unique(call, return_index=True, return_inverse=True)
         call_failed = failed_draw[first] < error_rate[first]
         failed = call_failed[inverse]
+        # The champion's call raising fails the request: its rows fail, the canary's rows never run.
+        outage = np.repeat(rng.random(requests) < w.champion_failure, m)
+        ran = ~(outage & on_canary)
+        failed = (failed & ran) | (outage & ~on_canary)
         call_latency = np.where(on_canary[first], latencies(rng, len(codes), self.canary.latency_factor),
                                 latencies(rng, len(codes)))
         delay = np.repeat(rng.exponential(w.label_delay, requests), m)
@@ -172,25 +190,33 @@ class Run:
         score = np.where(on_canary, canary_score, champion)
         return {"entity": entity, "call": call, "on_canary": on_canary, "score": np.where(failed, np.nan, score),
                 "failed": failed, "latency": call_latency[inverse], "label": label,
-                "arrival": request + delay, "paired": np.where(on_canary, champion, np.nan)}
+                "arrival": request + delay, "ran": ran,
+                "paired": np.where(on_canary & w.paired, champion, np.nan)}
 
 
 def simulate(world: World, canary: Canary, settings: JudgeSettings, runs: int, look_every: int,
-             max_requests: int, threshold: float, seed: int) -> list[dict[str, Any]]:
+             max_requests: int, threshold: float, seed: int, drop_not_run: bool = False) -> list[dict[str, Any]]:
+    """`drop_not_run`: the serving path before issue 30, which never logged the canary rows of a request
+    whose champion call failed."""
     rng = np.random.default_rng(seed)
     noise = world.model_noise if canary.log_loss_floors == 0 else \
         noise_for(world, canary.log_loss_floors, settings.log_loss_floor, rng)
+    if canary.score_shift:  # the score shift alone: no labels, so the quality guardrails do not wait on them
+        settings = replace(settings, require_labels=False)
     out = []
     for _ in range(runs):
         run = Run(world, canary, noise, rng)
+        run.shift_floor = settings.score_shift_floor
         step, stats, pending = 0, StepStats(settings, threshold), None
         outcome, reason = "undecided", ""
         while run.requests < max_requests:
             fraction = settings.steps[step]
             rows = run.batch(look_every, fraction)
+            if drop_not_run:
+                rows = {k: v[rows["ran"]] for k, v in rows.items()}
             stats.add_served(rows["entity"], rows["call"], rows["on_canary"], rows["score"], rows["failed"],
-                             rows["latency"])
-            ok = ~rows["failed"]
+                             rows["latency"], rows["paired"], rows["ran"])
+            ok = ~rows["failed"] & rows["ran"] & (canary.score_shift == 0)  # shift cases: no labels
             pending = _concat(pending, {k: v[ok] for k, v in rows.items()})
             ready = pending["arrival"] <= run.requests
             if ready.any():
@@ -242,9 +268,15 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
             failed[name] = failed.get(name, 0) + 1
     stopped = sum(r["outcome"] in ("rollback", "halt") for r in results)
     decided = [r["requests"] for r in results if r["outcome"] != "undecided"]
-    return {"runs": len(results), "outcomes": counts, "rollback_rate": stopped / len(results),
-            "rollback_wilson95": wilson(stopped, len(results)), "by_guardrail": failed,
-            "timeouts": sum(r["timeout"] for r in results),
+    timeouts = sum(r["timeout"] for r in results)
+    halts = counts.get("halt", 0)
+    promoted = counts.get("promote", 0)
+    n = len(results)
+    return {"runs": n, "outcomes": counts, "rollback_rate": stopped / n,
+            "rollback_wilson95": wilson(stopped, n), "by_guardrail": failed,
+            "timeouts": timeouts, "timeout_wilson95": wilson(timeouts, n),
+            "guardrail_rollbacks": stopped - halts - timeouts, "halts": halts, "halt_wilson95": wilson(halts, n),
+            "promoted_rate": promoted / n, "promoted_wilson95": wilson(promoted, n),
             "median_requests_to_decision": float(np.median(decided)) if decided else None}
 
 
@@ -265,8 +297,11 @@ def main() -> int:
     parser.add_argument("--max-requests", type=int, default=1_500_000, help="cap on requests per rollout")
     parser.add_argument("--regimes", default="", help="comma-separated A/A regimes (default all)")
     parser.add_argument("--no-effects", action="store_true", help="A/A regimes only")
+    parser.add_argument("--effects", default="", help="only effect cases whose name contains this (default all)")
     parser.add_argument("--judge", default="", help="judge settings to override, name=value,… (as loop_canary_judge)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--drop-not-run", action="store_true",
+                        help="the old serving path: canary rows of a request whose champion failed never logged")
     parser.add_argument("--out", default=str(RESULTS / "canary_judge.json"))
     args = parser.parse_args()
     runs = args.runs or (20 if args.quick else 300)
@@ -277,32 +312,38 @@ def main() -> int:
                                                           else list(WORLDS))
     cases: list[tuple[str, World, Canary]] = [("aa", WORLDS[n], AA) for n in names]
     if not args.no_effects:
-        cases += [("effect", WORLDS["clustered"], c) for c in EFFECTS]
+        cases += [("effect", WORLDS["clustered"], c) for c in EFFECTS if args.effects in c.name]
     report: dict[str, Any] = {"quick": args.quick, "runs": runs, "look_every": look_every,
+                              "drop_not_run": args.drop_not_run,
                               "max_requests": args.max_requests, "settings": settings.to_dict(),
                               "latency_threshold_ms": threshold, "cases": []}
     began = time.perf_counter()
     for i, (kind, world, canary) in enumerate(cases):
         t = time.perf_counter()
         results = simulate(world, canary, settings, runs, look_every, args.max_requests, threshold,
-                           args.seed + 101 * (i + 1))
+                           args.seed + 101 * (i + 1), args.drop_not_run)
         summary = {"kind": kind, "world": asdict(world), "canary": asdict(canary), **summarize(results),
                    "seconds": round(time.perf_counter() - t, 1)}
         report["cases"].append(summary)
         lo, hi = summary["rollback_wilson95"]
-        print(f"{kind:6} {world.name:13} {canary.name:18} rollback {summary['rollback_rate']:6.1%} "
-              f"[{lo:.1%}, {hi:.1%}]  timeouts {summary['timeouts']:3}  median requests "
+        print(f"{kind:6} {world.name:15} {canary.name:20} rollback {summary['rollback_rate']:6.1%} "
+              f"[{lo:.1%}, {hi:.1%}]  guardrail rollbacks {summary['guardrail_rollbacks']:3}  "
+              f"halts {summary['halts']:3}  "
+              f"timeouts {summary['timeouts']:3}  promoted {summary['promoted_rate']:6.1%}  median requests "
               f"{summary['median_requests_to_decision']}  {summary['outcomes']}  {summary['by_guardrail']}",
               flush=True)
     aa = [c for c in report["cases"] if c["kind"] == "aa"]
     worst = max(aa, key=lambda c: c["rollback_rate"])
     effects = {c["canary"]["name"]: c for c in report["cases"] if c["kind"] == "effect"}
     checks = {f"A/A {c['world']['name']} ≤ 5 %": c["rollback_rate"] <= 0.05 for c in aa}
-    for name in ("worse by 1 floor", "worse by 2 floors", "errors +1 floor", "latency ×3"):
+    checks.update({f"A/A {c['world']['name']} promoted ≥ 95 %": c["promoted_rate"] >= 0.95 for c in aa})
+    for name in ("worse by 1 floor", "worse by 2 floors", "errors +1 floor", "latency ×3", "score shift 1 floor",
+                 "score shift 2 floors"):
         if name in effects:
             checks[f"{name} detected ≥ 95 %"] = effects[name]["rollback_rate"] >= 0.95
-    if "worse by ½ floor" in effects:
-        checks["worse by ½ floor rolled back ≤ 5 %"] = effects["worse by ½ floor"]["rollback_rate"] <= 0.05
+    for name in ("worse by ½ floor", "score shift ½ floor"):
+        if name in effects:
+            checks[f"{name} rolled back ≤ 5 %"] = effects[name]["rollback_rate"] <= 0.05
     report.update(checks=checks, worst_aa=worst["world"]["name"], seconds=round(time.perf_counter() - began, 1),
                   load_average=os.getloadavg(),
                   note="rates depend on the seed and the simulated world, not on the machine's speed")

@@ -6,7 +6,8 @@ before its next poll never count in the new step. Per arm, the rows of the model
 compares; the champion's scores of the canary rows (arm `paired`, scored off the request path) are matched
 to them by `request_id`.
 
-Units: the routing unit is the key the split hashed (`routing_columns`); a model call is one request's rows
+Rows routed to an arm that never ran (error `NOT_RUN…`: the request failed first) count as routed units for
+the sample-ratio check and nowhere else. Units: the routing unit is the key the split hashed (`routing_columns`); a model call is one request's rows
 on one arm (`call_id` + arm). Served rows go in in time order; labelled rows of calls whose every row has
 its label, in the order those calls completed (`arrived_at`), so the betting sequences see a prefix-stable
 sequence as labels arrive.
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from quiver.monitoring.canary_stats import JudgeSettings, StepStats
+from quiver.serving.arms import NOT_RUN
 
 if TYPE_CHECKING:
     from quiver.registry.rollouts import Rollout
@@ -56,16 +58,18 @@ def step_evidence(rows: pd.DataFrame, settings: JudgeSettings, latency_threshold
     call_ids = call_ids.where(call_ids != "", "row:" + served["request_id"].astype(str))
     call = pd.factorize(call_ids + "|" + served["arm"])[0].astype(np.int64)  # first seen = earliest
     score = served["prediction"].to_numpy(np.float64, na_value=np.nan)
-    failed = ((served["error"] != "") | served["prediction"].isna()).to_numpy()
+    error = served["error"].fillna("").astype(str)
+    ran = ~error.str.startswith(NOT_RUN).to_numpy()  # routed, but the request failed before this arm ran
+    failed = ((error != "") | served["prediction"].isna()).to_numpy() & ran
     latency = served["latency_ms"].to_numpy(np.float64, na_value=np.nan)
-    stats.add_served(entity, call, on_canary, score, failed, latency)
-    label = served["label"].to_numpy(np.float64, na_value=np.nan)
+    champion_score = served["request_id"].map(paired).to_numpy(np.float64, na_value=np.nan)
+    champion_score = np.where(on_canary, champion_score, np.nan)
+    stats.add_served(entity, call, on_canary, score, failed, latency, champion_score, ran)
+    label = np.where(ran, served["label"].to_numpy(np.float64, na_value=np.nan), np.nan)
     arrived = pd.to_datetime(served["arrived_at"], utc=True) if "arrived_at" in served else \
         pd.Series(pd.NaT, index=served.index, dtype="datetime64[ns, UTC]")
     labelled = _complete_calls(call, ~np.isnan(label), arrived, failed)
     if labelled.size:
-        champion_score = served["request_id"].map(paired).to_numpy(np.float64, na_value=np.nan)
-        champion_score = np.where(on_canary, champion_score, np.nan)
         stats.add_labelled(entity[labelled], call[labelled], on_canary[labelled], score[labelled],
                            label[labelled], champion_score[labelled])
     return stats

@@ -7,25 +7,26 @@ built on units, never on rows as if they were independent:
 
 | guardrail | observation (unit) | test | why it is valid |
 |---|---|---|---|
-| `error_rate` | a model call failed (per call) | empirical-Bernstein betting CS per arm, difference by union | exact for bounded values; a failure is a property of a call |
-| `latency_p99` | a call slower than the champion's *reference* p99 + `latency_p99_floor_ms` | same | exact; the threshold is fixed before the step, never re-estimated from it |
-| `score_shift` | score distributions of the arms | Wasserstein-1 distance in score units ± time-uniform DKW bands at the Kish effective size over entities | exact under any within-entity correlation (Kish is the worst case) |
-| `log_loss` | paired difference canary − champion on the same canary rows (the champion scores them off the request path) | normal-mixture CS with a two-way (entity × call) cluster-robust variance | asymptotic; log loss is unbounded, so no exact bounded test applies |
-| `brier` | per-call mean paired difference, calls in order of label completion | empirical-Bernstein betting CS on [−1, 1] | exact for bounded values of independent calls |
+| `error_rate` | a model call failed (per call) | betting CS per arm × √design effect, difference by union | exact for independent calls; widened when units come back |
+| `latency_p99` | a call slower than the champion's *reference* p99 + `latency_p99_floor_ms` | same | the threshold is fixed before the step |
+| `score_shift` | W1 distance of the arms' score distributions | DKW bands at Kish sizes ∩ paired bounds abs(mean Δ) ≤ W1 ≤ mean abs(Δ) on canary rows the champion also scored (betting CS) | every bound valid at every look; pass only when the whole interval is below the floor |
+| `log_loss` | paired difference canary − champion on the same canary rows | normal-mixture CS, two-way (entity × call) cluster-robust variance | asymptotic; log loss is unbounded |
+| `brier` | per-call mean paired difference, calls in order of label completion | betting CS on [−1, 1] × √design effect | as error rate |
 
-Without paired rows (older logs, a dropped pairing queue) log loss and Brier compare the two arms unpaired
-with the same variances. Sample-ratio mismatch counts distinct entities per arm against the split with the
-anytime-valid Dirichlet-multinomial test; a mismatch **halts** the rollout (routing or logging is broken and
-every other number is suspect).
+Without paired rows (older logs, a dropped pairing queue) log loss and Brier compare the arms unpaired and
+score shift uses its DKW bands only. The design effect is the two-way (entity × call) over the by-call
+variance (`quiver.monitoring.clustered.CallSequence`). Sample-ratio mismatch counts distinct routing units
+the router **assigned** to each arm — rows whose arm never ran (the request failed first) count — against the
+split with the anytime-valid Dirichlet-multinomial test; a mismatch **halts** the rollout.
 
 **What "fail" means.** A guardrail *fails* when its whole confidence sequence lies beyond `fail_fraction` ×
 floor (default half the floor): a canary worse by at most half the floor is rolled back by it at most at the
-test's α, a canary worse by the floor or more is caught as the sequence narrows. It *passes* when the whole
-sequence lies below the floor (score shift: when its estimate does — it is a smoke alarm, the quality
-guardrails carry the proof); otherwise it *waits*. No data is never a pass. The rollout's α is split evenly
-over guardrails × judged steps (Bonferroni). Outcome: any failure → rollback; all pass → advance (promote
-when the next step is 100 %); still waiting after `max_canary_calls` canary calls (labelled calls when labels
-are required) → rollback (a canary that cannot be shown within its floors does not ship); else hold.
+test's α, a canary worse by the floor or more is caught as the sequence narrows. It *passes* only when the
+whole sequence lies below the floor, never on a point estimate; otherwise it *waits*. No data is never a
+pass. The rollout's α is split evenly over guardrails × judged steps (Bonferroni). Outcome: any failure →
+rollback; all pass → advance (promote when the next step is 100 %); still waiting after `max_canary_calls`
+canary calls (labelled calls when labels are required) → rollback; else hold. `score_shift` is
+**rollback-only** (`ROLLBACK_ONLY`): its failure rolls back, but a promotion does not wait for its pass.
 
 `StepStats` accumulates one step batch by batch (`add_served`, `add_labelled`), so a simulation can look
 after every batch at O(batch) cost; `judge(stats, fraction, settings)` is the decision.
@@ -41,13 +42,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from quiver.monitoring.clustered import ClusteredMean
+from quiver.monitoring.clustered import CallSequence, ClusteredMean
 from quiver.monitoring.sequential import (
-    BoundedMeanSequence,
     difference_interval,
     dkw_radius,
     mixture_interval,
     multinomial_sequential,
+    wasserstein_bounds,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -58,6 +59,10 @@ LATENCY_EDGES_MS = np.geomspace(0.01, 100_000.0, 281)
 SCORE_BINS = 1000  # equal-width score bins on [0, 1]: W1 from counts, within 1/SCORE_BINS
 OUTCOMES = ("advance", "hold", "promote", "rollback", "halt")
 GUARDRAILS = ("error_rate", "latency_p99", "score_shift", "log_loss", "brier")
+# Roll back when they fail, but are not needed to pass: a score shift is bounded from above by the paired mean
+# |Δ| or the DKW bands at Kish sizes, and an equivalent model that disagrees row by row may never get either
+# below the floor; the quality guardrails carry the proof of a promotion.
+ROLLBACK_ONLY = ("score_shift",)
 # Stored by rollouts started before score_shift replaced PSI and the timeout counted calls: read, not used.
 _LEGACY_SETTINGS = ("psi_floor", "score_bins", "max_canary_rows")
 
@@ -137,10 +142,13 @@ class ArmStats:
     latency_threshold_ms: float
     rows: int = 0
     calls: int = 0
-    errors: BoundedMeanSequence = field(init=False)
-    slow: BoundedMeanSequence = field(init=False)
-    brier: BoundedMeanSequence = field(init=False)  # per-call mean Brier (unpaired comparison)
-    paired_brier: BoundedMeanSequence = field(init=False)  # per-call mean (Δ + 1) / 2, canary rows only
+    errors: CallSequence = field(init=False)
+    slow: CallSequence = field(init=False)
+    brier: CallSequence = field(init=False)  # per-call mean Brier (unpaired comparison)
+    paired_brier: CallSequence = field(init=False)  # per-call mean (Δ + 1) / 2, canary rows only
+    # Score shift on canary rows the champion also scored: per-call mean |Δ| and (Δ + 1) / 2, Δ = canary − champion.
+    shift_abs: CallSequence = field(init=False)
+    shift_signed: CallSequence = field(init=False)
     log_loss: ClusteredMean = field(default_factory=ClusteredMean)
     paired_log_loss: ClusteredMean = field(default_factory=ClusteredMean)
     labeled: int = 0
@@ -149,12 +157,15 @@ class ArmStats:
     latency_counts: IntArray = field(default_factory=lambda: np.zeros(len(LATENCY_EDGES_MS) + 1, np.int64))
     score_counts: IntArray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
     entity_rows: FloatArray = field(default_factory=lambda: np.zeros(0))
-    entities: int = 0  # distinct routing units seen (the unit of the sample-ratio check)
+    entities: int = 0  # distinct routing units the router sent here, served or not (the sample-ratio unit)
     _rows_squared: float = 0.0  # Σ over entities of (rows)², for the Kish size
+    _routed: BoolArray = field(default_factory=lambda: np.zeros(0, bool))
 
     def __post_init__(self) -> None:
         for name in ("errors", "slow", "brier", "paired_brier"):
-            setattr(self, name, BoundedMeanSequence(self.alpha))
+            setattr(self, name, CallSequence(self.alpha))
+        for name in ("shift_abs", "shift_signed"):  # the score shift's α is split four ways, not two
+            setattr(self, name, CallSequence(self.alpha / 2))
 
     @property
     def effective_size(self) -> float:
@@ -162,17 +173,16 @@ class ArmStats:
         return self.rows * self.rows / self._rows_squared if self._rows_squared else 0.0
 
     def add_served(self, entity: IntArray, call: IntArray, score: FloatArray, failed: BoolArray,
-                   latency_ms: FloatArray) -> None:
+                   latency_ms: FloatArray, paired_score: FloatArray | None = None) -> None:
         if entity.size == 0:
             return
         codes, first, inverse = np.unique(call, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")  # calls in the order they were served
-        call_failed = (np.bincount(inverse, weights=failed.astype(np.float64)) > 0)[order]
-        call_latency = latency_ms[first][order]
+        call_failed = np.bincount(inverse, weights=failed.astype(np.float64)) > 0
         self.rows += int(entity.size)
         self.calls += len(codes)
-        self.errors.extend(call_failed.astype(np.float64))
-        self.slow.extend((call_latency > self.latency_threshold_ms).astype(np.float64))
+        self.errors.extend(call_failed[inverse].astype(np.float64), entity, call)  # a failure is the call's
+        self.slow.extend((latency_ms[first] > self.latency_threshold_ms)[inverse].astype(np.float64), entity, call)
+        call_latency = latency_ms[first]
         which = np.searchsorted(LATENCY_EDGES_MS, call_latency, side="right")
         self.latency_counts += np.bincount(which, minlength=len(self.latency_counts))
         ok = ~failed & np.isfinite(score)
@@ -182,9 +192,26 @@ class ArmStats:
         touched, counts = np.unique(entity, return_counts=True)
         before = self.entity_rows[touched]
         after = before + counts
-        self.entities += int(np.count_nonzero(before == 0))
+        self.add_routed(touched)
         self._rows_squared += float(np.dot(after, after) - np.dot(before, before))
         self.entity_rows[touched] = after
+        if paired_score is not None:
+            both = ok & np.isfinite(paired_score)
+            delta = np.clip(score[both], 0.0, 1.0) - np.clip(paired_score[both], 0.0, 1.0)
+            self.shift_abs.extend(np.abs(delta), entity[both], call[both])
+            self.shift_signed.extend((delta + 1) / 2, entity[both], call[both])
+
+    def add_routed(self, entity: IntArray) -> None:
+        """Routing units sent to this arm (whether or not its model ran for them)."""
+        if entity.size == 0:
+            return
+        top = int(entity.max()) + 1
+        if top > len(self._routed):
+            self._routed = np.concatenate([self._routed, np.zeros(max(top, 2 * len(self._routed)) - len(self._routed),
+                                                                   bool)])
+        fresh = np.unique(entity[~self._routed[entity]])
+        self.entities += len(fresh)
+        self._routed[fresh] = True
 
     def add_labelled(self, entity: IntArray, call: IntArray, score: FloatArray, label: FloatArray,
                      paired_score: FloatArray | None) -> None:
@@ -194,9 +221,8 @@ class ArmStats:
             return
         self.labeled += int(entity.size)
         self.log_loss.extend(log_losses(score, label), entity, call)
-        per_call = _per_call_mean(call, brier_losses(score, label))
-        self.labeled_calls += len(per_call)
-        self.brier.extend(per_call)
+        self.labeled_calls += len(np.unique(call))
+        self.brier.extend(brier_losses(score, label), entity, call)
         if paired_score is None:
             return
         has = np.isfinite(paired_score)
@@ -206,7 +232,7 @@ class ArmStats:
         self.paired += int(has.sum())
         self.paired_log_loss.extend(log_losses(s, y) - log_losses(p, y), e, c)
         difference = brier_losses(s, y) - brier_losses(p, y)  # in [−1, 1]
-        self.paired_brier.extend(np.clip((_per_call_mean(c, difference) + 1) / 2, 0.0, 1.0))
+        self.paired_brier.extend(np.clip((difference + 1) / 2, 0.0, 1.0), e, c)
 
     def latency_p99_ms(self) -> float:
         total = int(self.latency_counts.sum())
@@ -218,13 +244,6 @@ class ArmStats:
     def summary(self) -> dict[str, Any]:
         return {"rows": self.rows, "calls": self.calls, "entities": self.entities, "errors": int(self.errors.total),
                 "labeled": self.labeled, "labeled_calls": self.labeled_calls, "paired": self.paired}
-
-
-def _per_call_mean(call: IntArray, values: FloatArray) -> FloatArray:
-    """Mean of `values` per call, calls in the order they first appear (the order observations arrived)."""
-    _, first, inverse = np.unique(call, return_index=True, return_inverse=True)
-    means = np.bincount(inverse, weights=values) / np.bincount(inverse)
-    return means[np.argsort(first, kind="stable")]
 
 
 @dataclass
@@ -243,14 +262,21 @@ class StepStats:
         self.canary = ArmStats(half, self.latency_threshold_ms)
 
     def add_served(self, entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike,
-                   score: npt.ArrayLike, failed: npt.ArrayLike, latency_ms: npt.ArrayLike) -> StepStats:
-        """Rows served in this step: routing unit and call codes, arm, score (NaN on failure), failure and the
-        call's latency, one value per row."""
+                   score: npt.ArrayLike, failed: npt.ArrayLike, latency_ms: npt.ArrayLike,
+                   champion_score: npt.ArrayLike | None = None, ran: npt.ArrayLike | None = None) -> StepStats:
+        """Rows routed in this step: routing unit and call codes, arm, score (NaN on failure), failure and the
+        call's latency, one value per row; `champion_score`: the champion's score of a canary row (paired,
+        NaN where not); `ran`: False for rows whose arm never ran (the request failed first) — they count
+        as routed units for the sample-ratio check and nowhere else."""
         e, c, arm = _codes(entity, call, on_canary)
         s, f, lat = (np.asarray(score, np.float64), np.asarray(failed, bool), np.asarray(latency_ms, np.float64))
-        _same_length(e, s, f, lat)
+        paired = np.full(len(s), np.nan) if champion_score is None else np.asarray(champion_score, np.float64)
+        done = np.ones(len(s), bool) if ran is None else np.asarray(ran, bool)
+        _same_length(e, s, f, lat, paired, done)
         for stats, mask in ((self.champion, ~arm), (self.canary, arm)):
-            stats.add_served(e[mask], c[mask], s[mask], f[mask], lat[mask])
+            stats.add_routed(e[mask])
+            mask = mask & done
+            stats.add_served(e[mask], c[mask], s[mask], f[mask], lat[mask], paired[mask])
         return self
 
     def add_labelled(self, entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike,
@@ -309,7 +335,7 @@ class StepVerdict:
 
 
 def _decide(name: str, estimate: float, lower: float, upper: float, floor: float, settings: JudgeSettings,
-            test: str, pass_on_estimate: bool = False, **extra: Any) -> GuardrailResult:
+            test: str, **extra: Any) -> GuardrailResult:
     limit = settings.fail_fraction * floor
     stats = {"estimate": estimate, "lower": lower, "upper": upper, "floor": floor, "fail_above": limit,
              "test": test, "alpha": settings.test_alpha, **extra}
@@ -317,10 +343,8 @@ def _decide(name: str, estimate: float, lower: float, upper: float, floor: float
         return GuardrailResult(name, "fail", f"canary worse by {estimate:.4g}: the whole interval "
                                              f"[{lower:.4g}, {upper:.4g}] lies above {limit:.4g} "
                                              f"({settings.fail_fraction:g} × floor {floor:g})", stats)
-    shown = estimate if pass_on_estimate else upper
-    if shown < floor:
-        what = "estimate" if pass_on_estimate else "at most"
-        return GuardrailResult(name, "pass", f"{what} {shown:.4g} worse (< floor {floor:g})", stats)
+    if upper < floor:  # the whole interval below the floor, never a point estimate
+        return GuardrailResult(name, "pass", f"at most {upper:.4g} worse (< floor {floor:g})", stats)
     return GuardrailResult(name, "wait", f"interval [{lower:.4g}, {upper:.4g}] not yet decisive against "
                                          f"floor {floor:g}", stats)
 
@@ -344,12 +368,14 @@ def guardrails(stats: StepStats) -> list[GuardrailResult]:
     return out
 
 
-def _rate(name: str, champion: BoundedMeanSequence, canary: BoundedMeanSequence, floor: float,
+def _rate(name: str, champion: CallSequence, canary: CallSequence, floor: float,
           settings: JudgeSettings, **extra: Any) -> GuardrailResult:
     lower, upper = difference_interval(canary.interval(), champion.interval())
     return _decide(name, canary.mean - champion.mean, lower, upper, floor, settings,
-                   "empirical-Bernstein betting CS per arm, per model call", canary=canary.mean,
-                   champion=champion.mean, n_canary=canary.n, n_champion=champion.n, **extra)
+                   "empirical-Bernstein betting CS per arm, per model call, × √design effect (entity)",
+                   canary=canary.mean, champion=champion.mean, n_canary=canary.n, n_champion=champion.n,
+                   design_effect_canary=canary.design_effect(), design_effect_champion=champion.design_effect(),
+                   **extra)
 
 
 def _latency(stats: StepStats) -> GuardrailResult:
@@ -363,18 +389,29 @@ def _latency(stats: StepStats) -> GuardrailResult:
 
 
 def _score_shift(stats: StepStats) -> GuardrailResult:
+    """W1 of the arms' score distributions, bounded two ways at α/4 each: time-uniform DKW bands at Kish sizes
+    (both sides), and on the canary rows the champion also scored, |mean Δ| ≤ W1 ≤ mean |Δ| (any coupling of
+    two distributions bounds W1 from above; a mean shift bounds it from below), Δ = canary − champion."""
     champion, canary, settings = stats.champion, stats.canary, stats.settings
     n_c, n_0 = int(canary.score_counts.sum()), int(champion.score_counts.sum())
     if min(n_c, n_0) == 0:
         return _wait("score_shift", "no successful scores in an arm yet", n_canary=n_c, n_champion=n_0)
-    distance = float(np.abs(np.cumsum(canary.score_counts) / n_c - np.cumsum(champion.score_counts) / n_0).sum()
-                     / SCORE_BINS)
     size_c, size_0 = canary.effective_size, champion.effective_size
-    half = settings.test_alpha / 2
-    radius = dkw_radius(size_c, half) + dkw_radius(size_0, half)
-    return _decide("score_shift", distance, max(0.0, distance - radius), distance + radius,
-                   settings.score_shift_floor, settings, "Wasserstein-1 ± time-uniform DKW at Kish sizes",
-                   pass_on_estimate=True, effective_canary=size_c, effective_champion=size_0)
+    quarter = settings.test_alpha / 4
+    distance, lower, upper = wasserstein_bounds(canary.score_counts, champion.score_counts,
+                                                dkw_radius(size_c, quarter), dkw_radius(size_0, quarter))
+    extra: dict[str, Any] = {"effective_canary": size_c, "effective_champion": size_0, "dkw_lower": lower,
+                             "dkw_upper": upper, "paired_calls": canary.shift_abs.n}
+    if canary.shift_abs.n:
+        mean_low, mean_high = canary.shift_signed.interval()  # of (Δ + 1) / 2
+        shift_low = max(0.0, 2 * mean_low - 1, 1 - 2 * mean_high)
+        paired_upper = canary.shift_abs.interval()[1]
+        lower, upper = max(lower, shift_low), min(upper, paired_upper)
+        extra.update(paired_abs_mean=canary.shift_abs.mean, paired_abs_upper=paired_upper,
+                     paired_mean_shift=2 * canary.shift_signed.mean - 1, paired_shift_lower=shift_low)
+    return _decide("score_shift", distance, lower, max(lower, upper), settings.score_shift_floor, settings,
+                   "Wasserstein-1: time-uniform DKW at Kish sizes ∩ paired |mean Δ| ≤ W1 ≤ mean |Δ| (betting)",
+                   **extra)
 
 
 def _quality(stats: StepStats) -> list[GuardrailResult]:
@@ -454,7 +491,7 @@ def judge(stats: StepStats, fraction: float) -> StepVerdict:
     if failed:
         return StepVerdict("rollback", "; ".join(f"{g.name}: {g.reason}" for g in failed), fraction, 0.0, srm,
                            results, **arms)
-    waiting = [g.name for g in results if g.status != "pass"]
+    waiting = [g.name for g in results if g.status != "pass" and g.name not in ROLLBACK_ONLY]
     spent = canary.labeled_calls if settings.require_labels else canary.calls
     if waiting and spent >= settings.max_canary_calls:
         return StepVerdict("rollback", f"timeout: {', '.join(waiting)} still undecided after {spent} canary "
@@ -463,8 +500,10 @@ def judge(stats: StepStats, fraction: float) -> StepVerdict:
     if waiting:
         return StepVerdict("hold", f"waiting on {', '.join(waiting)}", fraction, None, srm, results, **arms)
     outcome = "promote" if following == 1.0 else "advance"
-    return StepVerdict(outcome, f"every guardrail passed at {fraction:g}", fraction, following, srm, results,
-                       **arms)
+    open_ = [g.name for g in results if g.status != "pass"]
+    note = f" ({', '.join(open_)} not shown within its floor, not failed: rollback-only)" if open_ else ""
+    return StepVerdict(outcome, f"every guardrail passed at {fraction:g}{note}", fraction, following, srm,
+                       results, **arms)
 
 
 def watch_verdict(stats: StepStats, *, ended: bool) -> StepVerdict:

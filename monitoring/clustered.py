@@ -10,7 +10,8 @@ the ratio mean R = ΣY / ΣN needs, for two ways of clustering at once (entity a
     V   = max(V_entity + V_call − V_entity∩call, V_entity, V_call)
 
 (the two-way estimator of Cameron, Gelbach & Miller 2011, kept at least as large as either one-way
-variance). Sums of squares per cluster expand as ΣY² − 2R·ΣYN + R²·ΣN², so the state is a handful of
+variance). `CallSequence` uses the ratio of that variance to the by-call one (the design effect of units that
+come back) to widen a betting confidence sequence over calls, which is exact only for independent calls. Sums of squares per cluster expand as ΣY² − 2R·ΣYN + R²·ΣN², so the state is a handful of
 floats plus running per-entity totals; calls (and entity × call cells) never span two `extend` calls, since
 a call's rows are logged together.
 """
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+from quiver.monitoring.sequential import BoundedMeanSequence
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -53,39 +56,45 @@ class _Moments:
 class ClusteredMean:
     """Running ratio mean of row values with a two-way (entity × call) cluster-robust variance."""
 
-    total: float = 0.0  # Σ values
+    total: float = 0.0  # Σ weight · value
     rows: int = 0
+    weight: float = 0.0  # Σ weights (= rows unless rows are weighted)
     _entity: _Moments = field(default_factory=_Moments)
     _call: _Moments = field(default_factory=_Moments)
     _cell: _Moments = field(default_factory=_Moments)
     _entity_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
     _entity_rows: FloatArray = field(default_factory=lambda: np.zeros(0))
 
-    def extend(self, values: npt.ArrayLike, entity: npt.ArrayLike, call: npt.ArrayLike) -> ClusteredMean:
+    def extend(self, values: npt.ArrayLike, entity: npt.ArrayLike, call: npt.ArrayLike,
+               weights: npt.ArrayLike | None = None) -> ClusteredMean:
         """Add rows: their values, routing-unit codes (small non-negative ints) and call codes (calls must
-        be complete: every row of a call in this one batch)."""
+        be complete: every row of a call in this one batch); `weights` (default 1) weigh rows in the mean,
+        e.g. 1 / rows of its call for a mean over calls."""
         y = np.asarray(values, dtype=np.float64)
         e = np.asarray(entity, dtype=np.int64)
         c = np.asarray(call, dtype=np.int64)
-        if not (y.shape == e.shape == c.shape) or y.ndim != 1:
-            raise ValueError("values, entity and call must be 1-d arrays of one length")
+        w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=np.float64)
+        if not (y.shape == e.shape == c.shape == w.shape) or y.ndim != 1:
+            raise ValueError("values, entity, call and weights must be 1-d arrays of one length")
         if y.size == 0:
             return self
-        if not np.isfinite(y).all():
-            raise ValueError("ClusteredMean takes finite values")
+        if not (np.isfinite(y).all() and np.isfinite(w).all()) or w.min() <= 0:
+            raise ValueError("ClusteredMean takes finite values and positive weights")
         if e.min() < 0:
             raise ValueError("entity codes must be non-negative")
-        self.total += float(y.sum())
+        wy = w * y
+        self.total += float(wy.sum())
         self.rows += int(y.size)
+        self.weight += float(w.sum())
         for moments, codes in ((self._call, c), (self._cell, e * (int(c.max()) + 1) + (c - int(c.min())))):
             _, inverse = np.unique(codes, return_inverse=True)
-            sums = np.bincount(inverse, weights=y)
-            counts = np.bincount(inverse).astype(np.float64)
+            sums = np.bincount(inverse, weights=wy).astype(np.float64)
+            counts = np.bincount(inverse, weights=w).astype(np.float64)
             moments.add(sums, counts, len(sums))
-        self._add_entities(y, e)
+        self._add_entities(wy, e, w)
         return self
 
-    def _add_entities(self, y: FloatArray, e: IntArray) -> None:
+    def _add_entities(self, y: FloatArray, e: IntArray, w: FloatArray) -> None:
         top = int(e.max()) + 1
         if top > len(self._entity_sum):
             size = max(top, 2 * len(self._entity_sum))
@@ -93,7 +102,7 @@ class ClusteredMean:
             self._entity_rows = np.concatenate([self._entity_rows, np.zeros(size - len(self._entity_rows))])
         touched, inverse = np.unique(e, return_inverse=True)
         dy = np.bincount(inverse, weights=y)
-        dn = np.bincount(inverse).astype(np.float64)
+        dn = np.bincount(inverse, weights=w)
         old_y, old_n = self._entity_sum[touched], self._entity_rows[touched]
         new_y, new_n = old_y + dy, old_n + dn
         # Replace each touched entity's old contribution to the moments with its new one.
@@ -105,7 +114,7 @@ class ClusteredMean:
 
     @property
     def mean(self) -> float:
-        return self.total / self.rows if self.rows else math.nan
+        return self.total / self.weight if self.rows else math.nan
 
     @property
     def entities(self) -> int:
@@ -120,14 +129,26 @@ class ClusteredMean:
         if self.rows == 0:
             return math.inf
         ratio = self.mean
-        by_entity = self._entity.variance(ratio, self.rows)
-        by_call = self._call.variance(ratio, self.rows)
-        both = by_entity + by_call - self._cell.variance(ratio, self.rows)
+        by_entity = self._entity.variance(ratio, self.weight)
+        by_call = self._call.variance(ratio, self.weight)
+        both = by_entity + by_call - self._cell.variance(ratio, self.weight)
         return max(both, by_entity, by_call)
+
+    def call_variance(self) -> float:
+        """The one-way variance by call: right when calls are independent (no unit comes back)."""
+        return self._call.variance(self.mean, self.weight) if self.rows else math.inf
+
+    def design_effect(self) -> float:
+        """Two-way over by-call variance, at least 1: how much repeat units widen an independent-calls
+        interval (1 while either is undefined)."""
+        by_call, both = self.call_variance(), self.variance()
+        if not (math.isfinite(by_call) and math.isfinite(both)) or by_call <= 0:
+            return 1.0
+        return max(1.0, both / by_call)
 
     def row_variance(self) -> float:
         """The naive variance that treats every row as independent (reported beside, never used)."""
-        return self._cell.variance(self.mean, self.rows) if self.rows else math.inf
+        return self._cell.variance(self.mean, self.weight) if self.rows else math.inf
 
 
 def kish_effective_size(rows_per_unit: npt.ArrayLike) -> float:
@@ -136,3 +157,57 @@ def kish_effective_size(rows_per_unit: npt.ArrayLike) -> float:
     n = np.asarray(rows_per_unit, dtype=np.float64)
     squares = float(np.dot(n, n))
     return float(n.sum()) ** 2 / squares if squares > 0 else 0.0
+
+
+@dataclass
+class CallSequence:
+    """A mean over model calls of row values in [0, 1] (a call's value: the mean of its rows).
+
+    The betting confidence sequence of the per-call values (`BoundedMeanSequence`) is exact when calls are
+    independent; a routing unit that comes back makes its calls alike, and the true spread grows by the
+    design effect (`ClusteredMean.design_effect`, entity × call). The interval is the betting one with each
+    side stretched from the mean by √(design effect): never narrower than the exact independent-calls
+    sequence, and right to first order when units repeat (asymptotic, like every clustered variance)."""
+
+    alpha: float
+    sequence: BoundedMeanSequence = field(init=False)
+    clustered: ClusteredMean = field(default_factory=ClusteredMean)
+
+    def __post_init__(self) -> None:
+        self.sequence = BoundedMeanSequence(self.alpha)
+
+    def extend(self, values: npt.ArrayLike, entity: npt.ArrayLike, call: npt.ArrayLike) -> CallSequence:
+        """Rows of complete calls (values in [0, 1]); calls enter in the order they first appear."""
+        y = np.asarray(values, dtype=np.float64)
+        c = np.asarray(call, dtype=np.int64)
+        if y.size == 0:
+            return self
+        _, first, inverse, counts = np.unique(c, return_index=True, return_inverse=True, return_counts=True)
+        means = np.bincount(inverse, weights=y) / counts
+        self.sequence.extend(np.clip(means[np.argsort(first, kind="stable")], 0.0, 1.0))
+        self.clustered.extend(y, entity, c, weights=1.0 / counts[inverse])
+        return self
+
+    @property
+    def n(self) -> int:
+        return int(self.sequence.n)
+
+    @property
+    def total(self) -> float:
+        return float(self.sequence.total)
+
+    @property
+    def mean(self) -> float:
+        return float(self.sequence.mean)
+
+    def design_effect(self) -> float:
+        return self.clustered.design_effect()
+
+    def interval(self) -> tuple[float, float]:
+        """(lower, upper) at level 1 − α, widened by the design effect; (0, 1) before any call."""
+        lower, upper = self.sequence.interval()
+        if self.n == 0:
+            return lower, upper
+        mean, stretch = self.mean, math.sqrt(self.design_effect())
+        return (max(0.0, mean - max(0.0, mean - lower) * stretch),
+                min(1.0, mean + max(0.0, upper - mean) * stretch))

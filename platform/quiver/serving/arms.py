@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from quiver.serving.result import OnlineResult
 
 _HASH_SCALE = float(1 << 64)
+# Error prefix of a routed row whose arm never ran (its request failed first): logged so the canary judge
+# counts what the router assigned; never a failure of that arm's model.
+NOT_RUN = "not run: "
 
 
 class Model(Protocol):
@@ -245,3 +248,22 @@ def _concat(parts: list[Any]) -> Any:
     if all(isinstance(p, np.ndarray) for p in parts):
         return np.concatenate(parts)
     return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
+
+
+def log_failed_request(logger: Any, arms: ArmSet, request_ids: list[str], entities: Mapping[str, Any],
+                       on_canary: np.ndarray, latency_ms: float, logged_at: np.ndarray | int, error: str,
+                       call_id: str) -> None:
+    """Log every row of a request whose champion call raised, in one call: the champion's rows with its
+    error, the rows routed to the canary (whose arm never ran) with `NOT_RUN` — every assigned row is
+    accounted for, so the judge's sample-ratio check sees what the router did, not what got logged."""
+    routed = on_canary.any() and arms.canary is not None
+    version: str | np.ndarray = arms.champion.label
+    arm: str | np.ndarray = "champion"
+    errors: str | np.ndarray = error
+    if routed:
+        assert arms.canary is not None
+        version = np.where(on_canary, arms.canary.label, arms.champion.label)
+        arm = np.where(on_canary, "canary", "champion")
+        errors = np.where(on_canary, f"{NOT_RUN}champion call failed", error)
+    logger.log_batch(request_ids, entities, {}, version, arm, latency_ms, np.full(len(request_ids), np.nan),
+                     ts_us=logged_at, error=errors, rollout=arms.rollout, call_id=call_id)

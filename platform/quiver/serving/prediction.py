@@ -28,6 +28,9 @@ One request, many rows:
    request_id, the request's call_id and the rollout tag (rollout, step, fraction) of the arm set that
    served it; shadow and paired rows carry the request_id of the row they mirror and no feature columns of
    their own (they scored exactly that row's vector, logged once, on the row's own arm).
+   A request whose champion call raises fails, but all its rows are still logged: the champion's with the
+   error, those routed to the canary with `NOT_RUN` (its arm never ran), so the judge counts what the router
+   assigned.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from quiver.serving.arms import (
     _columns,
     _features_of,
     _take,
+    log_failed_request,
     missing_inputs,
     over_policy,
     route_share,
@@ -384,14 +388,12 @@ class PredictionService:
                     inputs.of(arms.champion.model.features, champion_rows if canaries else None), n - canaries)
             except Exception as exc:
                 # No score to answer with: the request fails, but the failed call is logged like a canary's,
-                # so the judge compares both arms' error rates on the same footing.
+                # so the judge compares both arms' error rates on the same footing, and the rows routed to
+                # the canary are logged as not run, so its sample-ratio check counts them.
                 if self.logger is not None:
-                    self.logger.log_batch([r for r, c in zip(request_ids, champion_rows.tolist(), strict=True) if c],
-                                          _take(entities, champion_rows, n), {}, arms.champion.label, "champion",
-                                          (time.perf_counter() - began) * 1e3, np.full(int(champion_rows.sum()), np.nan),
-                                          ts_us=logged_at[champion_rows] if isinstance(logged_at, np.ndarray)
-                                          else logged_at, error=f"{type(exc).__name__}: {exc}"[:500],
-                                          rollout=arms.rollout, call_id=call_id)
+                    log_failed_request(self.logger, arms, request_ids, entities, on_canary,
+                                       (time.perf_counter() - began) * 1e3, logged_at,
+                                       f"{type(exc).__name__}: {exc}"[:500], call_id)
                 self.stats.add(champion_errors=int(champion_rows.sum()))
                 raise
             champion_ms = (time.perf_counter() - t) * 1e3

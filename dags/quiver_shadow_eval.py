@@ -4,8 +4,9 @@ Starts when `quiver_retrain` sets a challenger (Asset `quiver://challenger/<mode
 while a shadow runs. It points alias `shadow` at the challenger (the prediction service scores each request
 with it after answering with the champion; never while a rollout runs or is watched), then waits — a sensor
 in reschedule mode, so no worker slot is held — until `loop_min_labelled` requests scored by both have their
-delayed label *by the moment it pokes*; that moment goes on to the verdict, so a retried verdict records the
-same decision. The paired, anytime-valid comparison (log loss with a non-inferiority margin; AUC with a
+delayed label *by the moment it pokes* (a run's conf `as_of` pins that moment: replays and the demo run
+days of data in minutes); that moment goes on to the verdict, so a retried verdict records the same
+decision. The paired, anytime-valid comparison (log loss with a non-inferiority margin; AUC with a
 bootstrap interval as information) is recorded and applied as one decision: `better` or `not worse` emits
 `quiver://canary/<model>` and the canary starts; `worse` ends the shadow, drops the challenger and alerts;
 `inconclusive` keeps shadowing until `loop_max_shadow_days`, then drops it with an alert. A wait that times
@@ -41,20 +42,21 @@ CANARY = Asset(canary_asset_uri(S.model))
 )
 def quiver_shadow_eval() -> None:
     @task
-    def start_shadow() -> dict[str, Any]:
-        from quiver.pipelines.loop import shadow_start
+    def start_shadow(dag_run: Any = None) -> dict[str, Any]:
+        from quiver.pipelines.loop import pinned_clock, shadow_start
 
-        started = shadow_start(S.config_path, S.model)
+        started = shadow_start(S.config_path, S.model, pinned_clock(dag_run.conf if dag_run else None))
         if started["status"] != "shadowing":
             raise AirflowSkipException(f"no challenger to shadow ({started})")
         return started
 
     @task.sensor(mode="reschedule", poke_interval=timedelta(seconds=S.poke_interval_s),
                  timeout=timedelta(seconds=S.wait_timeout_s), soft_fail=True)
-    def wait_for_labels(_: dict[str, Any]) -> PokeReturnValue:
-        from quiver.pipelines.loop import shadow_labels_ready
+    def wait_for_labels(_: dict[str, Any], dag_run: Any = None) -> PokeReturnValue:
+        from quiver.pipelines.loop import pinned_clock, shadow_labels_ready
 
-        ready, moment = shadow_labels_ready(S.config_path, S.model, S.min_labelled)
+        ready, moment = shadow_labels_ready(S.config_path, S.model, S.min_labelled,
+                                            pinned_clock(dag_run.conf if dag_run else None))
         return PokeReturnValue(is_done=ready, xcom_value=moment)
 
     @task

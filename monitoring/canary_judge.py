@@ -369,10 +369,10 @@ def start_canary(config: Config, model_name: str, version: int, *, settings: Jud
         why = reason or f"canary rollout of {model_name}:{version}"
         if current.get("shadow") == version:  # the canary serves it for real now; shadowing too would double-log
             loop.models.set_alias_in(connection, model_name, "shadow", None, expected=version,
-                                     reason=f"moved on to canary: {why}", by=by)
+                                     reason=f"moved on to canary: {why}", by=by, as_of=at)  # data time, as below
         if current.get("canary") != version:
             loop.models.set_alias_in(connection, model_name, "canary", version, expected=current.get("canary"),
-                                     reason=why, by=by)
+                                     reason=why, by=by, as_of=at)
             faults.point("start.alias.canary")
         return rollouts.start_rollout_in(connection, loop.registry.project, model_name, champion_version=champion,
                                          canary_version=version, fraction=settings.steps[0],

@@ -80,12 +80,56 @@ def curves_png(labels: FloatArray, arms: Mapping[str, FloatArray], kind: str) ->
         ax.axhline(float(labels.mean()) if len(labels) else 0.0, color="#999", linestyle=":", linewidth=1)
         ax.set(xlabel="recall", ylabel="precision", title="Precision–recall")
     ax.legend(loc="lower right" if kind == "roc" else "upper right", fontsize=8)
-    blob = _png(fig)
+    blob: bytes = _png(fig)
     plt.close(fig)
     return blob
 
 
 MIN_BIN_ROWS = 30  # a calibration bin with fewer rows is too noisy to draw as a point
+# A dense bin whose observed rate misses its mean score by more than this (and by > 3 standard errors, so
+# not by chance) makes the model "poorly calibrated": its scores cannot be read as probabilities there.
+MAX_CALIBRATION_GAP = 0.1
+
+
+def expected_calibration_error(labels: FloatArray, scores: FloatArray, bins: int = 10) -> float:
+    """Row-weighted mean |observed rate − mean score| over equal-width bins (NaN without rows)."""
+    mean, rate, counts = reliability(labels, scores, bins)
+    return float(np.sum(counts * np.abs(rate - mean)) / counts.sum()) if counts.sum() else float("nan")
+
+
+def miscalibrated_bins(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
+                       min_rows: int = MIN_BIN_ROWS,
+                       max_gap: float = MAX_CALIBRATION_GAP) -> list[tuple[str, int, float, float]]:
+    """Per poorly calibrated arm its worst dense bin: (arm, rows, mean score, observed rate)."""
+    out = []
+    for name, scores in arms.items():
+        mean, rate, counts = reliability(labels, scores, bins)
+        error = np.sqrt(np.clip(mean * (1 - mean), 1e-12, None) / counts)
+        gap = np.abs(rate - mean)
+        bad = (counts >= min_rows) & (gap > max_gap) & (gap > 3 * error)
+        if bad.any():
+            worst = int(np.argmax(np.where(bad, gap, -1.0)))
+            out.append((name, int(counts[worst]), float(mean[worst]), float(rate[worst])))
+    return out
+
+
+def calibration_warnings(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
+                         min_rows: int = MIN_BIN_ROWS) -> list[str]:
+    """One sentence per poorly calibrated arm (see `MAX_CALIBRATION_GAP`)."""
+    return [f"{name} is poorly calibrated: {n:,} rows scored {mean:.2f} on average were positive {rate:.0%} of "
+            f"the time (ECE {expected_calibration_error(labels, arms[name], bins):.3f}); read its scores as a "
+            "ranking, not as probabilities" for name, n, mean, rate in miscalibrated_bins(labels, arms, bins, min_rows)]
+
+
+def calibration_table(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10) -> str:
+    """HTML rows per arm and score bin: rows, mean score, observed rate (the chart's points, with their counts)."""
+    rows = []
+    for name, scores in arms.items():
+        for mean, rate, n in zip(*reliability(labels, scores, bins), strict=True):
+            rows.append(f"<tr><td>{html.escape(name)}</td><td>{int(n):,}</td><td>{mean:.3f}</td><td>{rate:.3f}</td>"
+                        f"<td>{rate - mean:+.3f}</td></tr>".replace("-", "−"))
+    return ("<table><tr><th>model</th><th>rows</th><th>mean score</th><th>observed rate</th>"
+            "<th>observed − score</th></tr>" + "".join(rows) + "</table>")
 
 
 def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
@@ -93,16 +137,17 @@ def calibration_png(labels: FloatArray, arms: Mapping[str, FloatArray], bins: in
     """`calibration_figure` as PNG bytes."""
     plt = _pyplot()
     fig = calibration_figure(labels, arms, bins, min_rows)
-    blob = _png(fig)
+    blob: bytes = _png(fig)
     plt.close(fig)
     return blob
 
 
 def calibration_figure(labels: FloatArray, arms: Mapping[str, FloatArray], bins: int = 10,
                        min_rows: int = MIN_BIN_ROWS) -> Any:
-    """Reliability diagram: observed positive rate against mean score per bin, each point labelled with its
-    rows. Bins with fewer than `min_rows` rows are not drawn (a lone sparse bin would pull the line to 1.0);
-    the chart says how many rows they held."""
+    """Reliability diagram: observed positive rate against mean score per bin (rows per bin: see
+    `calibration_table`; labels on the points overlapped). Bins with fewer than `min_rows` rows are not drawn
+    (a lone sparse bin would pull the line to 1.0); the x-axis caption says how many rows they held. A poorly
+    calibrated arm is named on the chart (`calibration_warnings`)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 4.2))
     top = 0.0
@@ -110,21 +155,27 @@ def calibration_figure(labels: FloatArray, arms: Mapping[str, FloatArray], bins:
     for (name, scores), color in zip(arms.items(), (_CHAMPION, _CHALLENGER, "#55a868"), strict=False):
         mean, rate, counts = reliability(labels, scores, bins)
         dense = counts >= min_rows
-        ax.plot(mean[dense], rate[dense], color=color, label=name, linewidth=1, marker="o", markersize=4)
-        for x, y, n in zip(mean[dense], rate[dense], counts[dense], strict=True):
-            ax.annotate(f"{int(n)}", (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6, color=color)
+        ece = expected_calibration_error(labels, scores, bins)
+        ax.plot(mean[dense], rate[dense], color=color, label=f"{name} (ECE {ece:.3f})", linewidth=1, marker="o",
+                markersize=4)
         if (~dense).any():
             left_out.append(f"{name}: {int((~dense).sum())} bin(s), {int(counts[~dense].sum())} rows")
         top = max(top, float(mean[dense].max(initial=0)), float(rate[dense].max(initial=0)))
     top = min(1.0, top * 1.15 + 1e-3)
     ax.plot([0, top], [0, top], color="#999", linestyle=":", linewidth=1)
-    ax.set(xlim=(0, top), ylim=(0, top), xlabel="mean predicted probability", ylabel="observed fraud rate",
-           title=f"Calibration (points: bins of ≥ {min_rows} rows, labelled with rows)")
-    ax.title.set_fontsize(9)
+    xlabel = "mean predicted probability"
     if left_out:
-        ax.text(0.02, 0.98, f"not drawn (< {min_rows} rows): " + "; ".join(left_out), transform=ax.transAxes,
-                fontsize=6, va="top", color="#555", wrap=True)
-    ax.legend(fontsize=8, loc="lower right")
+        xlabel += f"\nnot drawn (< {min_rows} rows): " + "; ".join(left_out)
+    ax.set(xlim=(0, top), ylim=(0, top), xlabel=xlabel, ylabel="observed fraud rate",
+           title=f"Calibration (points: bins of ≥ {min_rows} rows; dotted: perfect)")
+    ax.title.set_fontsize(9)
+    ax.xaxis.label.set_fontsize(8)
+    bad = miscalibrated_bins(labels, arms, bins, min_rows)
+    if bad:
+        ax.text(0.02, 0.98, "\n".join(f"{name} poorly calibrated:\n  scored {mean:.2f}, observed {rate:.0%}"
+                                       for name, _, mean, rate in bad), transform=ax.transAxes, fontsize=7,
+                va="top", color="#c62828")
+    ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
@@ -135,7 +186,7 @@ def canary_png(steps: Sequence[Mapping[str, Any]]) -> bytes:
     """`canary_figure` as PNG bytes."""
     plt = _pyplot()
     fig = canary_figure(steps)
-    blob = _png(fig)
+    blob: bytes = _png(fig)
     plt.close(fig)
     return blob
 
@@ -166,8 +217,11 @@ def canary_figure(steps: Sequence[Mapping[str, Any]]) -> Any:
                  if v is not None and np.isfinite(float(v))]
         if known:
             panels[0].bar([i for i, _ in known], [v for _, v in known], color=[colors[i] for i, _ in known])
+        else:
+            panels[0].text(0.5, 0.5, "no labelled rows yet", transform=panels[0].transAxes, ha="center",
+                           va="center", color="#555", fontsize=9)
         panels[0].axhline(0, color="#999", linewidth=1)
-        panels[0].set(ylabel="log loss Δ")
+        panels[0].set(ylabel=UNITS["log_loss"])
     for ax, name in zip(panels, names, strict=False):
         _guardrail_panel(ax, name, steps)
     panels[-1].set_xlabel("judged look")
@@ -176,17 +230,35 @@ def canary_figure(steps: Sequence[Mapping[str, Any]]) -> Any:
     return fig
 
 
+UNITS = {"error_rate": "Δ share of calls failed", "score_shift": "score distance (W1)",
+         "log_loss": "Δ log loss (nats/row)", "brier": "Δ Brier score"}
+
+
+def _unit(name: str, threshold_ms: Any) -> str:
+    """A panel's y-axis: what it measures (canary − champion) and in which unit."""
+    if name == "latency_p99":
+        return f"Δ share > {float(threshold_ms):.3g} ms" if threshold_ms is not None else "Δ share > threshold ms"
+    return UNITS.get(name, name)
+
+
 def _guardrail_panel(ax: Any, name: str, steps: Sequence[Mapping[str, Any]]) -> None:
+    """One guardrail's looks. The y-range follows the estimates and floor lines; an interval much wider (an
+    early look) runs off the panel rather than squash the floor lines together."""
     status_colors = {"pass": "#2e7d32", "fail": "#c62828", "wait": "#f9a825"}
-    floor = fail_above = None
+    floor = fail_above = threshold = None
+    core: list[float] = [0.0]
+    ends: list[float] = []
     for i, s in enumerate(steps):
         g = (s.get("guardrails") or {}).get(name) or {}
         estimate, lower, upper = g.get("estimate"), g.get("lower"), g.get("upper")
-        floor = g.get("floor", floor)
-        fail_above = g.get("fail_above", fail_above)
+        floor = g.get("floor") if g.get("floor") is not None else floor
+        fail_above = g.get("fail_above") if g.get("fail_above") is not None else fail_above
+        threshold = g.get("threshold_ms") if g.get("threshold_ms") is not None else threshold
         if estimate is None:
             continue
         color = status_colors.get(str(g.get("status")), "#757575")
+        core.append(float(estimate))
+        ends += [float(v) for v in (lower, upper) if v is not None]
         if lower is not None and upper is not None:
             ax.errorbar([i], [estimate], yerr=[[estimate - lower], [upper - estimate]], fmt="o", color=color,
                         capsize=3, markersize=4)
@@ -194,13 +266,24 @@ def _guardrail_panel(ax: Any, name: str, steps: Sequence[Mapping[str, Any]]) -> 
             ax.plot([i], [estimate], "o", color=color, markersize=4)
     ax.axhline(0, color="#999", linewidth=0.8)
     if floor is not None:
-        ax.axhline(float(floor), color="#c62828", linestyle="--", linewidth=1, label=f"floor {float(floor):g}")
+        core.append(float(floor))
+        ax.axhline(float(floor), color="#c62828", linestyle="--", linewidth=1, label=f"floor {float(floor):.3g}")
     if fail_above is not None:
+        core.append(float(fail_above))
+        share = f" ({float(fail_above) / float(floor):.2g} × floor)".replace("0.5 ×", "½ ×") if floor else ""
         ax.axhline(float(fail_above), color="#c62828", linestyle=":", linewidth=1,
-                   label=f"fails above {float(fail_above):g}")
-    ax.set_ylabel(name, fontsize=8)
+                   label=f"fails above {float(fail_above):.3g}{share}")
+    if len(core) == 1 + (floor is not None) + (fail_above is not None):  # no look has an estimate
+        ax.text(0.5, 0.5, "no labelled rows yet" if name in ("log_loss", "brier") else "no estimate yet",
+                transform=ax.transAxes, ha="center", va="center", color="#555", fontsize=9)
+    lo, hi = min(core), max(core)
+    margin = 0.5 * (hi - lo) if hi > lo else 1.0
+    pad = 0.05 * margin
+    ax.set_ylim(max(lo - margin, min([*ends, lo]) - pad), min(hi + margin, max([*ends, hi]) + pad))
+    ax.set_ylabel(_unit(name, threshold), fontsize=7)
     ax.tick_params(labelsize=7)
-    ax.legend(fontsize=6, loc="upper right")
+    if floor is not None or fail_above is not None:
+        ax.legend(fontsize=6, loc="upper right")
 
 
 def write_evaluation_report(path: str | Path, *, labels: Sequence[float], champion_scores: Sequence[float],
@@ -218,6 +301,11 @@ def write_evaluation_report(path: str | Path, *, labels: Sequence[float], champi
                          f"{[len(s) for s in arms.values()]} scores")
     charts = {"roc": curves_png(y, arms, "roc"), "pr": curves_png(y, arms, "pr"),
               "calibration": calibration_png(y, arms)}
+    warnings = "".join(f"<p class='warn'>⚠ {html.escape(w)}</p>" for w in calibration_warnings(y, arms))
+    ece = ", ".join(f"{html.escape(name)} {_cell(expected_calibration_error(y, scores), '.3f')}"
+                    for name, scores in arms.items())
+    calibration = (f"<h2>Calibration</h2><p>Expected calibration error (ECE, 10 equal-width bins): {ece}.</p>"
+                   f"{warnings}<details><summary>rows per score bin</summary>{calibration_table(y, arms)}</details>")
     if canary_steps:
         charts["canary"] = canary_png(canary_steps)
     for name, blob in charts.items():
@@ -226,7 +314,7 @@ def write_evaluation_report(path: str | Path, *, labels: Sequence[float], champi
                      for name, blob in charts.items())
     fact_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts)
     step_rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(s.get(k, '')))}</td>"
+        "<tr>" + "".join(f"<td>{html.escape(_cell(s.get(k)))}</td>"
                          for k in ("label", "fraction", "outcome", "rows", "log_loss_diff", "reason")) + "</tr>"
         for s in canary_steps)
     steps_table = ("<h2>Canary steps</h2><table><tr><th>step</th><th>share</th><th>outcome</th><th>rows</th>"
@@ -236,7 +324,17 @@ def write_evaluation_report(path: str | Path, *, labels: Sequence[float], champi
         "<!doctype html><html><head><meta charset='utf-8'><title>" + heading + "</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}img{margin:6px;max-width:48%}"
+        ".warn{color:#c62828;font-weight:bold}"
         "</style></head><body><h1>" + heading + "</h1>"
         f"<p>{len(y):,} labelled requests scored by both models ({int(y.sum()):,} positive).</p>"
-        f"<table>{fact_rows}</table>{images}{steps_table}</body></html>")
+        f"<table>{fact_rows}</table>{images}{calibration}{steps_table}</body></html>")
     return target
+
+
+def _cell(value: Any, spec: str = ".4g") -> str:
+    """A cell's text: a dash for a missing or undefined number, never Python's None or nan."""
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:{spec}}".replace("-", "−")
+    return str(value)

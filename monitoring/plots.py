@@ -62,13 +62,19 @@ def _draw_distribution(ax: Any, ref: pd.Series, cur: pd.Series, kind: str, title
         shares = pd.DataFrame({"reference": r.value_counts(normalize=True),
                                "current": c.value_counts(normalize=True)}).fillna(0.0)
         shares = shares.sort_values("reference", ascending=False).head(12)
-        positions = np.arange(len(shares))
-        ax.bar(positions - 0.2, shares["reference"], 0.4, color=_REF, label="reference")
-        ax.bar(positions + 0.2, shares["current"], 0.4, color=_CUR, label="current")
-        ax.set_xticks(positions, [str(k)[:10] for k in shares.index], rotation=45, ha="right", fontsize=7)
+        positions = np.arange(len(shares))[::-1]  # horizontal bars: category names read in full, largest on top
+        ax.barh(positions + 0.2, shares["reference"], 0.4, color=_REF, label="reference")
+        ax.barh(positions - 0.2, shares["current"], 0.4, color=_CUR, label="current")
+        ax.set_yticks(positions, [_short(str(k)) for k in shares.index], fontsize=7)
+        ax.set_xlabel("share of rows", fontsize=7)
     ax.set_title(title, fontsize=9)
     ax.tick_params(labelsize=7)
-    ax.set_ylabel("share", fontsize=7)
+    if kind == NUMERICAL:
+        ax.set_ylabel("share of rows", fontsize=7)
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
 def drawn_features(report: DriftReport, limit: int = 12) -> list[str]:
@@ -100,13 +106,35 @@ def distributions_png(report: DriftReport, reference: Frame, current: Frame,
     return _png(fig)
 
 
+PSI_LINES = 8  # more lines than this tangle: the chart keeps the features with the highest latest PSI
+
+
+def psi_shown(history: Mapping[str, Sequence[tuple[datetime, float | None]]], top: int = PSI_LINES) -> list[str]:
+    """The features a PSI-over-time chart draws: the `top` with the highest latest PSI, highest first."""
+    def latest(name: str) -> float:
+        kept = sorted((t, v) for t, v in history[name] if v is not None and np.isfinite(v))
+        return kept[-1][1] if kept else -np.inf
+
+    return sorted(history, key=lambda name: (-latest(name), name))[:top]
+
+
+def psi_caption(history: Mapping[str, Sequence[tuple[datetime, float | None]]], top: int = PSI_LINES) -> str:
+    shown = psi_shown(history, top)
+    if len(shown) == len(history):
+        return f"PSI over time of all {len(history)} features"
+    return (f"PSI over time of the {len(shown)} of {len(history)} features with the highest latest PSI: "
+            f"{', '.join(shown)}")
+
+
 def psi_history_png(history: Mapping[str, Sequence[tuple[datetime, float | None]]],
-                    thresholds: Thresholds | None = None) -> bytes:
-    """PSI over time, one line per feature, with the warn and alert levels."""
+                    thresholds: Thresholds | None = None, top: int = PSI_LINES) -> bytes:
+    """PSI over time with the warn and alert levels, one line per feature for the `top` features with the
+    highest latest PSI (the title says how many of how many)."""
     plt = _pyplot()
     thresholds = thresholds or Thresholds()
     fig, ax = plt.subplots(figsize=(9, 3.6))
-    for name, points in sorted(history.items()):
+    shown = psi_shown(history, top)
+    for name, points in ((name, history[name]) for name in shown):
         kept = [(t, v) for t, v in points if v is not None]
         if kept:
             ax.plot([t for t, _ in kept], [v for _, v in kept], marker="o", markersize=3, label=name)
@@ -118,8 +146,9 @@ def psi_history_png(history: Mapping[str, Sequence[tuple[datetime, float | None]
     ax.axhline(thresholds.psi_warn, color=_COLORS["warn"], linestyle="--", linewidth=1, label="warn")
     ax.axhline(thresholds.psi_alert, color=_COLORS["alert"], linestyle="--", linewidth=1, label="alert")
     ax.set_ylabel("PSI")
-    ax.set_title("PSI over time")
-    ax.legend(fontsize=7, ncol=1 + len(history) // 12, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("PSI over time" + (f" (the {len(shown)} of {len(history)} features with the highest latest PSI)"
+                                    if len(shown) < len(history) else ""), fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.autofmt_xdate()
     fig.tight_layout()
     return _png(fig)
@@ -144,9 +173,14 @@ def summary_page(report: DriftReport, reference: Frame, current: Frame, path: st
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    charts = {"distributions": distributions_png(report, reference, current)}
+    drawn = drawn_features(report)
+    charts = {"distributions": distributions_png(report, reference, current, drawn)}
+    captions = {"distributions": (f"Distributions of {'all ' if len(drawn) == len(report.features) else ''}"
+                                  f"{len(drawn)} of {len(report.features)} features (the model's score first, then "
+                                  f"drifted, warned and calm ones, by name within each): {', '.join(drawn)}")}
     if history:
         charts["psi_history"] = psi_history_png(history)
+        captions["psi_history"] = psi_caption(history)
     for name, blob in charts.items():
         target.with_name(f"{target.stem}.{name}.png").write_bytes(blob)
     score_names = sorted({k for f in report.features for k in f.scores if k != "psi_bins"})
@@ -154,7 +188,7 @@ def summary_page(report: DriftReport, reference: Frame, current: Frame, path: st
                                                             "n ref", "n cur", "nulls ref/cur", "why"])
     rows = []
     for f in report.features:
-        scores = "".join(f"<td>{_fmt(f.scores.get(k))}</td>" for k in score_names)
+        scores = "".join(f"<td>{html.escape(_fmt(f.scores.get(k), k))}</td>" for k in score_names)
         rows.append(f"<tr><td>{html.escape(f.feature)}</td><td>{f.kind}</td>"
                     f"<td style='color:{_COLORS.get(f.status, '#000')};font-weight:bold'>{f.status}</td>{scores}"
                     f"<td>{f.n_ref}</td><td>{f.n_cur}</td><td>{f.nulls_ref}/{f.nulls_cur}</td>"
@@ -166,8 +200,9 @@ def summary_page(report: DriftReport, reference: Frame, current: Frame, path: st
              + "</table>") if compared else ""
     steps = ("<h2>What to do next</h2><ul>" + "".join(f"<li>{html.escape(step)}</li>" for step in next_steps)
              + "</ul>") if next_steps else ""
-    images = "".join(f"<h2>{name.replace('_', ' ')}</h2><img src='data:image/png;base64,"
-                     f"{base64.b64encode(blob).decode()}'/>" for name, blob in charts.items())
+    images = "".join(f"<h2>{name.replace('_', ' ')}</h2><p>{html.escape(captions[name])}</p>"
+                     f"<img src='data:image/png;base64,{base64.b64encode(blob).decode()}'/>"
+                     for name, blob in charts.items())
     target.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
@@ -181,9 +216,14 @@ def summary_page(report: DriftReport, reference: Frame, current: Frame, path: st
     return target
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "–"
+P_FLOOR = 1e-16  # below this a p-value says only "very small": doubles cannot resolve it against 1
+
+
+def _fmt(value: float | None, key: str = "") -> str:
+    if value is None or not np.isfinite(value):
+        return "—"
+    if key.endswith("pvalue") and value < P_FLOOR:
+        return f"< {P_FLOOR:g}"
     return f"{value:.3g}" if abs(value) < 1e-3 and value != 0 else f"{value:.4f}"
 
 

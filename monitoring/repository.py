@@ -42,6 +42,14 @@ def _json(data: Any) -> str:
     return json.dumps(data, default=str, sort_keys=True)
 
 
+def _data_time(detail: dict[str, Any] | None, wall: datetime) -> datetime:
+    # The data time a record is about (its detail's `as_of` or window end), else the wall time: the second of
+    # the two moments every loop record keeps (registry migration 0007).
+    from quiver.registry.rollouts import judged_time
+
+    return judged_time(detail) or wall
+
+
 # ----- drift -----
 
 
@@ -61,7 +69,7 @@ def record_drift_run_in(connection: Any, project: str, report: DriftReport, name
         project=project, name=name, reference=reference[:1024], current=current[:1024],
         engine=report.engine, started_at=started, finished_at=finished, n_features=len(report.features),
         n_judged=len(report.judged), n_drifted=len(report.drifted), drift_share=report.drift_share,
-        dataset_drift=report.dataset_drift, status="succeeded",
+        dataset_drift=report.dataset_drift, status="succeeded", as_of=_data_time(detail, finished),
         detail_json=_json({"drift_share_threshold": report.drift_share_threshold, **(detail or {})}),
     )))
     rows = []
@@ -130,6 +138,11 @@ class AlertRecord:
     last_seen_at: datetime
     resolved_at: datetime | None = None
     deliveries: dict[str, str] = field(default_factory=dict)  # sink → pending | delivered | failed
+    as_of: datetime | None = None  # the data time it is about (created_at, last_seen_at: wall clock)
+
+    @property
+    def data_time(self) -> datetime:
+        return self.as_of or self.created_at
 
     @property
     def delivery_status(self) -> str:
@@ -169,7 +182,7 @@ def open_alert_in(connection: Any, project: str, kind: str, subject: str, severi
         alert_id = _inserted_id(connection.execute(insert(alerts).values(
             project=project, kind=kind, subject=subject, dedup_key=key, severity=severity,
             status="open", title=title[:255], message=message, detail_json=_json(detail or {}),
-            occurrences=1, created_at=now, last_seen_at=now)))
+            occurrences=1, created_at=now, last_seen_at=now, as_of=_data_time(detail, now))))
         outcome = "created"
     else:
         alert_id = int(row.id)
@@ -290,7 +303,8 @@ def _load_alert(connection: Any, alert_id: int) -> AlertRecord:
     return AlertRecord(int(row.id), row.project, row.kind, row.subject, row.severity, row.status, row.title,
                        row.message, json.loads(row.detail_json), int(row.occurrences),
                        _utc(row.created_at), _utc(row.last_seen_at),
-                       _utc(row.resolved_at) if row.resolved_at else None, deliveries)
+                       _utc(row.resolved_at) if row.resolved_at else None, deliveries,
+                       _utc(row.as_of) if row.as_of is not None else None)
 
 
 def _utc(value: datetime) -> datetime:

@@ -17,7 +17,10 @@ rows of one flush that fall into its hour. Given `schema=log_schema(catalog)` (t
 every key, request field and feature of the catalog, typed from it, null where the serving model did not read
 it: one schema for the dataset, so pandas, `pyarrow.dataset`, DuckDB and Spark read the folder as it is. Other
 columns keep the type they were first written with; a catalog change adds columns (read with DuckDB's
-`union_by_name`, Spark's `mergeSchema`, or `read_serving_logs`).
+`union_by_name`, Spark's `mergeSchema`, or `read_serving_logs`). Values are cast to the dataset's type without
+loss (NaN, how numpy hands over a missing integer, boolean or text, becomes a null; 7.0 becomes 7); rows
+holding a value the type cannot take (1.5 or "abc" in an int64 column) are quarantined with why, never
+written as a file of another schema.
 Quarantine files hold the same columns with `ts` as plain epoch µs (`ts_us`), plus `quarantine_reason`.
 
 Latency: `log()` appends one tuple to a list under a lock (~1 µs); `log_batch()` appends one record of whole
@@ -86,9 +89,11 @@ from quiver.monitoring.serving_log_tables import (
     Batch,
     Record,
     RolloutTag,
+    SchemaMismatch,
     as_batches,
     batches_to_table,
     conform,
+    first_bad,
     log_schema,
     micros,
     records_to_table,
@@ -103,7 +108,7 @@ _MAX_BACKOFF_S = 60.0
 _OUT_OF_RANGE = f"time outside the supported range {TIME_RANGE}"
 
 __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",
-           "ServingLogger", "batches_to_table", "feature_frame", "log_schema", "read_quarantine",
+           "SchemaMismatch", "ServingLogger", "batches_to_table", "feature_frame", "log_schema", "read_quarantine",
            "read_serving_logs", "records_to_table"]
 
 
@@ -170,7 +175,6 @@ class ServingLogger:
         self._order: list[str] = schema.names if schema is not None else BASE_SCHEMA.names
         self._declared = {f.name: f.type for f in schema} if schema is not None else {}
         self._types: dict[str, pa.DataType] = {**_newest_types(self.directory), **self._declared}
-        self._uncastable: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="quiver-serving-log", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -380,8 +384,12 @@ class ServingLogger:
                 good = []
                 for piece in pieces:
                     try:
-                        batches_to_table([piece])
+                        self._table([piece])
                         good.append(piece)
+                    except SchemaMismatch as exc:
+                        log.error("serving log: %d rows for %s refused (quarantined): %s", piece.n,
+                                  f"{datetime.fromtimestamp(hour * 3600, UTC):date=%Y-%m-%d/hour=%H}", exc)
+                        quarantine.append(([piece], f"not the dataset's schema: {exc}"))
                     except Exception as exc:
                         quarantine.append(([piece], f"values cannot become Arrow columns: {type(exc).__name__}: "
                                                     f"{str(exc)[:200]}"))
@@ -390,16 +398,18 @@ class ServingLogger:
         return parts, quarantine
 
     def _table(self, batches: list[Batch]) -> pa.Table:
-        """The batches as one table in the dataset's schema (see `__init__`)."""
+        """The batches as one table in the dataset's schema (see `__init__`). Raises SchemaMismatch when a
+        column holds values its type cannot take without loss (e.g. 1.5 or "abc" in an int64 column): such
+        a file would split the dataset, so its rows are refused (quarantined) instead."""
         table = batches_to_table(batches)
-        # A learned type only types a column that is all null here: values are never recast on a guess.
-        types = {**{f.name: self._types[f.name] for f in table.schema
-                    if f.type == pa.null() and f.name in self._types}, **self._declared}
+        # Every column the dataset already types (declared, or as first written) is cast to that type; the cast
+        # is safe: NaN becomes null, 7.0 becomes 7, and a value that would change is refused.
+        types = self._types
         table, failed = conform(table, types, self._order)
-        for name in set(failed) - self._uncastable:  # e.g. an int key sent as "abc": kept as text, said once
-            self._uncastable.add(name)
-            log.warning("serving log: column %s holds values that are not %s; written as %s in this file",
-                        name, types[name], table[name].type)
+        if failed:
+            name = failed[0]
+            raise SchemaMismatch(f"column {name} holds {table[name].type} values that the dataset's type "
+                                 f"{types[name]} cannot hold (e.g. {first_bad(table[name], types[name])})")
         for column in table.schema:
             if column.name not in self._types and column.type != pa.null():
                 self._types[column.name] = column.type

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX
+from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX, conform
 
 LOG_DIR = "serving_logs"
 QUARANTINE_DIR = "_quarantine/serving_logs"
@@ -25,13 +25,17 @@ def read_quarantine(root: str | Path) -> pa.Table:
 
 
 def read_serving_logs(root: str | Path, start: datetime | None = None, end: datetime | None = None,
-                      arm: str | None = None) -> pa.Table:
-    """Serving-log rows with start <= ts < end (optionally one arm), oldest first, schemas unified."""
+                      arm: str | None = None, schema: pa.Schema | None = None) -> pa.Table:
+    """Serving-log rows with start <= ts < end (optionally one arm), oldest first, schemas unified: columns
+    of `schema` (`log_schema(catalog)`) in its types where the values allow, and a column written as integers
+    (or booleans) in some files and as floats in others — older writers turned an integer column with a null
+    into floats with NaN — as integers with nulls when every float is whole or NaN."""
     directory = Path(root) / LOG_DIR
     files = sorted(p for p in directory.glob("date=*/hour=*/part-*.parquet") if _hour_overlaps(p, start, end))
     if not files:
         return BASE_SCHEMA.empty_table()
-    table = _concat([pq.read_table(p) for p in files])
+    declared = {f.name: f.type for f in schema} if schema is not None else {}
+    table = _concat(_harmonise([pq.read_table(p) for p in files], declared))
     import pyarrow.compute as pc
 
     mask = None
@@ -49,6 +53,33 @@ def read_serving_logs(root: str | Path, start: datetime | None = None, end: date
         if field.name not in table.column_names:
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.sort_by([("ts", "ascending")])
+
+
+def _harmonise(tables: list[pa.Table], declared: dict[str, pa.DataType]) -> list[pa.Table]:
+    """Each table's columns cast to one type per column where that loses nothing: the declared type, else the
+    one exact (integer or boolean) type of a column that is otherwise floats. A column whose values do not all
+    fit is left as written (then `_concat` decides)."""
+    seen: dict[str, set[pa.DataType]] = defaultdict(set)
+    for table in tables:
+        for field in table.schema:
+            if field.type != pa.null():
+                seen[field.name].add(field.type)
+    targets: dict[str, pa.DataType] = {}
+    for name, types in seen.items():
+        want = declared.get(name)
+        if want is None and len(types) > 1:
+            exact = [t for t in types if not pa.types.is_floating(t)]
+            if len(exact) == 1 and (pa.types.is_integer(exact[0]) or pa.types.is_boolean(exact[0])):
+                want = exact[0]
+        if want is not None and types != {want}:
+            targets[name] = want
+    if not targets:
+        return tables
+    unfit: set[str] = set()
+    for table in tables:
+        unfit |= set(conform(table, {n: t for n, t in targets.items() if n in table.column_names})[1])
+    wanted = {n: t for n, t in targets.items() if n not in unfit}
+    return [conform(table, {n: t for n, t in wanted.items() if n in table.column_names})[0] for table in tables]
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:

@@ -265,7 +265,11 @@ def _values(values: list[Any]) -> pa.Array:
 
 def log_schema(catalog: Any) -> pa.Schema:
     """The serving-log columns a project's catalog can produce, typed: the fixed columns, every entity key,
-    request field and feature (stored and on-demand), so every file has them whichever model logged it."""
+    request field and feature (stored and on-demand), so every file has them whichever model logged it.
+
+    A feature is declared as `feature.<view>:<name>` and, when no other view has a feature of that name with
+    another type, as `feature.<name>`: the column the prediction service logs (a model's input columns are the
+    features' own names), so its type is the catalog's even in a flush where a null turned it into floats."""
     from quiver.offline.layout import arrow_type
 
     fields = list(BASE_SCHEMA)
@@ -273,10 +277,14 @@ def log_schema(catalog: Any) -> pa.Schema:
     fields += [pa.field(KEY_PREFIX + name, arrow_type(dtype)) for name, dtype in keys.items()]
     requests = {name: dtype for source in catalog.request_sources.values() for name, dtype in source.columns}
     fields += [pa.field(REQUEST_PREFIX + name, arrow_type(dtype)) for name, dtype in requests.items()]
+    bare: dict[str, set[pa.DataType]] = {}
     for views in (catalog.views, catalog.on_demand):
         for view in views.values():
-            fields += [pa.field(f"{FEATURE_PREFIX}{view.name}:{name}", arrow_type(view.feature_dtype(name)))
-                       for name in view.feature_names]
+            for name in view.feature_names:
+                dtype = arrow_type(view.feature_dtype(name))
+                fields.append(pa.field(f"{FEATURE_PREFIX}{view.name}:{name}", dtype))
+                bare.setdefault(name, set()).add(dtype)
+    fields += [pa.field(FEATURE_PREFIX + name, next(iter(types))) for name, types in bare.items() if len(types) == 1]
     return pa.schema(fields)
 
 
@@ -304,3 +312,19 @@ def conform(table: pa.Table, types: Mapping[str, pa.DataType], order: Sequence[s
                 failed.append(name)
         columns[name] = column
     return pa.table(columns), failed
+
+
+class SchemaMismatch(ValueError):
+    """Rows whose values the dataset's column types cannot hold (they are quarantined, never written)."""
+
+
+def first_bad(column: pa.ChunkedArray | pa.Array, want: pa.DataType) -> str:
+    """The first value of `column` that does not cast to `want` (for an error message)."""
+    for value in column.to_pylist():
+        if value is None or value != value:  # null or NaN: `conform` makes both nulls
+            continue
+        try:
+            pa.array([value], column.type).cast(want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return repr(value)[:40]
+    return "?"

@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from quiver.config import Config, load_config
-from quiver.pipelines.loop_common import Project, canary_asset_uri, challenger_asset_uri, drift_asset_uri
+from quiver.pipelines.loop_common import Project, canary_asset_uri, challenger_asset_uri, drift_asset_uri, iso
 
 TICK = timedelta(hours=6)
 
@@ -184,7 +184,7 @@ class Scheduler:
                     self.log.events.append((at, f"retrain: {gate['decision']} ({gate['reason'][:160]})"))
             challenger = self.new_events(challenger_asset_uri(model), "quiver_shadow_eval")
             if challenger or "shadow" in self.project.models.aliases(model):
-                self.run("quiver_shadow_eval", at)
+                self.run("quiver_shadow_eval", at, conf={"as_of": iso(at)})  # the simulated clock
         canary = self.new_events(canary_asset_uri(model), "quiver_canary")
         open_rollout = rollouts.active_rollout(self.project.registry, model) or \
             rollouts.watching_rollout(self.project.registry, model)
@@ -324,7 +324,7 @@ def canary_steps(project: Project, model: str, rollout_id: int) -> list[dict[str
         guard = {g["name"]: g for g in stats.get("guardrails", [])}
         estimate = (guard.get("log_loss") or {}).get("statistics", {}).get("estimate")
         bands = {name: {k: (g.get("statistics") or {}).get(k) for k in ("estimate", "lower", "upper", "floor",
-                                                                         "fail_above")} | {"status": g.get("status")}
+                                                                         "fail_above", "threshold_ms")} | {"status": g.get("status")}
                  for name, g in guard.items()}
         rows.append({"label": f"{decision.decided_at:%m-%d %H:%M}", "fraction": decision.fraction,
                      "outcome": decision.outcome, "rows": stats.get("canary", {}).get("rows"),

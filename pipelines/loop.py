@@ -146,23 +146,33 @@ def as_of(start: datetime | None, end: datetime | None, events: Iterable[Mapping
     return datetime.now(UTC)
 
 
-def shadow_start(config_path: str | None, model: str) -> dict[str, Any]:
+def pinned_clock(conf: Mapping[str, Any] | None) -> datetime | None:
+    """The moment a run's conf pins the loop's clock to (`as_of`, ISO): a replay or the demo runs days of
+    data in minutes, and its sensors must judge what had arrived by then, not by the wall clock."""
+    from quiver.pipelines.loop_common import utc
+
+    pinned = (conf or {}).get("as_of")
+    return utc(pinned) if pinned else None
+
+
+def shadow_start(config_path: str | None, model: str, at: datetime | None = None) -> dict[str, Any]:
     from quiver.pipelines.loop_shadow import start_shadow
 
     project = Project.load(config_path)
     project.alerts.redeliver()
-    return start_shadow(project, model)
+    return start_shadow(project, model, at=at)
 
 
-def shadow_labels_ready(config_path: str | None, model: str, min_labelled: int) -> tuple[bool, str]:
-    """(enough labelled pairs have arrived now, the moment looked at): a sensor judges what has arrived by
-    the moment it pokes, and the verdict is taken as of that same moment."""
+def shadow_labels_ready(config_path: str | None, model: str, min_labelled: int,
+                        at: datetime | None = None) -> tuple[bool, str]:
+    """(enough labelled pairs have arrived, the moment looked at): a sensor judges what has arrived by the
+    moment it pokes (`at` when a run pins its clock), and the verdict is taken as of that same moment."""
     from datetime import UTC
 
     from quiver.pipelines.loop_common import iso
     from quiver.pipelines.loop_shadow import labelled_pairs
 
-    moment = datetime.now(UTC)
+    moment = at or datetime.now(UTC)
     return labelled_pairs(Project.load(config_path), model, moment) >= min_labelled, iso(moment)
 
 

@@ -1,8 +1,8 @@
 """Drift on what the model actually received: the champion's training reference vs recent serving logs.
 
-The reference is stored with the champion's model version (`reference_path`: the validation split's feature
-columns plus `score`); the current side is the champion arm's serving-log rows of the run's window (features
-plus `prediction`, compared as `score`). The run is recorded in the registry (one per model × window ×
+The reference is stored with the champion's model version (`reference_path`: its training window hour by
+hour, features plus `score`; see `quiver.models.reference`); the current side is the champion arm's
+serving-log rows of the run's window (features plus `prediction`, compared as `score`). The run is recorded in the registry (one per model × window ×
 champion: a retry returns the recorded run), per-feature and dataset alerts go to the project's sinks, and
 the caller (the drift DAG) emits the `quiver://drift/<model>` Asset when `dataset_drift` is true.
 """
@@ -132,7 +132,8 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
         return {**base, "status": "no_traffic", "dataset_drift": False, "run_id": None, "rows": 0}
     check = run_drift_check(reference.select(features), current, name=model, features=features,
                             registry=project.registry, alerts=project.alerts, reference_label=reference_label,
-                            current_label=current_label, detail={"run": run})
+                            current_label=current_label,  # the window: the run's data time (registry 0007)
+                            detail={"run": run, "window": {"start": iso(start), "end": iso(end)}})
     report = check.report
     html: Path | None = None
     if report_html and report.dataset_drift:  # the page the alert points at; calm days need none

@@ -148,9 +148,10 @@ def _make_challenger(project: Project, model: str, version: int, current: int | 
     from quiver.monitoring.repository import open_alert_in, resolve_alerts
 
     resolve_alerts(project.registry, "retrain", model)
+    cutoff = project.models.get(model, version).cutoff  # the move's data time: what the version was trained on
     with project.registry._write() as connection:
         project.models.set_alias_in(connection, model, CHALLENGER, version, expected=current, reason=reason,
-                                    by="quiver_retrain")
+                                    by="quiver_retrain", as_of=cutoff)
         faults.point("gate.alias.challenger")
         record, outcome = open_alert_in(connection, project.registry.project, "retrain", model, "info",
                                         f"New challenger {model}:{version}", reason, dict(detail),

@@ -24,9 +24,9 @@ SHADOW = "shadow"
 GOOD_VERDICTS = ("better", "not worse")
 
 
-def start_shadow(project: Project, model: str) -> dict[str, Any]:
+def start_shadow(project: Project, model: str, *, at: datetime | None = None) -> dict[str, Any]:
     """Point `shadow` at the challenger (nothing to do when it already does, when there is none, or while a
-    rollout runs or is watched)."""
+    rollout runs or is watched); `at` is the move's data time (the wall clock when None)."""
     from quiver.registry import rollouts
 
     aliases = project.models.aliases(model)
@@ -38,18 +38,19 @@ def start_shadow(project: Project, model: str) -> dict[str, Any]:
     if challenger is None or champion is None:
         return {**base, "status": "nothing_to_shadow", "shadow": shadow}
     if shadow != challenger:
-        project.models.set_alias(model, SHADOW, challenger, expected=shadow, by="quiver_shadow_eval",
+        project.models.set_alias(model, SHADOW, challenger, expected=shadow, by="quiver_shadow_eval", as_of=at,
                                  reason=f"shadow evaluation of challenger {model}:{challenger}")
     return {**base, "status": "shadowing", "shadow": challenger,
             "shadow_since": iso(shadow_since(project, model, challenger))}
 
 
 def shadow_since(project: Project, model: str, version: int) -> datetime:
-    """When `shadow` last moved to `version` (its shadow's start)."""
+    """When `shadow` last moved to `version` (its shadow's start), in data time: verdicts judge as of a data
+    time too, so the shadow's age is measured on one clock."""
     moves = [m for m in project.models.history(model, SHADOW) if m.to_version == version]
     if not moves:
         raise ValueError(f"{model}:{version} was never the shadow")
-    return moves[-1].moved_at
+    return moves[-1].data_time
 
 
 def labelled_pairs(project: Project, model: str, as_of: datetime) -> int:

@@ -128,6 +128,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     from quiver.artifacts import ArtifactStore
     from quiver.catalog.references import resolve_features
     from quiver.models import artifact, data, metrics, train
+    from quiver.models import reference as drift_reference
     from quiver.models.network import NetworkConfig
     from quiver.offline.pit import get_historical_features
     from quiver.registry import Registry
@@ -173,6 +174,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     # ----- the training set: labels of the window × features as of each label's time -----
     labels_source = labels if labels is not None else config.root / DEFAULT_LABELS
     table = window_labels(labels_source, start, end, timestamp_column)
+    window_times = table[timestamp_column]  # arrived or not: which days the cutoff left partial (reference)
     table, unknown_yet = known_by(table, end)
     if arrival_column(table) is None:
         say("note: the labels carry no arrival time (label_arrived_at / arrived_at): every label of the window is "
@@ -240,9 +242,19 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     baseline_metrics = metrics.classification_metrics(
         test_y, metrics.baseline_scores(baseline, test_t.numeric.numpy(), test_t.categorical.numpy()))
 
-    # ----- artifact (with the reference distribution: the test window's inputs and scores) and registry -----
-    reference = held.valid[features].reset_index(drop=True).copy()
-    reference["score"] = scores
+    # ----- artifact (with the drift reference: the window's traffic hour by hour, scored by the model) -----
+    sampled = drift_reference.sample_reference(frame, timestamp_column, start, end,
+                                               window_timestamps=window_times.to_pandas(), seed=seed)
+    reference = sampled.frame[[timestamp_column, *features]].copy()
+    reference["score"] = _score_frame(outcome.model, prep, reference)
+    coverage = sampled.coverage
+    say(f"drift reference: {coverage.rows:,} rows of {len(coverage.days)} day(s) "
+        f"({', '.join(coverage.days)}), hours {drift_reference.hour_ranges(coverage.hours) or '-'} UTC"
+        + (f"; thinned by knowledge time: {', '.join(f'{d} ({why})' for d, why in coverage.thinned.items())}"
+           if coverage.thinned else ""))
+    for problem in coverage.problems:
+        say(f"warning: the drift reference does not represent the traffic the model was trained for: {problem}. "
+            f"Drift checks against it may alert falsely; a window whose labels have arrived fixes it")
     with store.staging() as staging:
         folder, sha = artifact.save_artifact(
             staging / "models", name, outcome.model, prep, feature_refs=[f"{r.view}:{r.feature}" for r in refs],
@@ -279,6 +291,9 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
         "catalog_hash": catalog.content_hash, "train_config": cfg.to_dict(), "network": network.to_dict(),
         "device": outcome.device, "precision": outcome.precision, "resumed_from_epoch": outcome.resumed_from_epoch,
         "history": outcome.history,
+        "reference": {"kind": "the training window's rows stratified by hour of day in the traffic's shares, "
+                              f"{drift_reference.ROWS_PER_DAY:,} rows per day of traffic, scored by the model",
+                      "seed": seed, **coverage.to_dict()},
     }
     models = ModelRegistry(registry, store)
     version = models.register(name, artifact_path=artifact_key, sha256=sha,
@@ -293,7 +308,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     move = None
     if alias and status == "registered":
         current = models.aliases(name).get(alias)
-        move = models.set_alias(name, alias, version.version, expected=current,
+        move = models.set_alias(name, alias, version.version, expected=current, as_of=end,  # data time: cutoff
                                 reason=f"trained on [{start:%Y-%m-%d}, {end:%Y-%m-%d}), not worse than the baseline")
         say(f"alias {alias}: {current or '-'} → {version.version}")
     registry.close()
@@ -347,6 +362,15 @@ def _score(model: Any, tensors: Any) -> np.ndarray:
 
     with torch.inference_mode():
         return torch.sigmoid(model(tensors.numeric, tensors.categorical).double()).numpy()
+
+
+def _score_frame(model: Any, preprocessor: Any, frame: pd.DataFrame) -> np.ndarray:
+    """The model's probabilities for the rows of a feature frame (no label needed)."""
+    import torch
+
+    numeric, categorical = preprocessor.transform(frame)
+    with torch.inference_mode():
+        return torch.sigmoid(model(torch.from_numpy(numeric), torch.from_numpy(categorical)).double()).numpy()
 
 
 def metrics_table(result: TrainingResult) -> list[tuple[str, str, str]]:

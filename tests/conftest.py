@@ -121,7 +121,7 @@ HEAVY_MODULES: dict[str, frozenset[str]] = {
                         "test_streaming_e2e", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
     "airflow": frozenset({"test_dags", "test_loop_airflow", "test_loop_celery", "test_loop_standalone",
                           "test_monitoring_airflow"}),
-    "training": frozenset({"test_artifact_store_s3", "test_loop_state", "test_models_training",
+    "training": frozenset({"test_artifact_store_s3", "test_drift_reference", "test_loop_state", "test_models_training",
                            "test_models_resume", "test_readme"}),
     "browser": frozenset({"test_console_browser", "test_serving_hardening"}),
 }

@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from quiver.catalog.errors import CatalogError, QuiverError
+from quiver.catalog.errors import CatalogError, QuiverError, did_you_mean
 from quiver.catalog.ir import Catalog
 from quiver.catalog.loader import load_catalog
 from quiver.catalog.types import duration_label, is_identifier
-from quiver.config import CONFIG_FILE, DEFAULT_CONFIG_TEXT, Config, load_config
+from quiver.config import CONFIG_FILE, DEFAULT_CONFIG_TEXT, Config, load_config, project_required
 
 app = typer.Typer(help="Quiver: define features once; backfill, stream and serve them.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
@@ -66,7 +66,8 @@ _WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
 console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=_WIDTH)
 
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="quiver.yaml (default: ./quiver.yaml)")]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="quiver.yaml (default: $QUIVER_CONFIG, else the "
+                                                                   "first in this folder or one above it)")]
 CatalogOption = Annotated[Path | None, typer.Option("--catalog", help="catalog directory (default: from config)")]
 # One way to pick views in every command that takes them: --view NAME, repeated or comma-separated.
 ViewsOption = Annotated[list[str] | None, typer.Option("--view", "--views", help="only this view: repeat or "
@@ -75,12 +76,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def user_errors(func: F) -> F:
-    """Turn QuiverError (and registry database errors) into red lines on stderr and exit code 2."""
+    """Turn QuiverError (and registry database errors) into red lines on stderr and exit code 2.
+
+    Every command wears it, so it also holds the rule that a command works on a project: inside it,
+    `load_config()` without --config refuses when no quiver.yaml is found instead of using defaults (and
+    creating ./.quiver/ wherever it was run). Commands that need no project simply never load one.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with project_required():
+                return func(*args, **kwargs)
         except CatalogError as exc:
             for problem in exc.problems:
                 _error(str(problem))
@@ -276,7 +283,8 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
         optional = ("on_demand", "request")  # listed only where the catalog has some
         known = "; ".join(f"{plural[k]}: {', '.join(sorted(by_kind[v])) or '-'}" for k, v in _DESCRIBE_KINDS.items()
                           if k in kinds and (by_kind[v] or kind == k or k not in optional))
-        raise QuiverError(f"no {kind or 'definition'} named {name!r} ({known})")
+        names = [n for k in kinds for n in by_kind[_DESCRIBE_KINDS[k]]]
+        raise QuiverError(f"no {kind or 'definition'} named {name!r}{did_you_mean(name, names)} ({known})")
     if len(found) > 1:
         console.print(f"[dim]{name!r} names a {' and a '.join(k for k, _ in found)}; showing the {found[0][0]} "
                       f"(pick with --kind)[/dim]")

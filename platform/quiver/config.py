@@ -7,6 +7,9 @@ so commands behave the same from any working directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,11 @@ from quiver.catalog.errors import QuiverError
 from quiver.catalog.types import is_identifier
 
 CONFIG_FILE = "quiver.yaml"
+CONFIG_ENV = "QUIVER_CONFIG"
+
+
+class NoProjectError(QuiverError):
+    """A command that works on a project found no quiver.yaml (and was given none)."""
 
 
 @dataclass(frozen=True)
@@ -90,15 +98,63 @@ _KEYS = {f.name for f in fields(Config)} - {"root"}
 _FLOAT_KEYS = {f.name for f in fields(Config) if f.type in ("float", float)}
 
 
-def load_config(path: str | Path | None = None) -> Config:
-    """Read `path` (default: ./quiver.yaml when present) and apply QUIVER_* environment overrides.
+# Set while a CLI command runs (quiver.cli.user_errors): a command without a project must refuse, not
+# fall back to defaults and create ./.quiver/ wherever it was started. Library callers keep the defaults.
+_PROJECT_REQUIRED: ContextVar[bool] = ContextVar("quiver_project_required", default=False)
 
-    `path` may also be a project directory holding quiver.yaml.
+
+@contextmanager
+def project_required(required: bool = True) -> Iterator[None]:
+    """Within the block, `load_config()` without a path raises NoProjectError when it finds no quiver.yaml."""
+    token = _PROJECT_REQUIRED.set(required)
+    try:
+        yield
+    finally:
+        _PROJECT_REQUIRED.reset(token)
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """The project's quiver.yaml: the one QUIVER_CONFIG names, else the first in `start` (default: the working
+    directory) or a folder above it, like git finds its repository; None when there is none."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named).expanduser()
+        return path / CONFIG_FILE if path.is_dir() else path
+    folder = (start or Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / CONFIG_FILE).is_file():
+            return candidate / CONFIG_FILE
+    return None
+
+
+def no_project_message(start: Path | None = None) -> str:
+    """The one line a command prints when it finds no project."""
+    folder = (start or Path.cwd()).resolve()
+    return (f"no {CONFIG_FILE} in {folder} or any folder above it: this command works on a Quiver project; "
+            f"run it inside one, pass --config PATH, set {CONFIG_ENV}, or create one with `quiver init`")
+
+
+def load_config(path: str | Path | None = None, *, require_project: bool | None = None) -> Config:
+    """Read `path` (default: `find_config()`) and apply QUIVER_* environment overrides.
+
+    `path` may also be a project directory holding quiver.yaml. Without a path and without a quiver.yaml
+    anywhere, the defaults apply (a project rooted in the working directory), unless a project is required
+    (`require_project`, default: inside `project_required()`, i.e. while a CLI command runs): then
+    NoProjectError says where it looked.
     """
-    explicit = path is not None
-    config_path = Path(path).expanduser() if path else Path.cwd() / CONFIG_FILE
-    if config_path.is_dir():
-        config_path = config_path / CONFIG_FILE
+    named_by = ""  # how the file was named, for the error when it is missing
+    if path:  # "" means none, as before
+        config_path = Path(path).expanduser()
+        if config_path.is_dir():
+            config_path = config_path / CONFIG_FILE
+    else:
+        found = find_config()
+        if found is None and (_PROJECT_REQUIRED.get() if require_project is None else require_project):
+            raise NoProjectError(no_project_message())
+        if found is not None and os.environ.get(CONFIG_ENV):
+            named_by = f" (named by {CONFIG_ENV})"
+        config_path = found or Path.cwd() / CONFIG_FILE
+    explicit = bool(path) or bool(named_by)
     values: dict[str, Any] = {}
     if config_path.exists():
         try:
@@ -111,7 +167,7 @@ def load_config(path: str | Path | None = None) -> Config:
             raise QuiverError(f"{config_path}: expected a mapping of settings at the top level")
         values.update(loaded)
     elif explicit:
-        raise QuiverError(f"config file {config_path} does not exist")
+        raise QuiverError(f"config file {config_path}{named_by} does not exist")
     for key in _KEYS:
         env = os.environ.get(_ENV_PREFIX + key.upper())
         if env is not None:

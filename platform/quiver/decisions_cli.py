@@ -21,6 +21,19 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.3g}" if value != 0 and abs(value) < 10 ** -digits else f"{value:.{digits}f}"
 
 
+def short(text: object, width: int = 100) -> str:
+    """`text` on one line, at most `width` characters: cut at a word boundary and ended with "…" when longer
+    (a cut mid-word reads as another word; `decisions show N` has the whole text)."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= width:
+        return flat
+    cut = flat[:width]
+    space = cut.rfind(" ")
+    if space > width // 2 and flat[width] != " ":
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + " …"
+
+
 def interval(lower: float | None, upper: float | None) -> str:
     return "-" if lower is None or upper is None else f"[{fmt(lower)}, {fmt(upper)}]"
 
@@ -38,7 +51,7 @@ def register(app: typer.Typer) -> None:
                                                                    "shadow_evaluation")] = None,
                      limit: Annotated[int, typer.Option(help="newest N")] = 50,
                      config: ConfigOption = None) -> None:
-        """Decisions, newest first: kind, outcome, versions, share, why."""
+        """Decisions, newest data time first: kind, outcome, versions, share, data time and wall time, why."""
         from quiver.catalog.errors import QuiverError
         from quiver.registry import explain, rollouts
         from quiver.registry.models import ModelRegistry
@@ -48,13 +61,15 @@ def register(app: typer.Typer) -> None:
             ModelRegistry(registry).require(model)
         if kind is not None and kind not in explain.KIND_LABELS:
             raise QuiverError(f"--kind must be one of {', '.join(explain.KIND_LABELS)}, got {kind!r}")
-        table = Table("decision", "model", "kind", "outcome", "candidate", "champion", "share", "rollout", "when",
-                      "applied", "why")
-        for d in rollouts.list_decisions(registry, model, kind=kind, limit=limit):
+        # Sorted by the data time each judged (newest first), with the wall time it was recorded beside it.
+        table = Table("decision", "model", "kind", "outcome", "candidate", "champion", "share", "rollout",
+                      "data time ↓", "recorded", "applied", "why")
+        for d in rollouts.timeline(rollouts.list_decisions(registry, model, kind=kind, limit=limit)):
             table.add_row(f"#{d.id}", d.model, explain.KIND_LABELS.get(d.kind, d.kind), d.outcome,
                           d.candidate_version, d.champion_version, "-" if d.fraction is None else f"{d.fraction:g}",
-                          f"#{d.rollout_id}" if d.rollout_id else "-", f"{d.decided_at:%Y-%m-%d %H:%M}",
-                          "yes" if d.applied_at else "-", escape(str(d.statistics.get("reason", ""))[:100]))
+                          f"#{d.rollout_id}" if d.rollout_id else "-", f"{d.data_time:%Y-%m-%d %H:%M}",
+                          f"{d.recorded_at:%Y-%m-%d %H:%M}" if d.recorded_at else "-",
+                          "yes" if d.applied_at else "-", escape(short(d.statistics.get("reason", ""))))
         console.print(table)
 
     @decisions_app.command("show")
@@ -102,7 +117,10 @@ def _print(decision: Any) -> None:
     console.print(f"candidate {decision.candidate_version or '-'}  champion {decision.champion_version or '-'}  "
                   + (f"canary share {decision.fraction:g}  " if decision.fraction is not None else "")
                   + (f"rollout #{decision.rollout_id} step {(decision.step or 0) + 1}  " if decision.rollout_id else "")
-                  + f"decided {decision.decided_at:%Y-%m-%d %H:%M:%S} UTC by {decision.decided_by}", highlight=False)
+                  + f"by {decision.decided_by}", highlight=False)
+    recorded = f"{decision.recorded_at:%Y-%m-%d %H:%M:%S} UTC" if decision.recorded_at else "- (before 0007)"
+    console.print(f"judged data up to {decision.data_time:%Y-%m-%d %H:%M:%S} UTC (data time); recorded {recorded} "
+                  "(wall clock)", highlight=False)
     console.print(f"why: {escape(str(stats.get('reason', '')))}", highlight=False, soft_wrap=True)
     window = stats.get("window")
     if window:

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
 from quiver.cli import ConfigOption, console, user_errors
-from quiver.config import CONFIG_FILE, load_config
+from quiver.config import CONFIG_FILE, NoProjectError, find_config, load_config, no_project_message
 
 DEFAULT_SAMPLE_ROWS = 20_000  # = quiver.monitoring.evidently_ref.DEFAULT_SAMPLE_ROWS (not imported: keeps the CLI light)
 _STATUS_STYLE = {"ok": "green", "warn": "yellow", "alert": "bold red", "insufficient_data": "dim",
@@ -25,9 +25,9 @@ def _split(values: list[str] | None) -> list[str]:
     return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
-def _project(config: Path | None) -> tuple[Any, bool]:
-    """(Config, whether a config file exists)."""
-    cfg = load_config(config)
+def _project(config: Path | None, required: bool = True) -> tuple[Any, bool]:
+    """(Config, whether a config file exists); `required=False` for drift of two files, which needs none."""
+    cfg = load_config(config, require_project=required)
     return cfg, (cfg.root / CONFIG_FILE).exists()
 
 
@@ -65,8 +65,9 @@ def drift(
     numerical: Annotated[str, typer.Option(help="methods for numerical features")] = "psi,ks",
     categorical: Annotated[str, typer.Option(help="methods for categorical features")] = "psi",
     engine: Annotated[str, typer.Option(help="fast (vectorised) or evidently (reference)")] = "fast",
-    record: Annotated[bool | None, typer.Option(help="store results in the registry "
-                                                     "(default: when a quiver.yaml is present)")] = None,
+    record: Annotated[bool | None, typer.Option(help="store results in the registry (default: with --model "
+                                                     "never, a diagnosis of what was served; else when a "
+                                                     "quiver.yaml is present)")] = None,
     alert: Annotated[bool, typer.Option(help="raise/resolve alerts (needs --record)")] = False,
     fail_on_drift: Annotated[bool, typer.Option(help="exit with code 1 when the dataset drifted")] = False,
     config: ConfigOption = None,
@@ -94,7 +95,9 @@ def drift(
     )
     from quiver.monitoring.drift import DriftConfig
 
-    cfg, has_file = _project(config)
+    cfg, has_file = _project(config, required=False)
+    if record and config is None and find_config() is None:  # a record belongs in a project's registry,
+        raise NoProjectError(no_project_message())          # never in a new ./.quiver/ wherever this ran
     for path in (reference, current):
         if not path.exists():
             raise QuiverError(f"{path} does not exist")
@@ -172,7 +175,7 @@ def _model_drift(model: str, version: str | None, arm: str, start: str | None, e
     from quiver.pipelines.loop_common import Project
     from quiver.pipelines.loop_drift import serving_drift_inputs, window_label
 
-    cfg, has_file = _project(config)
+    cfg, _ = _project(config)
     project = Project(cfg)
     begin, until = _iso_time(start, "--start"), _iso_time(end, "--end")
     inputs = serving_drift_inputs(project, model, version=version, arm=arm, start=begin, end=until)
@@ -184,7 +187,11 @@ def _model_drift(model: str, version: str | None, arm: str, start: str | None, e
                   f"{inputs.current.num_rows:,} rows it scored on arm {arm!r}, served {first:%Y-%m-%d %H:%M} … "
                   f"{last:%Y-%m-%d %H:%M} UTC; {len(inputs.features)} columns incl. score", highlight=False,
                   soft_wrap=True)
-    registry = project.registry if (record if record is not None else has_file) else None
+    # Only with --record: the drift DAG records the runs the loop acts on; a diagnosis recorded too would show
+    # in the console as a second run of the same window.
+    if alert and not record:
+        raise QuiverError("--alert needs --record (alerts are raised from recorded drift runs)")
+    registry = project.registry if record else None
     alerts = project.alerts if alert and registry is not None else None
     try:
         check = run_drift_check(inputs.reference, inputs.current, name=model, features=inputs.features,
@@ -199,7 +206,7 @@ def _model_drift(model: str, version: str | None, arm: str, start: str | None, e
         from quiver.monitoring.plots import write_drift_reports
 
         compared = [("model", f"{label} on arm {arm}"),
-                    ("reference", f"{label}'s training reference (validation split), {inputs.reference.num_rows:,} rows"),
+                    ("reference", f"{label}'s training reference (its training window, hour by hour), {inputs.reference.num_rows:,} rows"),
                     ("current", f"serving logs [{window[0]:%Y-%m-%d %H:%M}, {window[1]:%Y-%m-%d %H:%M}) UTC, "
                                 f"{inputs.current.num_rows:,} rows"),
                     ("registry run", str(check.run_id) if check.run_id is not None else "not recorded")]
@@ -349,10 +356,12 @@ def alerts_list(all_: Annotated[bool, typer.Option("--all", help="include resolv
     from quiver.registry import Registry
 
     cfg, _ = _project(config)
-    table = Table("id", "kind", "subject", "severity", "status", "seen", "delivery", "last seen", "title")
+    # Both clocks: the data time the alert is about, and when it was last raised (wall clock).
+    table = Table("id", "kind", "subject", "severity", "status", "seen", "delivery", "data time", "last seen",
+                  "title")
     for a in list_alerts(Registry(cfg.registry, project=cfg.project), None if all_ else "open", kind):
         table.add_row(str(a.id), a.kind, a.subject, a.severity, a.status, str(a.occurrences), a.delivery_status,
-                      f"{a.last_seen_at:%Y-%m-%d %H:%M}", a.title)
+                      f"{a.data_time:%Y-%m-%d %H:%M}", f"{a.last_seen_at:%Y-%m-%d %H:%M}", a.title)
     console.print(table)
 
 

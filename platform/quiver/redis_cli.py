@@ -19,13 +19,13 @@ redis_app = typer.Typer(help="The project's embedded Redis: status and stop.", n
 @user_errors
 def redis_status(config: ConfigOption = None) -> None:
     """Say whether the embedded Redis is running (or which external Redis is configured)."""
-    from quiver.online.embedded import embedded_dir
+    from quiver.online.embedded import embedded_dir, running_pid
 
     cfg = load_config(config)
     if cfg.redis_url:
         console.print("redis_url is set: Quiver uses that server and runs no embedded Redis", highlight=False)
         return
-    pid = _running_pid(embedded_dir(cfg) / "redis.pid")
+    pid = running_pid(cfg)
     if pid is None:
         console.print(f"no embedded Redis running for project {cfg.project!r}", highlight=False)
     else:
@@ -36,7 +36,7 @@ def redis_status(config: ConfigOption = None) -> None:
 @user_errors
 def redis_stop(config: ConfigOption = None) -> None:
     """Stop the project's embedded Redis (a snapshot is saved; the next command that needs it restarts it)."""
-    from quiver.online.embedded import stop_embedded
+    from quiver.online.embedded import embedded_dir, stop_embedded
 
     cfg = load_config(config)
     if cfg.redis_url:
@@ -44,20 +44,9 @@ def redis_stop(config: ConfigOption = None) -> None:
         return
     if stop_embedded(cfg):
         console.print("stopped the embedded Redis", highlight=False)
-    else:
-        console.print("no embedded Redis was running", highlight=False)
-
-
-def _running_pid(pidfile: object) -> int | None:
-    from pathlib import Path
-
-    try:
-        pid = int(Path(str(pidfile)).read_text().strip())
-        if b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return pid
-    except (OSError, ValueError):
-        return None
-    return None
+    else:  # a pidfile naming another project's server (a copied project) is no reason to stop it
+        console.print(f"no embedded Redis was running for project {cfg.project!r} (none answers on its socket "
+                      f"in {embedded_dir(cfg)})", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,23 +5,29 @@ Every page loads behind the API key (the login form sets the cookie), every link
 nothing is requested from anywhere but the console, no console error is logged, and the operator's question
 "why was fraud_model:3 promoted, and on what evidence?" is answered in two clicks from the home page. A
 screenshot of each page is saved (to $QUIVER_CONSOLE_SCREENSHOTS when set, else the test's project folder).
+The same crawl (`console_crawl`: every link from the home page, each answering 200 with no error text, each
+#fragment present) runs again over the demo's own catalog — request source and on-demand view included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 
+from tests.integration.console_crawl import crawl
+
 pytestmark = pytest.mark.integration
 KEY = "console-secret"
+REPO = Path(__file__).resolve().parents[2]
 PAGES = {"home": "/", "catalog": "/catalog", "models": "/models", "model": "/models/fraud_model",
          "rollouts": "/rollouts", "drift": "/drift"}
 
@@ -33,16 +39,17 @@ def chromium() -> str:
     return found
 
 
-@pytest.fixture(scope="module")
-def console_url(operator_world: Any) -> Iterator[str]:
+@contextlib.contextmanager
+def serve(config: Any) -> Iterator[str]:
+    """The console app over `config` served by uvicorn on a free port, for as long as the block runs."""
     import uvicorn
 
     from quiver.ui.app import create_app
     from tests.harness import free_port
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(operator_world.config, api_key=KEY), host="127.0.0.1",
-                                           port=port, log_level="error"))
+    server = uvicorn.Server(uvicorn.Config(create_app(config, api_key=KEY), host="127.0.0.1", port=port,
+                                           log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -52,6 +59,12 @@ def console_url(operator_world: Any) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def console_url(operator_world: Any) -> Iterator[str]:
+    with serve(operator_world.config) as url:
+        yield url
 
 
 def login(page: Any, console_url: str, key: str) -> tuple[int, str]:
@@ -114,28 +127,55 @@ def test_a_wrong_key_gets_the_login_form_again(browser: Any, console_url: str) -
 def test_every_page_loads_links_resolve_nothing_external_no_console_errors(browser_page: Any, console_url: str,
                                                                            operator_world: Any) -> None:
     page, errors, foreign = browser_page
-    folder = shots(operator_world)
     world = operator_world
-    pages = {**PAGES, "decision": f"/decisions/{world.decisions['promote']}",
-             "shadow-decision": f"/decisions/{world.decisions['shadow']}", "rollout": f"/rollouts/{world.rollout_id}"}
-    checked: set[str] = set()
-    for name, path in pages.items():
-        response = page.goto(console_url + path)
-        assert response is not None and response.status == 200, (path, response and response.status)
-        assert "Traceback" not in page.content()
-        page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
-        for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)"):
-            parsed = urlparse(href)
-            assert f"{parsed.scheme}://{parsed.netloc}" == console_url, f"{path} links outside: {href}"
-            target = href.split("#")[0]
-            if target in checked:
-                continue
-            checked.add(target)
-            answer = page.request.get(target)
-            assert answer.status == 200, f"{path}: link {href} answered {answer.status}"
-    assert len(checked) >= 12
+    found = crawl(page, console_url, screenshots=shots(world))
+    assert found.problems == [], found.problems
+    expected = {*PAGES.values(), f"/decisions/{world.decisions['promote']}", f"/rollouts/{world.rollout_id}",
+                *(f"/decisions/{d}" for d in world.decisions.values())}
+    assert expected <= found.paths(console_url), expected - found.paths(console_url)
     assert foreign == [], foreign
     assert errors == [], errors
+
+
+@pytest.fixture(scope="module")
+def demo_console_url(operator_world: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The console over the demo's own catalog: the repo's feature_defs/ (several sources, a request source, an
+    on-demand view, the fraud_model service) applied with `quiver apply` over a copy of the operator world's
+    registry (its models, decisions, rollout, drift runs, alerts), with a day of tiny demo data for the
+    sources' schemas. Cheaper than `make demo`, and the same kinds of records on every page."""
+    from quiver.config import load_config
+    from quiver.pipelines.demo_data import generate
+    from tests.cli_runs import done, quiver
+
+    root = tmp_path_factory.mktemp("demo_console")
+    with contextlib.closing(sqlite3.connect(operator_world.root / "registry.db")) as source, \
+            contextlib.closing(sqlite3.connect(root / "registry.db")) as copy:
+        source.backup(copy)  # a consistent copy whatever the journal holds
+    shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
+    reports = operator_world.root / "data" / "reports"
+    if reports.is_dir():
+        shutil.copytree(reports, root / "data" / "reports")
+    generate(root / "data", days=1, users=50, merchants=10, transactions_per_day=200)
+    (root / "quiver.yaml").write_text(f"project: fraud\ncatalog: feature_defs\nregistry_url: sqlite:///{root}/"
+                                      f"registry.db\nredis_url: {operator_world.config.redis_url}\n")
+    assert "applied catalog version 3" in done(quiver("apply", "--author", "carol", cwd=root))
+    with serve(load_config(root / "quiver.yaml")) as url:
+        yield url
+
+
+def test_every_link_of_the_demo_catalogs_console_answers(browser: Any, demo_console_url: str) -> None:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    login(page, demo_console_url, KEY)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    found = crawl(page, demo_console_url)
+    context.close()
+    assert found.problems == [], found.problems
+    assert found.status[demo_console_url + "/catalog"] == 200
+    assert {"/", "/catalog", "/models", "/models/fraud_model", "/rollouts", "/drift"} <= found.paths(demo_console_url)
+    assert found.links >= 100 and errors == [], (found.links, errors)
 
 
 def test_why_was_fraud_model_3_promoted_is_two_clicks_from_home(browser_page: Any, console_url: str,

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quiver.pipelines.demo_loop import Story, StoryLog, run_story
-from quiver.pipelines.loop_common import Project
+from quiver.pipelines.loop_common import Project, utc
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -98,8 +98,13 @@ def test_drift_retrains_shadows_canaries_and_promotes(story: tuple[Project, Stor
                       and r["results"]["gate"]["version"] == promoted[0].canary_version)
     comparison = challenger["comparison"]
     assert comparison["challenger"]["roc_auc"] >= comparison["champion"]["roc_auc"] - 0.005
-    verdicts = [r["results"]["verdict"] for r in runs_of(log, "quiver_shadow_eval") if "verdict" in r["results"]]
+    judged = [r for r in runs_of(log, "quiver_shadow_eval") if "verdict" in r["results"]]
+    verdicts = [r["results"]["verdict"] for r in judged]
     assert verdicts and verdicts[-1]["handed_on"] and verdicts[-1]["verdict"] in ("better", "not worse")
+    # The story pins the loop's clock: each verdict judged as of its run's simulated moment (its data time),
+    # never the wall clock, so the timeline puts it before the canary steps it led to.
+    assert [utc(v["as_of"]) for v in verdicts] == [utc(r["at"]) for r in judged]
+    assert utc(verdicts[-1]["as_of"]) <= log.promoted_at  # type: ignore[operator]
     assert verdicts[-1]["labelled_pairs"] >= STORY.min_labelled
     outcomes = [d.outcome for d in reversed(rollouts.list_decisions(project.registry, model,
                                                                        rollout_id=promoted[0].id, kind="canary_step"))]

@@ -97,8 +97,10 @@ def test_the_artifact_and_reference_distribution_load_back(project: Path) -> Non
     assert (project / ".quiver" / version.artifact_path / "checksum.json").exists()
     reference = models.artifacts.read_reference(version.artifact_path, version.reference_path,
                                                 version.sha256).to_pandas()
-    assert list(reference.columns) == [*version.features, "score"]
-    assert len(reference) == version.lineage["rows"]["test"]  # the test window's inputs and scores
+    assert list(reference.columns) == ["event_ts", *version.features, "score"]
+    # The window's traffic hour by hour, every hour (never the time split's newest hours).
+    assert len(reference) == version.lineage["reference"]["rows"] >= 2_000
+    assert set(reference["event_ts"].dt.hour) == set(range(24)) and version.lineage["reference"]["problems"] == []
     scorer = models.load("fraud_model", "champion", catalog=load_catalog(config.catalog_dir, root=project))
     assert scorer.version_label == "fraud_model:1" and scorer.features == version.features
     np.testing.assert_allclose(scorer.predict(reference), reference["score"].to_numpy(), rtol=0, atol=1e-6)

@@ -71,7 +71,7 @@ def test_0006_rewrites_absolute_paths_to_keys_and_uris(registry_url: str, tmp_pa
     engine.dispose()
 
     registry = Registry(registry_url, project="p")  # migrates to head
-    assert registry.schema_revision() == "0006"
+    assert (registry.schema_revision() or "") >= "0006"  # later migrations keep what 0006 wrote
     models = ModelRegistry(registry, ArtifactStore(tmp_path / ".quiver"))
     fraud, manual = models.get("fraud", 1), models.get("manual", 1)
     assert fraud.artifact_path == f"models/fraud/{sha[:16]}"

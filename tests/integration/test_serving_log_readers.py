@@ -113,6 +113,89 @@ def test_spark_reads_the_folder(logs: tuple[Path, pd.DataFrame], spark: Any) -> 
     _check(pd.DataFrame([list(r) for r in rows], columns=names), expected)
 
 
+def _served_int_logs(redis_url: str, root: Path) -> tuple[Path, pa.Schema]:
+    """The real prediction service over a view with an Int64 feature that some users lack (as in the demo's
+    `last_merchant_id`): four hours of requests, one flush each, two hours holding nulls. Returns the log
+    folder and the catalog's log schema."""
+    from quiver.artifacts import ArtifactStore
+    from quiver.catalog.definitions import Entity, FeatureView, Field, Source
+    from quiver.catalog.validate import build_catalog
+    from quiver.offline.layout import last_values_schema
+    from quiver.online.redis_store import RedisOnlineStore
+    from quiver.registry.models import ModelRegistry
+    from quiver.registry.repository import Registry
+    from quiver.serving.prediction import PredictionService
+    from quiver.serving.store import FeatureStore
+    from tests.integration.test_prediction_service import BEAT_BASELINE, MODEL, save_model
+
+    columns = {"user_id": "int64", "event_ts": "timestamp", "f0": "float64", "f1": "float64", "n": "int64",
+               "category": "string"}
+    user = Entity("user", ["user_id"])
+    source = Source("tx", "unused")
+    stats = FeatureView("stats", [user], source, ttl="30d", schema=[
+        Field("f0", "float64"), Field("f1", "float64"), Field("n", "int64"), Field("category", "string")])
+    catalog = build_catalog([user, source, stats], schema_reader=lambda s: columns)
+    config = Config(root=root, project="logtypes", redis_url=redis_url, registry_url=f"sqlite:///{root}/reg.db",
+                    offline_root=str(root / "offline"))
+    users = 40
+    lacking = {3, 17}  # these users have no `n` yet: a null in an Int64 feature
+    frame = pd.DataFrame({"user_id": np.arange(users, dtype=np.int64), "f0": np.linspace(-1, 1, users),
+                          "f1": np.linspace(1, -1, users),
+                          "n": pd.array([None if u in lacking else 1000 + u for u in range(users)], "Int64"),
+                          "category": ["a", "b"] * (users // 2)})
+    online = RedisOnlineStore(redis_url, "logtypes", timeout_s=2.0)
+    view = catalog.views["stats"]
+    table = pa.Table.from_pandas(frame.assign(event_ts=pd.Timestamp(T0 - timedelta(days=1))), preserve_index=False)
+    online.write_last_values(view, table.select(last_values_schema(view).names).cast(last_values_schema(view)))
+    registry = Registry(config.registry, project="logtypes")
+    models = ModelRegistry(registry, ArtifactStore.from_config(config))  # root: <root>/.quiver
+    folder, sha = save_model(root / ".quiver" / "models", 1, numeric=("f0", "n"))
+    version = models.register(MODEL, artifact_path=str(folder), sha256=sha, metrics=BEAT_BASELINE,
+                              window_start=T0 - timedelta(days=7), cutoff=T0, features=["f0", "n", "category"],
+                              catalog_version=None, label_column="label", lineage={},
+                              reference_path=str(folder / "reference.parquet")).version
+    models.set_alias(MODEL, "champion", version, expected=None, reason="test")
+    schema = log_schema(catalog)
+    with FeatureStore(config=config, catalog=catalog, online_store=online) as store, \
+            ServingLogger(config.offline_dir, schema=schema, flush_interval_s=3_600) as logger, \
+            PredictionService(store, MODEL, models=models, logger=logger) as service:
+        for hour, who in enumerate(([0, 1, 2], [3, 4, 5], [6, 7, 8], [16, 17, 18])):
+            at = T0 + timedelta(hours=hour)
+            service.predict([{"request_id": f"h{hour}-{u}", "entities": {"user_id": u}, "at": at} for u in who])
+            logger.flush()
+    registry.close()
+    return Path(config.offline_dir) / "serving_logs", schema
+
+
+def test_served_integer_features_with_nulls_read_as_one_dataset(redis_url: str, tmp_path: Path, spark: Any) -> None:
+    """Before: the hours whose requests met a missing Int64 feature were written as double (NaN for the
+    null), and pyarrow.dataset failed on the folder ("Float value nan was truncated converting to int64")."""
+    import duckdb
+
+    folder, schema = _served_int_logs(redis_url, tmp_path)
+    files = sorted(folder.rglob("part-*.parquet"))
+    assert len(files) == 4
+    for file in files:
+        assert pq.read_schema(file).field("feature.n").type == pa.int64(), file
+    declared = {f.name: f.type for f in schema}
+    table = ds.dataset(folder, format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 12
+    for field in table.schema:  # every column the catalog types has its type
+        if field.name in declared:
+            assert field.type == declared[field.name], field
+    n = dict(zip(table["request_id"].to_pylist(), table["feature.n"].to_pylist(), strict=True))
+    assert n["h1-3"] is None and n["h3-17"] is None and n["h1-4"] == 1004 and n["h0-0"] == 1000
+    with duckdb.connect() as db:
+        got = dict(db.execute(f"select request_id, \"feature.n\" from read_parquet('{folder}/**/*.parquet', "
+                              f"hive_partitioning = true)").fetchall())
+        kind = db.execute(f"select distinct typeof(\"feature.n\") from read_parquet('{folder}/**/*.parquet', "
+                          f"hive_partitioning = true)").fetchall()
+    assert got == n and kind == [("BIGINT",)]
+    logs = spark.read.parquet(str(folder))
+    assert dict(logs.dtypes)["feature.n"] == "bigint"
+    assert {r["request_id"]: r["feature.n"] for r in logs.select("request_id", "`feature.n`").collect()} == n
+
+
 def test_a_logger_without_a_catalog_keeps_the_types_already_in_the_folder(tmp_path: Path) -> None:
     """Another process, no declared schema: an all-null column takes the type the dataset already has."""
     with ServingLogger(tmp_path) as first:
@@ -150,13 +233,11 @@ def test_the_served_folder_reads_the_same_with_every_reader(operator_world: Any)
     assert pa.types.is_floating(dataset.schema.field("feature.f0").type) and f0_type == "DOUBLE"
     assert frame["feature.f0"].dtype.kind == "f" and frame["feature.category"].dropna().isin(["a", "b", "c"]).all()
 
-    from quiver.offline.engines import spark_session, stop_spark
+    from quiver.offline.engines import spark_session
 
-    spark: Any = spark_session("local[1]")  # the project's own session settings (UTC, loopback)
-    try:
-        logs = spark.read.option("mergeSchema", "true").parquet(str(folder))
-        by_arm = {r["arm"]: r["count"] for r in logs.groupBy("arm").count().collect()}
-        assert by_arm == arms
-        assert dict(logs.dtypes)["feature.f0"] == "double"
-    finally:
-        stop_spark()
+    # The project's own session settings (UTC, loopback); the run's shared local session, left running.
+    spark: Any = spark_session("local[2]")
+    logs = spark.read.option("mergeSchema", "true").parquet(str(folder))
+    by_arm = {r["arm"]: r["count"] for r in logs.groupBy("arm").count().collect()}
+    assert by_arm == arms
+    assert dict(logs.dtypes)["feature.f0"] == "double"

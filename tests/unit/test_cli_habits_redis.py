@@ -57,3 +57,38 @@ def test_make_reset_stops_redis_and_removes_the_project_state() -> None:
     assert "redis stop" in reset and "rm -rf .quiver" in reset
     dry = subprocess.run(["make", "-n", "reset"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert "quiver.cli redis stop" in dry.stdout and "rm -rf .quiver" in dry.stdout and "rm -rf data" in dry.stdout
+
+
+def test_redis_stop_in_a_copied_project_leaves_the_originals_server_alone(tmp_path: Path) -> None:
+    """A copy of a project carries `.quiver/redis/redis.pid` naming the original's server. Before, `quiver
+    redis stop` in the copy stopped it (the pid was a redis-server); now only a server answering on the copy's
+    own socket, from the copy's folder, is this project's."""
+    import shutil
+
+    import redis
+    from typer.testing import CliRunner
+
+    from quiver.cli import _register_optional_commands, app
+
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    original.mkdir()
+    (original / "quiver.yaml").write_text("project: fraud\n")
+    config = load_config(original / "quiver.yaml")
+    url = ensure_redis(config)
+    pid = int((embedded_dir(config) / "redis.pid").read_text())
+    try:
+        shutil.copytree(original, copy, ignore=shutil.ignore_patterns("redis.sock"))  # a socket is not copied
+        assert (copy / ".quiver" / "redis" / "redis.pid").read_text().strip() == str(pid)
+        _register_optional_commands()
+        runner = CliRunner()
+        args = ["--config", str(copy / "quiver.yaml")]
+        status = runner.invoke(app, ["redis", "status", *args])
+        assert status.exit_code == 0 and "no embedded Redis running" in status.output, status.output
+        stop = runner.invoke(app, ["redis", "stop", *args])
+        assert stop.exit_code == 0 and "no embedded Redis was running" in stop.output, stop.output
+        assert _alive(pid) and redis.Redis.from_url(url).ping()
+        mine = runner.invoke(app, ["redis", "stop", "--config", str(original / "quiver.yaml")])
+        assert "stopped the embedded Redis" in mine.output and not _alive(pid)
+    finally:
+        if _alive(pid):
+            os.kill(pid, 15)

@@ -10,6 +10,7 @@ import pytest
 from quiver.monitoring.evaluation_report import (
     _area,
     calibration_figure,
+    calibration_table,
     canary_figure,
     pr_points,
     reliability,
@@ -82,7 +83,7 @@ def test_decision_of_names_what_each_dag_run_decided() -> None:
     assert decision_of(canary) == ("advance", "m:3 at canary share 0.25 (step 1)")
 
 
-def test_calibration_leaves_sparse_bins_out_and_labels_points_with_their_rows() -> None:
+def test_calibration_leaves_sparse_bins_out_and_tables_the_rows_of_each_point() -> None:
     # Before: one high bin of 2 rows was drawn as a point and pulled the line (and the axes) up to 1.0.
     rng = np.random.default_rng(0)
     scores = np.r_[rng.uniform(0.0, 0.3, 3_000), 0.97, 0.99]
@@ -92,9 +93,9 @@ def test_calibration_leaves_sparse_bins_out_and_labels_points_with_their_rows() 
     line = ax.lines[0]
     assert max(line.get_xdata()) < 0.3 and len(line.get_xdata()) == 3  # three dense bins, no 0.98 point
     assert ax.get_xlim()[1] < 0.5  # the axes follow the dense bins
-    texts = [t.get_text() for t in ax.texts]
-    assert "not drawn (< 30 rows): champion m:1: 1 bin(s), 2 rows" in texts
-    assert sum(t.isdigit() for t in texts) == 3  # each point carries its row count
+    assert "not drawn (< 30 rows): champion m:1: 1 bin(s), 2 rows" in ax.get_xlabel()
+    # Each point's rows are in the table beside the chart (labels on the points overlapped).
+    assert calibration_table(labels, {"champion m:1": scores}, bins=10).count("<tr>") == 5  # header + 4 bins
 
 
 def test_the_canary_chart_draws_each_looks_interval_the_floor_and_the_fail_line() -> None:
@@ -106,7 +107,7 @@ def test_the_canary_chart_draws_each_looks_interval_the_floor_and_the_fail_line(
              {"label": "b", "fraction": 0.05, "outcome": "advance", "guardrails": look(0.001, -0.01, 0.012, "pass")}]
     fig = canary_figure(steps)
     share, panel = fig.axes
-    assert share.get_ylabel() == "canary share" and panel.get_ylabel() == "log_loss"
+    assert share.get_ylabel() == "canary share" and panel.get_ylabel() == "Δ log loss (nats/row)"
     bars = [c for c in panel.containers if c.__class__.__name__ == "ErrorbarContainer"]
     assert len(bars) == 2
     segments = bars[0].lines[2][0].get_segments()[0]

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from prometheus_client import REGISTRY
 
@@ -143,10 +144,17 @@ def test_buffer_gauges_and_health(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert logger.health()["status"] == "closed"
 
 
-def test_a_key_logged_as_numbers_and_as_text_reads_back_as_text(tmp_path: Path) -> None:
+def test_a_key_logged_as_numbers_and_then_as_text_keeps_the_datasets_type(tmp_path: Path) -> None:
+    """One schema per dataset: text that is a number of the dataset's type is written as that number; text
+    that is not ("abc") is refused: its rows are quarantined, saying which column and value."""
     with ServingLogger(tmp_path, flush_interval_s=3_600) as logger:
         logger.log_batch(["a"], {"user_id": np.array([7])}, {}, ts_us=T0)
         logger.flush()
         logger.log_batch(["b"], {"user_id": ["9223372036854775807"]}, {}, ts_us=T0 + 1)
+        logger.log_batch(["c"], {"user_id": ["abc"]}, {}, ts_us=T0 + 2)
     table = read_serving_logs(tmp_path)
-    assert table["key.user_id"].to_pylist() == ["7", "9223372036854775807"]
+    assert table["key.user_id"].type == pa.int64()
+    assert table["key.user_id"].to_pylist() == [7, 9223372036854775807]
+    quarantined = read_quarantine(tmp_path).to_pydict()
+    assert quarantined["request_id"] == ["c"] and "key.user_id" in quarantined["quarantine_reason"][0]
+    assert "'abc'" in quarantined["quarantine_reason"][0]

@@ -3,7 +3,8 @@
     model.json      network config, preprocessing (means, stds, vocabularies), features as columns and as
                     catalog references (view:feature), catalog version, label column, model name
     weights.pt      the state dict (loaded with torch.load(weights_only=True): no pickled code runs)
-    reference.parquet  the validation split's feature columns + "score": what drift checks compare with
+    reference.parquet  the training window in the traffic's hourly mix (timestamp, features, "score" by this model):
+                    what drift checks compare with (quiver.models.reference)
     checksum.json   sha256 of every file above and one sha256 over that list (the registry keeps it too)
 
 Folders are content-addressed (``<root>/<name>/<sha256[:16]>``) and never changed after they are written.
@@ -105,9 +106,9 @@ def save_artifact(root: str | Path, name: str, model: TabularNet, preprocessor: 
                   reference: Any, extra: Mapping[str, Any] | None = None) -> tuple[Path, str]:
     """Write the artifact of `model` under `root/name/`; returns (folder, sha256).
 
-    `reference` is a DataFrame of the validation split's feature columns plus "score"; `features` are the
-    column names in the training set's order (default: the preprocessor's), `feature_refs` the same as
-    ``view:feature``.
+    `reference` is a DataFrame of feature columns plus "score" (see quiver.models.reference); `features`
+    are the column names in the training set's order (default: the preprocessor's), `feature_refs` the same
+    as ``view:feature``.
     """
     columns = list(features) if features is not None else preprocessor.features
     if sorted(columns) != sorted(preprocessor.features) or len(columns) != len(feature_refs):

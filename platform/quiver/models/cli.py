@@ -68,14 +68,19 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def list_command(name: Annotated[str | None, typer.Argument(help="one model (default: all)")] = None,
                      config: ConfigOption = None) -> None:
-        """Versions with status, validation AUC beside the baseline's, window and aliases."""
+        """Versions with where each stands (champion, challenger, rolled back by decision N, …), validation AUC
+        beside the baseline's, window and aliases."""
         registry = _models(config)
         if name is not None:
             registry.require(name)
-        table = Table("model", "version", "status", "roc_auc", "baseline", "window", "aliases", "created")
+        table = Table("model", "version", "status", "stands", "roc_auc", "baseline", "window", "aliases", "created")
+        standings: dict[str, dict[int, str]] = {}
         for v in registry.versions(name):
+            if v.name not in standings:
+                standings[v.name] = standing(registry, v.name)
             held = sorted(a for a, n in registry.aliases(v.name).items() if n == v.version)
-            table.add_row(v.name, str(v.version), v.status, _fmt(v.metrics.get("roc_auc")),
+            stands = standings[v.name].get(v.version, "-") if v.status == "registered" else "-"
+            table.add_row(v.name, str(v.version), v.status, stands, _fmt(v.metrics.get("roc_auc")),
                           _fmt(v.metrics.get("baseline", {}).get("roc_auc")),
                           f"{v.window_start:%Y-%m-%d} … {v.cutoff:%Y-%m-%d}", ", ".join(held) or "-",
                           f"{v.created_at:%Y-%m-%d %H:%M}")
@@ -96,13 +101,15 @@ def register(app: typer.Typer) -> None:
         aliases = models.aliases(name)
         history = models.history(name)
         every = rollouts.list_decisions(models.registry, name, limit=1000)
-        about = [d for d in every if v.label in (d.candidate_version, d.champion_version)]
+        about = rollouts.timeline(d for d in every if v.label in (d.candidate_version, d.champion_version))
         by_id = {d.id: d for d in every}
         reason = explain.status_reason(v, aliases, history, by_id)
         held = sorted(a for a, n in aliases.items() if n == v.version)
         record = {"reason": reason, "aliases": held, "model_aliases": aliases,
                   "decisions": [{"id": d.id, "kind": d.kind, "outcome": d.outcome, "role": "candidate" if
                                  d.candidate_version == v.label else "champion", "decided_at": d.decided_at.isoformat(),
+                                 "as_of": d.data_time.isoformat(),
+                                 "recorded_at": d.recorded_at.isoformat() if d.recorded_at else None,
                                  "headline": explain.headline(d)} for d in about],
                   "name": v.name, "version": v.version, "status": v.status, "artifact_path": v.artifact_path,
                   "sha256": v.sha256, "window_start": v.window_start.isoformat(), "cutoff": v.cutoff.isoformat(),
@@ -128,11 +135,13 @@ def register(app: typer.Typer) -> None:
                 table.add_row(key, _fmt(value), _fmt(baseline.get(key)))
         console.print(table)
         console.print(f"lineage: {json.dumps(record['lineage'], default=str)}", highlight=False, soft_wrap=True)
-        decisions = Table("decision", "kind", "role", "outcome", "when", "why")
+        # Sorted by the data time each judged (newest first); the wall time it was recorded beside it.
+        decisions = Table("decision", "kind", "role", "outcome", "data time ↓", "recorded", "why")
         for d in about:
             role = "candidate" if d.candidate_version == v.label else "champion"
             decisions.add_row(f"#{d.id}", explain.KIND_LABELS.get(d.kind, d.kind), role, d.outcome,
-                              f"{d.decided_at:%Y-%m-%d %H:%M}", escape(str(d.statistics.get("reason", ""))[:120]))
+                              _when(d.data_time), _when(d.recorded_at),
+                              escape(str(d.statistics.get("reason", ""))[:120]))
         if about:
             console.print(decisions)
             console.print(f"[dim]details: quiver decisions show {about[0].id}[/dim]", highlight=False)
@@ -144,13 +153,13 @@ def register(app: typer.Typer) -> None:
     def history_command(name: Annotated[str, typer.Argument(help="model name")],
                         alias: Annotated[str | None, typer.Option(help="only this alias")] = None,
                         config: ConfigOption = None) -> None:
-        """Every alias move, oldest first: from → to, reason, by, when."""
+        """Every alias move, oldest first by the data time it acted on: from → to, reason, by, both clocks."""
         models = _models(config)
         models.require(name)
-        table = Table("#", "alias", "from", "to", "reason", "by", "decision", "when")
-        for m in models.history(name, alias):
+        table = Table("#", "alias", "from", "to", "reason", "by", "decision", "data time ↑", "recorded")
+        for m in sorted(models.history(name, alias), key=lambda m: (m.data_time, m.id)):
             table.add_row(str(m.id), m.alias, _version(m.from_version), _version(m.to_version), m.reason, m.by,
-                          str(m.decision_id or "-"), f"{m.moved_at:%Y-%m-%d %H:%M:%S}")
+                          str(m.decision_id or "-"), _when(m.data_time), _when(m.moved_at))
         console.print(table)
 
     @alias_app.command("set")
@@ -194,6 +203,34 @@ def register(app: typer.Typer) -> None:
         console.print(f"{name} champion: {_version(move.from_version)} → {_version(move.to_version)} (rolled back)")
 
 
+_ROLES = ("champion", "canary", "challenger", "shadow", "previous")  # the first a version holds names it
+
+
+def standing(models: Any, name: str) -> dict[int, str]:
+    """Where each registered version of model `name` stands, for `models list`: the alias it holds (champion
+    first), else how its last candidacy or championship ended ("rolled back by decision #N", "halted by
+    decision #N", "rolled back (alias move #M)"). Versions absent from the result stand nowhere ("-")."""
+    from quiver.registry import rollouts
+
+    aliases = models.aliases(name)
+    out: dict[int, str] = {}
+    decisions = rollouts.list_decisions(models.registry, name, limit=10_000)
+    for version, rollout in rollouts.ended_candidacies(models.registry, name).items():
+        ended = next((d for d in decisions if d.rollout_id == rollout.id and d.outcome in ("rollback", "halt")), None)
+        verb = "rolled back" if rollout.status == rollouts.ROLLED_BACK else "halted"
+        out[version] = f"{verb} by decision #{ended.id}" if ended else f"{verb} (rollout #{rollout.id})"
+    for move in models.history(name, "champion"):  # oldest first: the newest rollback of a version wins
+        if move.reason.startswith("rollback:") and move.from_version is not None and \
+                move.from_version not in out:
+            out[move.from_version] = (f"rolled back by decision #{move.decision_id}" if move.decision_id
+                                      else f"rolled back (alias move #{move.id})")
+    for role in reversed(_ROLES):  # an alias held now says more than how an earlier candidacy ended, except
+        version = aliases.get(role)  # `previous`: what a rolled-back champion is given
+        if version is not None and not (role == "previous" and version in out):
+            out[version] = role
+    return out
+
+
 def _models(config: Any) -> Any:
     from quiver.artifacts import ArtifactStore
     from quiver.registry.models import ModelRegistry
@@ -219,3 +256,8 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _when(moment: Any) -> str:
+    """A moment of either clock, to the minute, in UTC ("-" when the record never kept it)."""
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M}"

@@ -149,17 +149,37 @@ def start_embedded(directory: Path, timeout_s: float = 15.0) -> str:
     return url
 
 
-def stop_embedded(config: Config, timeout_s: float = 10.0) -> bool:
-    """Stop the project's embedded Redis (saving a snapshot first). True when one was running."""
-    pidfile = embedded_dir(config) / "redis.pid"
+def running_pid(config: Config) -> int | None:
+    """The process id of this project's embedded Redis, or None when none runs. The pidfile alone is not
+    trusted: a copied project carries the original's, and a stale one may name another process. The server
+    must answer on this project's socket with that process id, and keep its data in this project's folder."""
+    import redis
+
+    directory = embedded_dir(config)
+    sock = directory / "redis.sock"
+    if len(str(sock)) > _SOCKET_LIMIT:  # long paths: the socket recorded by the process that started it
+        try:
+            sock = Path((directory / "socket").read_text().strip())
+        except OSError:
+            return None
+    url = f"unix://{sock}"
+    if not sock.exists() or not _ours(url, directory):
+        return None
     try:
-        pid = int(pidfile.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return False
-    try:  # a stale pidfile may name an unrelated process now: only signal a redis-server
-        if b"redis-server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return False
-    except OSError:
+        with redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1) as client:
+            folder = client.config_get("dir").get("dir", "")
+        if Path(folder).resolve() != directory.resolve():
+            return None
+        return int((directory / "redis.pid").read_text().strip())
+    except (redis.RedisError, OSError, ValueError):
+        return None
+
+
+def stop_embedded(config: Config, timeout_s: float = 10.0) -> bool:
+    """Stop the project's embedded Redis (saving a snapshot first). True when one was running: only a server
+    that `running_pid` finds serving this project is signalled."""
+    pid = running_pid(config)
+    if pid is None:
         return False
     try:
         os.kill(pid, signal.SIGTERM)

@@ -115,6 +115,8 @@ def decision_record(decision: Decision) -> dict[str, Any]:
     record = asdict(decision)
     record["decided_at"] = decision.decided_at.isoformat()
     record["applied_at"] = decision.applied_at.isoformat() if decision.applied_at else None
+    record["as_of"] = decision.data_time.isoformat()  # the data time judged
+    record["recorded_at"] = decision.recorded_at.isoformat() if decision.recorded_at else None  # wall clock
     record["actions"] = list(decision.actions)
     record["kind_label"] = KIND_LABELS.get(decision.kind, decision.kind)
     record["headline"] = headline(decision)
@@ -168,8 +170,8 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
     held = sorted(a for a, v in aliases.items() if v == version.version)
     if not held:
         gone = [m for m in history if m.from_version == version.version and m.to_version != version.version]
-        tail = f"; last held {gone[-1].alias} until {gone[-1].moved_at:%Y-%m-%d %H:%M} ({gone[-1].reason})" \
-            if gone else ""
+        tail = (f"; last held {gone[-1].alias} until {gone[-1].data_time:%Y-%m-%d %H:%M} (data time) "
+                f"({gone[-1].reason})") if gone else ""
         return f"registered ({versus or 'not worse than its baseline'}), holds no alias{tail}"
     parts = []
     for alias in held:
@@ -179,7 +181,9 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
             continue
         move = moves[-1]
         cause = decisions.get(move.decision_id) if move.decision_id else None
-        why = f"{alias} since {move.moved_at:%Y-%m-%d %H:%M}: {move.reason}"
+        # The data time, as every timeline beside it: the move's wall time would put a promotion judged on
+        # last week's data after today's verdicts.
+        why = f"{alias} since {move.data_time:%Y-%m-%d %H:%M} (data time): {move.reason}"
         if cause is not None:
             why += f" [decision #{cause.id}, {KIND_LABELS.get(cause.kind, cause.kind)} → {cause.outcome}]"
         parts.append(why)

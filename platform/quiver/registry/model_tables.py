@@ -63,6 +63,7 @@ model_alias_history = Table(
     Column("reason", Text, nullable=False),
     Column("moved_by", String(255), nullable=False),
     Column("decision_id", Integer, nullable=True),
-    Column("moved_at", DateTime(timezone=True), nullable=False),
+    Column("moved_at", DateTime(timezone=True), nullable=False),  # wall time recorded
+    Column("as_of", DateTime(timezone=True), nullable=True),  # 0007: data time of the decision behind the move
     Index("ix_model_alias_history_name", "project", "name", "id"),
 )

@@ -6,6 +6,10 @@ compare-and-set against the version the caller expects it to point at now, done 
 lock (SQLite ``BEGIN IMMEDIATE``, a Postgres advisory lock) and appended to an alias history that is never
 rewritten. Promotion convention: when ``champion`` moves, the old champion becomes alias ``previous`` in the
 same transaction, so a rollback is one move back.
+
+Each move keeps two moments: `moved_at`, the wall time it was recorded, and `as_of`, the data time it acted on
+— the data time of the decision that caused it, else the one the caller names (training: the version's
+cutoff), else the wall time of the move itself.
 """
 
 from __future__ import annotations
@@ -79,7 +83,13 @@ class AliasMove:
     reason: str
     by: str
     decision_id: int | None
-    moved_at: datetime
+    moved_at: datetime  # wall time recorded
+    as_of: datetime | None = None  # data time it acted on (see the module docstring)
+
+    @property
+    def data_time(self) -> datetime:
+        """The clock timelines sort by."""
+        return self.as_of or self.moved_at
 
 
 class ModelRegistry:
@@ -249,7 +259,7 @@ class ModelRegistry:
         return None if version is None else self.get(name, version)
 
     def set_alias(self, name: str, alias: str, version: int | None, *, expected: int | None, reason: str,
-                  by: str = "", decision_id: int | None = None) -> AliasMove:
+                  by: str = "", decision_id: int | None = None, as_of: datetime | None = None) -> AliasMove:
         """Point `alias` at `version` (None removes it) if it points at `expected` now; else AliasConflict.
 
         Repeating a move that already happened (expected == version == current) returns the history entry
@@ -258,10 +268,11 @@ class ModelRegistry:
         """
         with self.registry._write() as connection:
             return self.set_alias_in(connection, name, alias, version, expected=expected, reason=reason, by=by,
-                                     decision_id=decision_id)
+                                     decision_id=decision_id, as_of=as_of)
 
     def set_alias_in(self, connection: Connection, name: str, alias: str, version: int | None, *,
-                     expected: int | None, reason: str, by: str = "", decision_id: int | None = None) -> AliasMove:
+                     expected: int | None, reason: str, by: str = "", decision_id: int | None = None,
+                     as_of: datetime | None = None) -> AliasMove:
         """`set_alias` inside the caller's write transaction (so several moves and records commit together)."""
         _check_name("alias", alias)
         if not reason.strip():
@@ -277,24 +288,25 @@ class ModelRegistry:
             raise QuiverError(f"alias {alias!r} of model {name!r} already points at {_label(version)}")
         if version is not None:
             self._check_aliasable(connection, name, version, alias)
-        move = self._move(connection, name, alias, actual, version, reason, by, decision_id)
+        move = self._move(connection, name, alias, actual, version, reason, by, decision_id, as_of)
         if alias == CHAMPION and actual is not None and version is not None:
             self._move(connection, name, PREVIOUS, current.get(PREVIOUS), actual,
-                       f"replaced as champion by {name}:{version}: {reason}", by, decision_id)
+                       f"replaced as champion by {name}:{version}: {reason}", by, decision_id, as_of)
         return move
 
     def rollback(self, name: str, *, reason: str, by: str = "", decision_id: int | None = None,
-                 expected: int | None = None) -> AliasMove:
+                 expected: int | None = None, as_of: datetime | None = None) -> AliasMove:
         """champion ← previous and previous ← the old champion, atomically; returns the champion's move.
 
         With `expected`, the rollback also refuses (AliasConflict) unless champion points at it now.
         """
         with self.registry._write() as connection:
             return self.rollback_in(connection, name, reason=reason, by=by, decision_id=decision_id,
-                                    expected=expected)
+                                    expected=expected, as_of=as_of)
 
     def rollback_in(self, connection: Connection, name: str, *, reason: str, by: str = "",
-                    decision_id: int | None = None, expected: int | None = None) -> AliasMove:
+                    decision_id: int | None = None, expected: int | None = None,
+                    as_of: datetime | None = None) -> AliasMove:
         """`rollback` inside the caller's write transaction."""
         if not reason.strip():
             raise QuiverError("a rollback needs a reason (it is kept in the history)")
@@ -306,8 +318,9 @@ class ModelRegistry:
             raise QuiverError(f"model {name!r} has no 'previous' version to roll back to "
                               f"(champion: {_label(champion)})")
         self._check_aliasable(connection, name, previous, CHAMPION)
-        move = self._move(connection, name, CHAMPION, champion, previous, f"rollback: {reason}", by, decision_id)
-        self._move(connection, name, PREVIOUS, previous, champion, f"rollback: {reason}", by, decision_id)
+        move = self._move(connection, name, CHAMPION, champion, previous, f"rollback: {reason}", by, decision_id,
+                          as_of)
+        self._move(connection, name, PREVIOUS, previous, champion, f"rollback: {reason}", by, decision_id, as_of)
         return move
 
     def aliases_in(self, connection: Connection, name: str) -> dict[str, int]:
@@ -372,8 +385,15 @@ class ModelRegistry:
                                   f"{exc}") from None
 
     def _move(self, connection: Connection, name: str, alias: str, old: int | None, new: int | None,
-              reason: str, by: str, decision_id: int | None) -> AliasMove:
+              reason: str, by: str, decision_id: int | None, as_of: datetime | None = None) -> AliasMove:
         now = datetime.now(UTC)
+        if as_of is None and decision_id is not None:  # the move happened at the data time of its cause
+            from quiver.registry.rollout_tables import decisions
+
+            judged = connection.execute(select(decisions.c.as_of, decisions.c.decided_at).where(
+                decisions.c.project == self.project, decisions.c.id == decision_id)).first()
+            as_of = (judged.as_of or judged.decided_at) if judged is not None else None
+        as_of = _utc(as_of) if as_of is not None else now
         where = (model_aliases.c.project == self.project, model_aliases.c.name == name,
                  model_aliases.c.alias == alias)
         if new is None:
@@ -386,9 +406,9 @@ class ModelRegistry:
         by = (by or _author())[:255]
         result = connection.execute(insert(model_alias_history).values(
             project=self.project, name=name, alias=alias, from_version=old, to_version=new, reason=reason,
-            moved_by=by, decision_id=decision_id, moved_at=now))
+            moved_by=by, decision_id=decision_id, moved_at=now, as_of=as_of))
         key = result.inserted_primary_key
-        return AliasMove(int(key[0]) if key else 0, name, alias, old, new, reason, by, decision_id, now)
+        return AliasMove(int(key[0]) if key else 0, name, alias, old, new, reason, by, decision_id, now, as_of)
 
     def _history(self, connection: Connection, name: str, alias: str | None,
                  limit: int | None = None) -> list[AliasMove]:
@@ -400,7 +420,8 @@ class ModelRegistry:
         if limit:
             query = query.limit(limit)
         return [AliasMove(r.id, r.name, r.alias, r.from_version, r.to_version, r.reason, r.moved_by,
-                          r.decision_id, _utc(r.moved_at)) for r in connection.execute(query)]
+                          r.decision_id, _utc(r.moved_at), _utc(r.as_of) if r.as_of is not None else None)
+                for r in connection.execute(query)]
 
 
 # How much worse than its baseline a version may be on its test window and still be registered. Noise, not

@@ -47,6 +47,7 @@ drift_runs = Table(
     Column("dataset_drift", Boolean, nullable=False, default=False),
     Column("status", String(16), nullable=False),  # succeeded | failed
     Column("detail_json", Text, nullable=False, default="{}"),
+    Column("as_of", DateTime(timezone=True), nullable=True),  # 0007: data time compared (current window's end)
     Index("ix_drift_runs_project_name", "project", "name", "started_at"),
 )
 
@@ -92,6 +93,7 @@ alerts = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("last_seen_at", DateTime(timezone=True), nullable=False),
     Column("resolved_at", DateTime(timezone=True), nullable=True),
+    Column("as_of", DateTime(timezone=True), nullable=True),  # 0007: data time the condition was about
     Index("uq_alerts_open_dedup", "project", "dedup_key", unique=True,
           sqlite_where=text("status = 'open'"), postgresql_where=text("status = 'open'")),
     Index("ix_alerts_project_status", "project", "status", "created_at"),

@@ -1,5 +1,6 @@
 """Registry tables of rollouts and decisions (SQLAlchemy Core). Created by migrations/versions/0004_rollouts.py
-(0005_loop_state.py adds the reference, the watch and when a decision was applied).
+(0005_loop_state.py adds the reference, the watch and when a decision was applied; 0007_two_clocks.py the
+data time judged beside the wall time recorded).
 
 * `rollouts`: one canary rollout of a model — champion and canary versions, the routing salt, the canary's
   traffic fraction and step, status (running | promoted | rolled_back | halted) and the judge settings it was
@@ -47,6 +48,7 @@ rollouts = Table(
     Column("started_by", String(255), nullable=False),
     Column("reference_json", Text, nullable=False, server_default="{}"),
     Column("watch_until", DateTime(timezone=True), nullable=True),
+    Column("recorded_at", DateTime(timezone=True), nullable=True),  # wall time; started_at is the data time
     Index("uq_rollouts_running", "project", "model", unique=True,
           sqlite_where=text("status = 'running'"), postgresql_where=text("status = 'running'")),
     Index("ix_rollouts_model", "project", "model", "id"),
@@ -71,6 +73,10 @@ decisions = Table(
     Column("decided_by", String(255), nullable=False),
     Column("applied_at", DateTime(timezone=True), nullable=True),
     Column("actions_json", Text, nullable=False, server_default="[]"),
+    # 0007: the two clocks. as_of: the data time judged (labels and logs up to it); recorded_at: the wall time
+    # stored (empty on rows older than 0007 whose decided_at held the data time).
+    Column("as_of", DateTime(timezone=True), nullable=True),
+    Column("recorded_at", DateTime(timezone=True), nullable=True),
     Index("uq_decisions_key", "project", "idempotency_key", unique=True),
     Index("ix_decisions_model", "project", "model", "id"),
 )

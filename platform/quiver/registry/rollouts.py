@@ -10,12 +10,17 @@ was applied commit together or not at all.
 A rollout is `running` while the canary serves a share of traffic, `watching` after a promotion while the new
 champion is compared with `previous` on labels that arrive later (until `watch_until`), and ends
 `promoted`, `rolled_back` or `halted`.
+
+Two clocks (migration 0007): a decision keeps the data time it judged (`as_of`: labels and serving logs up to
+it) and the wall time it was recorded (`recorded_at`). In a replay or a simulation they differ by weeks, so
+timelines sort by one of them — the data time, the loop's story (`timeline`) — and say which they show.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +56,7 @@ class Rollout:
     started_by: str
     reference: dict[str, Any] = field(default_factory=dict)  # fixed at the start: latency threshold, …
     watch_until: datetime | None = None
+    recorded_at: datetime | None = None  # wall time stored; started_at is the data time it started at
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,13 @@ class Decision:
     created: bool = field(default=True, compare=False)  # False: an identical decision was already stored
     applied_at: datetime | None = None  # when it was carried out (None: not yet)
     actions: tuple[str, ...] = ()  # what carrying it out did (or why it did nothing)
+    as_of: datetime | None = None  # the data time judged (None only on a Decision built by hand)
+    recorded_at: datetime | None = None  # the wall time stored (None: a row from before migration 0007)
+
+    @property
+    def data_time(self) -> datetime:
+        """The data time judged: the one clock timelines sort by."""
+        return self.as_of or self.decided_at
 
 
 def start_rollout(registry: Registry, model: str, *, champion_version: int, canary_version: int,
@@ -102,7 +115,7 @@ def start_rollout_in(connection: Any, project: str, model: str, *, champion_vers
         project=project, model=model, champion_version=champion_version,
         canary_version=canary_version, salt=salt or secrets.token_hex(8), fraction=float(fraction), step=0,
         status=RUNNING, settings_json=json.dumps(settings, sort_keys=True), step_started_at=now,
-        started_at=now, finished_at=None, started_by=(by or _author())[:255],
+        started_at=now, finished_at=None, started_by=(by or _author())[:255], recorded_at=datetime.now(UTC),
         reference_json=json.dumps(reference or {}, sort_keys=True, default=str))).inserted_primary_key
     assert key is not None
     return get_rollout_in(connection, project, int(key[0]))
@@ -227,9 +240,13 @@ def get_decision_in(connection: Any, project: str, decision_id: int) -> Decision
 def record_decision(registry: Registry, model: str, *, kind: str, outcome: str, statistics: dict[str, Any],
                     idempotency_key: str, rollout_id: int | None = None, step: int | None = None,
                     fraction: float | None = None, champion_version: str = "", candidate_version: str = "",
-                    by: str = "", at: datetime | None = None) -> Decision:
+                    by: str = "", at: datetime | None = None, as_of: datetime | None = None) -> Decision:
     """Store a decision unless one with the same idempotency key exists; either way return the stored one
-    (`created` says which)."""
+    (`created` says which).
+
+    `as_of` is the data time judged (default: `at`, else the statistics' `window.as_of`, else now); the wall
+    time it is stored at is recorded beside it. `at` is `decided_at`, the moment it takes effect (default now).
+    """
     if not 16 <= len(idempotency_key) <= 64:
         raise ValueError("idempotency_key must be 16–64 characters (a digest of the decision's inputs)")
     blob = json.dumps(statistics, sort_keys=True, default=str, allow_nan=False)
@@ -242,7 +259,9 @@ def record_decision(registry: Registry, model: str, *, kind: str, outcome: str, 
                 project=registry.project, model=model, rollout_id=rollout_id, kind=kind, outcome=outcome,
                 step=step, fraction=fraction, champion_version=champion_version,
                 candidate_version=candidate_version, statistics_json=blob, idempotency_key=idempotency_key,
-                decided_at=at or datetime.now(UTC), decided_by=(by or _author())[:255])).inserted_primary_key
+                decided_at=at or datetime.now(UTC), decided_by=(by or _author())[:255],
+                as_of=as_of or at or judged_time(statistics) or datetime.now(UTC),
+                recorded_at=datetime.now(UTC))).inserted_primary_key
     except IntegrityError:  # a concurrent writer stored the same key between our check and insert
         with registry.engine.connect() as connection:
             row = _decision_by_key(connection, registry.project, idempotency_key)
@@ -273,6 +292,29 @@ def list_decisions(registry: Registry, model: str | None = None, *, rollout_id: 
         return [_decision(r) for r in rows]
 
 
+def timeline(found: Iterable[Decision], *, newest_first: bool = True) -> list[Decision]:
+    """Decisions in the order of the data time they judged (ties: the order recorded), never the wall clock:
+    a verdict recorded today about last week's data sits beside last week's canary steps."""
+    return sorted(found, key=lambda d: (d.data_time, d.id), reverse=newest_first)
+
+
+def judged_time(detail: Mapping[str, Any] | None) -> datetime | None:
+    """The data time a record's statistics or detail say it judged: `as_of`, else its window's `as_of` or
+    `end`; None when they say none."""
+    detail = detail or {}
+    window = detail.get("window")
+    window = window if isinstance(window, Mapping) else {}
+    for value in (detail.get("as_of"), window.get("as_of"), window.get("end")):
+        if isinstance(value, datetime):
+            return _utc(value)
+        if isinstance(value, str) and value:
+            try:
+                return _utc(datetime.fromisoformat(value))
+            except ValueError:
+                continue
+    return None
+
+
 def _decision_by_key(connection: Any, project: str, key: str) -> RowMapping | None:
     row: RowMapping | None = connection.execute(select(decisions).where(
         decisions.c.project == project, decisions.c.idempotency_key == key)).mappings().first()
@@ -291,7 +333,8 @@ def _rollout(row: RowMapping) -> Rollout:
     return Rollout(int(row["id"]), row["model"], int(row["champion_version"]), int(row["canary_version"]),
                    row["salt"], float(row["fraction"]), int(row["step"]), row["status"],
                    json.loads(row["settings_json"]), step_started, started, _utc(row["finished_at"]),
-                   row["started_by"], json.loads(row["reference_json"] or "{}"), _utc(row["watch_until"]))
+                   row["started_by"], json.loads(row["reference_json"] or "{}"), _utc(row["watch_until"]),
+                   _utc(row["recorded_at"]))
 
 
 def _decision(row: RowMapping, created: bool = True) -> Decision:
@@ -300,4 +343,5 @@ def _decision(row: RowMapping, created: bool = True) -> Decision:
     return Decision(int(row["id"]), row["model"], row["rollout_id"], row["kind"], row["outcome"], row["step"],
                     row["fraction"], row["champion_version"], row["candidate_version"],
                     json.loads(row["statistics_json"]), row["idempotency_key"], decided, row["decided_by"],
-                    created, _utc(row["applied_at"]), tuple(json.loads(row["actions_json"] or "[]")))
+                    created, _utc(row["applied_at"]), tuple(json.loads(row["actions_json"] or "[]")),
+                    _utc(row["as_of"]) or decided, _utc(row["recorded_at"]))

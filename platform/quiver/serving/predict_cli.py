@@ -80,6 +80,9 @@ def register(app: typer.Typer) -> None:
         if poll_interval <= 0 or shadow_queue < 1 or log_flush_interval <= 0 or per_client < 1:
             raise QuiverError("--poll-interval and --log-flush-interval must be positive, --shadow-queue and "
                               "--per-client at least 1")
+        from quiver.registry.models import ModelRegistry
+
+        ModelRegistry(open_registry(load_config(config))).require(model)  # a typo: the closest name, at once
         run(model, str(config) if config else None, host, port, poll_interval_s=poll_interval,
             shadow_queue_size=shadow_queue, torch_threads=torch_threads, micro_batch=micro_batch,
             log_level=log_level, log_flush_interval_s=log_flush_interval,
@@ -195,7 +198,7 @@ def register(app: typer.Typer) -> None:
         console.print(table)
         for rollout_id, decisions in latest.items():
             for d in decisions:
-                console.print(f"rollout #{rollout_id} decision #{d.id} {d.decided_at:%Y-%m-%d %H:%M:%S} "
+                console.print(f"rollout #{rollout_id} decision #{d.id} data time {d.data_time:%Y-%m-%d %H:%M:%S} "
                               f"share {d.fraction:g} [bold]{d.outcome}[/bold]: "
                               f"{escape(str(d.statistics.get('reason', '')))}", highlight=False)
 

@@ -5,6 +5,9 @@ Auth: with a key configured (QUIVER_API_KEY, or `api_key` in quiver.yaml) every 
 servers' `X-API-Key` header, or as a cookie a browser gets from the /login form (HttpOnly, SameSite=Strict);
 a missing or wrong key is a 401 with the login form. /health stays open. Without a key the console binds
 only to loopback (`serve_console` refuses anything else).
+
+Status: a page that names something the project lacks (an unknown model, decision, rollout) is a 404
+(`NotFound`); any other failure is a 500 with the traceback logged, never passed off as a missing page.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from quiver.catalog.errors import QuiverError
 from quiver.config import Config
 from quiver.ui import catalog_pages, model_pages
-from quiver.ui.data import Console
+from quiver.ui.data import Console, NotFound
 from quiver.ui.html import esc, page
 
 log = logging.getLogger(__name__)
@@ -64,10 +67,14 @@ def create_app(config: Config, api_key: str | None = None) -> FastAPI:
             return _login(401, "this console needs the API key")
         try:
             body = await run_in_threadpool(build)  # registry reads block: off the event loop
-        except LookupError as exc:
-            return _html(page("Not found", f"<p>{esc(exc.args[0] if exc.args else exc)}</p>", config.project), 404)
-        except QuiverError as exc:
+        except NotFound as exc:  # only a page's explicit "no such thing" is a 404
             return _html(page("Not found", f"<p>{esc(exc)}</p>", config.project), 404)
+        except Exception:
+            # Anything else is the console's own failure: a 500, and the traceback in the log (a KeyError
+            # deep in page code must not pass for a missing page).
+            log.exception("console page %s failed", request.url.path)
+            return _html(page("Server error", "<p>this page failed to render; the console's log has the "
+                                              "error</p>", config.project), 500)
         return _html(body)
 
     @app.get("/", response_class=HTMLResponse)

@@ -9,7 +9,7 @@ from typing import Any
 from quiver.catalog.types import duration_label
 from quiver.ui.charts import series_chart
 from quiver.ui.data import Console, data_window, drift_subject, lineage_rows, report_files
-from quiver.ui.html import badge, esc, link, num, page, table, when
+from quiver.ui.html import badge, esc, link, num, page, pvalue, table, when
 
 
 def _micros(value: int | None) -> str:
@@ -24,6 +24,16 @@ def _age(newest: datetime | None) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {unit} old"
     return f"{seconds:.0f} s old"
+
+
+# Lineage input kind → the prefix of its row's id on the catalog page (view names and on-demand view
+# names never clash: the catalog refuses a name used twice).
+_PREFIX = {"source": "source", "request source": "request", "view": "view"}
+
+
+def _anchor(prefix: str, name: str, label: str = "") -> str:
+    """A link to a definition's row on the catalog page (`label` shown before the name)."""
+    return link(f"#{prefix}-{name}", f"{label} {name}" if label else name)
 
 
 def catalog_page(console: Console) -> str:
@@ -46,9 +56,21 @@ def catalog_page(console: Console) -> str:
                  if view.name in newest and newest[view.name] is not None
                  else esc(_age(None)) if view.name in newest else "offline only" if not view.online else "–")
         view_rows.append([f"<b id='view-{esc(view.name)}'>{esc(view.name)}</b>", esc(", ".join(view.entities)),
-                          esc(view.source), esc(view.kind), "<br>".join(features), esc(timing), esc(view.owner),
+                          _anchor("source", view.source), esc(view.kind), "<br>".join(features), esc(timing), esc(view.owner),
                           fresh])
-    source_rows = [[esc(s.name), esc(s.path), esc(s.timestamp_field),
+    on_demand_rows = [[f"<b id='view-{esc(v.name)}'>{esc(v.name)}</b>",
+                       ", ".join(_anchor("request", r) for r in v.request_sources) or "–",
+                       "<br>".join(f"{_anchor('view', view)}:{esc(feature)}" for view, feature in v.inputs) or "–",
+                       "<br>".join(f"{esc(f.name)} <span class='muted'>{esc(f.dtype)}</span>" for f in v.outputs),
+                       f"<code>{esc(v.udf_name)}</code>", esc(v.owner or "–")]
+                      for v in sorted(cat.on_demand.values(), key=lambda v: v.name)]
+    request_rows = [[f"<b id='request-{esc(r.name)}'>{esc(r.name)}</b>",
+                     esc(", ".join(f"{c} {t}" for c, t in r.columns)),
+                     esc(", ".join(f"{c.column} {c.rule}" + ("" if c.value is None else f" {c.value}")
+                                   for c in r.contract.checks) if r.contract else "–"),
+                     esc(r.description or "–"), esc(r.owner or "–")]
+                    for r in sorted(cat.request_sources.values(), key=lambda r: r.name)]
+    source_rows = [[f"<span id='source-{esc(s.name)}'>{esc(s.name)}</span>", esc(s.path), esc(s.timestamp_field),
                     esc(", ".join(f"{c} {t}" for c, t in s.columns)),
                     esc(f"{s.stream.format} at {s.stream.path}" if s.stream else "–"), esc(s.owner or "–")]
                    for s in sorted(cat.sources.values(), key=lambda s: s.name)]
@@ -61,9 +83,12 @@ def catalog_page(console: Console) -> str:
                      "<br>".join(esc(str(Change(c["kind"], c["name"], c["action"], list(c.get("details") or []))))
                                  for c in v.diff) or "–"] for v in reversed(versions)]
     model_versions = console.models.versions()
-    lineage = [[esc(src), f"<a href='#view-{esc(view)}'>{esc(view)}</a>", esc(service or "–"),
+    lineage = [["<br>".join(_anchor(_PREFIX[kind], name, kind) for kind, name in row.inputs) or "–",
+                (_anchor("view", row.view) if row.kind != "unknown" else esc(row.view))
+                + ("" if row.kind == "view" else f" <span class='muted'>({esc(row.kind)})</span>"),
+                esc(row.service or "–"),
                 ", ".join(link(f"/models/{label.partition(':')[0]}#v{label.rpartition(':')[2]}", label)
-                          for label in labels) or "–"] for src, view, service, labels in lineage_rows(cat, model_versions)]
+                          for label in row.models) or "–"] for row in lineage_rows(cat, model_versions)]
     label = f"catalog version {applied.version}" if applied.version else "definitions on disk (nothing applied)"
     body = (f"<p>{esc(label)}" + (" — the definitions on disk differ (see <code>quiver plan</code>)"
                                   if applied.disk_differs else "") + "</p>"
@@ -71,10 +96,17 @@ def catalog_page(console: Console) -> str:
             + "<h2>Feature views</h2>" + table(["view", "entities", "source", "kind", "features (type, definition)",
                                                 "ttl / tile", "owner", "online freshness (newest event held)"],
                                                view_rows, id_="views")
+            + "<h2>On-demand views (computed per request)</h2>"
+            + table(["view", "request sources", "stored features in", "features out (type)", "function", "owner"],
+                    on_demand_rows, empty="none", id_="on-demand")
             + "<h2>Lineage: source → view → service → model version</h2>"
-            + table(["source", "view", "service", "model versions trained on it"], lineage, id_="lineage")
+            + table(["reads (sources, request sources, views)", "view", "service", "model versions trained on it"],
+                    lineage, id_="lineage")
             + "<h2>Feature services</h2>" + table(["service", "features", "owner"], service_rows)
             + "<h2>Sources</h2>" + table(["source", "path", "event time", "columns", "stream", "owner"], source_rows)
+            + "<h2>Request sources (fields a request brings)</h2>"
+            + table(["request source", "fields", "contract", "description", "owner"], request_rows, empty="none",
+                    id_="request-sources")
             + "<h2>Entities</h2>" + table(["entity", "join keys", "owner"], entity_rows)
             + "<h2>Catalog versions</h2>" + table(["version", "applied", "author", "hash", "changes from the version "
                                                    "before"], version_rows, id_="catalog-versions"))
@@ -121,11 +153,12 @@ def drift_page(console: Console) -> str:
                      "computed at", "report"], rows)
             + "<div class='grid'>" + series_chart(f"{name}: drift share over data time", share,
                                                   [(0.5, "dataset drift")])
-            + series_chart(f"{name}: PSI per feature over data time", psi, [(0.1, "warn 0.1"), (0.2, "alert 0.2")])
+            + series_chart(f"{name}: PSI per feature over data time", psi, [(0.1, "warn 0.1"), (0.2, "alert 0.2")],
+                           y_label="PSI")
             + "</div>" + f"<h3>Run #{latest['id']}, per feature</h3>" + table(
                 ["feature", "kind", "status", "PSI", "KS D", "KS p", "n ref", "n cur", "nulls ref/cur"],
                 [[esc(r["feature"]), esc(r["kind"]), badge(r["status"]), num(r.get("psi")), num(r.get("ks_statistic")),
-                  num(r.get("ks_pvalue")), num(r.get("n_ref")), num(r.get("n_cur")),
+                  pvalue(r.get("ks_pvalue")), num(r.get("n_ref")), num(r.get("n_cur")),
                   f"{r.get('nulls_ref', 0)}/{r.get('nulls_cur', 0)}"] for r in results], numeric=(3, 4, 5, 6, 7)))
     reports = report_files(console.reports_dir)
     report_rows = [[link(f"/reports/{p.name}", p.name), when(datetime.fromtimestamp(p.stat().st_mtime, UTC))]

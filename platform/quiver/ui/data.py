@@ -63,22 +63,52 @@ class Console:
             self.registry.close()
 
 
-def lineage_rows(catalog: Any, versions: list[Any]) -> list[tuple[str, str, str, list[str]]]:
-    """(source, view, service, model versions reading the service) for every view of every service, and
-    views no service reads (service '')."""
-    rows: list[tuple[str, str, str, list[str]]] = []
+class NotFound(Exception):
+    """A page asked for something the project does not have (an unknown model, decision, rollout): the
+    console answers 404 with this message. Any other exception is the console's own failure, a 500."""
+
+
+@dataclass(frozen=True)
+class LineageRow:
+    """One view's place in the lineage: what it reads, the service that serves it ('' when none does) and
+    the model versions trained on that service."""
+
+    inputs: tuple[tuple[str, str], ...]  # (kind, name): kind 'source', 'request source' or 'view'
+    view: str
+    kind: str  # 'view' (stored), 'on-demand view', or 'unknown' (a service names something not in the catalog)
+    service: str
+    models: tuple[str, ...]
+
+
+def lineage_rows(catalog: Any, versions: list[Any]) -> list[LineageRow]:
+    """A row for every view (stored or on demand) of every service, then the views no service reads.
+
+    A stored view reads its source; an on-demand view its request sources and the stored views it takes
+    features from."""
     by_service: dict[str, list[str]] = {}
     for v in versions:
         by_service.setdefault(str(v.lineage.get("service", "")), []).append(v.label)
+
+    def row(name: str, service: str) -> LineageRow:
+        models = tuple(by_service.get(service, [])) if service else ()
+        if name in catalog.views:
+            return LineageRow((("source", catalog.views[name].source),), name, "view", service, models)
+        if name in catalog.on_demand:
+            spec = catalog.on_demand[name]
+            inputs = tuple(("request source", r) for r in spec.request_sources) + tuple(
+                ("view", view) for view in dict.fromkeys(view for view, _ in spec.inputs))
+            return LineageRow(inputs, name, "on-demand view", service, models)
+        # A validated catalog never gets here; a stored version from an older release might: show it.
+        return LineageRow((), name, "unknown", service, models)
+
+    rows: list[LineageRow] = []
     served: set[str] = set()
     for service in sorted(catalog.services.values(), key=lambda s: s.name):
-        for view_name in dict.fromkeys(ref.partition(":")[0] for ref in service.features):
-            view = catalog.views[view_name]
-            served.add(view_name)
-            rows.append((view.source, view_name, service.name, by_service.get(service.name, [])))
-    for view in sorted(catalog.views.values(), key=lambda v: v.name):
-        if view.name not in served:
-            rows.append((view.source, view.name, "", []))
+        for name in dict.fromkeys(ref.partition(":")[0] for ref in service.features):
+            served.add(name)
+            rows.append(row(name, service.name))
+    for name in sorted({*catalog.views, *catalog.on_demand} - served):
+        rows.append(row(name, ""))
     return rows
 
 

@@ -62,6 +62,16 @@ def num(value: Any, digits: int = 4) -> str:
     return f"{value:.3g}" if value != 0 and abs(value) < 10 ** -digits else f"{value:.{digits}f}"
 
 
+P_FLOOR = 1e-16  # a smaller p-value (2.6e-321) says only "very small": doubles cannot resolve it against 1
+
+
+def pvalue(value: Any) -> str:
+    """A p-value as escaped text: "< 1e-16" below what a double resolves, else as `num` shows it."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < P_FLOOR:
+        return esc(f"< {P_FLOOR:g}")
+    return num(value)
+
+
 def moments(values: Any) -> str:
     """A decision's data window ({name: ISO time}) as readable text."""
     return ", ".join(f"{k.replace('_', ' ')} {when(v)}" for k, v in dict(values or {}).items() if v) or "–"

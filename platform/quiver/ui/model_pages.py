@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from quiver.catalog.errors import QuiverError
 from quiver.registry import explain, rollouts
 from quiver.registry.rollouts import Decision, Rollout
 from quiver.ui.charts import guardrail_chart
-from quiver.ui.data import Console
+from quiver.ui.data import Console, NotFound
 from quiver.ui.html import badge, esc, facts, link, moments, num, page, table, text_with_links, when
 
 
@@ -60,9 +61,10 @@ def home(console: Console) -> str:
 
 
 def _alerts_table(alerts: list[Any]) -> str:
-    return table(["alert", "kind", "subject", "severity", "seen", "last seen", "title"],
+    return table(["alert", "kind", "subject", "severity", "seen", "data time", "last seen (recorded)", "title"],
                  [[f"#{a.id}", esc(a.kind), esc(a.subject), badge(a.severity), num(a.occurrences),
-                   when(a.last_seen_at), esc(a.title)] for a in alerts], empty="no open alerts")
+                   when(a.data_time), when(a.last_seen_at), esc(a.title)] for a in alerts],
+                 empty="no open alerts")
 
 
 def models_index(console: Console) -> str:
@@ -79,7 +81,10 @@ def model_page(console: Console, name: str) -> str:
     """Versions (metrics beside baseline and the champion on the same rows), status and why, aliases, alias
     history with reasons, every decision, rollouts."""
     models = console.models
-    models.require(name)
+    try:
+        models.require(name)
+    except QuiverError as exc:  # the only thing it refuses: a name the project has no model of
+        raise NotFound(str(exc)) from None
     aliases = models.aliases(name)
     history = models.history(name)
     decisions = rollouts.list_decisions(console.registry, name, limit=500)
@@ -109,10 +114,11 @@ def model_page(console: Console, name: str) -> str:
                  "AUC vs champion on the same requests", "log loss", "baseline log loss", "training window",
                  "status and why"], version_rows, numeric=(3, 4, 6, 7), id_="versions")
             + "<h2>Alias history</h2>" + table(
-                ["#", "alias", "from", "to", "reason", "by", "decision", "when"],
+                ["#", "alias", "from", "to", "reason", "by", "decision", "data time ↓", "recorded"],
                 [[num(m.id), esc(m.alias), esc(m.from_version if m.from_version is not None else "–"),
                   esc(m.to_version if m.to_version is not None else "–"), text_with_links(m.reason), esc(m.by),
-                  _decision_link(m.decision_id), when(m.moved_at)] for m in reversed(history)], id_="alias-history")
+                  _decision_link(m.decision_id), when(m.data_time), when(m.moved_at)]
+                 for m in sorted(history, key=lambda m: (m.data_time, m.id), reverse=True)], id_="alias-history")
             + "<h2>Decisions</h2>" + _decisions_table(decisions)
             + "<h2>Rollouts</h2>" + _rollouts_table(rollouts.list_rollouts(console.registry, name)))
     return page(f"Model {name}", body, console.config.project)
@@ -129,12 +135,15 @@ def _champion_on_same_rows(decisions: list[Decision]) -> dict[str, tuple[Any, An
 
 
 def _decisions_table(decisions: list[Decision]) -> str:
-    return table(["decision", "kind", "outcome", "candidate", "champion", "share", "rollout", "when", "why"],
+    # One clock to sort by, the data time judged (newest first); the wall time recorded beside it.
+    return table(["decision", "kind", "outcome", "candidate", "champion", "share", "rollout", "data time ↓",
+                  "recorded", "why"],
                  [[link(f"/decisions/{d.id}", f"#{d.id}"), esc(explain.KIND_LABELS.get(d.kind, d.kind)),
                    badge(d.outcome), esc(d.candidate_version), esc(d.champion_version),
                    num(d.fraction, 2) if d.fraction is not None else "–",
-                   link(f"/rollouts/{d.rollout_id}", f"#{d.rollout_id}") if d.rollout_id else "–", when(d.decided_at),
-                   text_with_links(str(d.statistics.get("reason", ""))[:160])] for d in decisions], id_="decisions")
+                   link(f"/rollouts/{d.rollout_id}", f"#{d.rollout_id}") if d.rollout_id else "–", when(d.data_time),
+                   when(d.recorded_at), text_with_links(str(d.statistics.get("reason", ""))[:160])]
+                  for d in rollouts.timeline(decisions)], id_="decisions")
 
 
 def _rollouts_table(found: list[Rollout]) -> str:
@@ -155,7 +164,7 @@ def decision_page(console: Console, decision_id: int) -> str:
     try:
         d = rollouts.get_decision(console.registry, decision_id)
     except QuiverError:
-        raise LookupError(f"no decision #{decision_id}") from None
+        raise NotFound(f"no decision #{decision_id}") from None
     stats = d.statistics
     window = stats.get("window") or {}
     top = facts([
@@ -165,7 +174,9 @@ def decision_page(console: Console, decision_id: int) -> str:
         ("canary share", num(d.fraction, 2) if d.fraction is not None else "–"),
         ("rollout", link(f"/rollouts/{d.rollout_id}", f"#{d.rollout_id} (step {(d.step or 0) + 1})")
          if d.rollout_id else "–"),
-        ("why", esc(stats.get("reason", ""))), ("decided", f"{when(d.decided_at)} by {esc(d.decided_by)}"),
+        ("why", esc(stats.get("reason", ""))), ("decided by", esc(d.decided_by)),
+        ("data time", f"{when(d.data_time)} (the data judged: labels and logs up to it)"),
+        ("recorded", f"{when(d.recorded_at)} (wall clock)" if d.recorded_at else "– (before the registry kept it)"),
         ("data", moments(window)),
         ("applied", (f"{when(d.applied_at)}: " + esc("; ".join(d.actions) or "nothing to change")) if d.applied_at
          else "– (a verdict: it moves nothing itself; the loop's canary starts from it)"
@@ -173,11 +184,7 @@ def decision_page(console: Console, decision_id: int) -> str:
     body = top
     rows = explain.guardrail_rows(d)
     if rows:
-        body += "<h2>Guardrails</h2>" + table(
-            ["guardrail", "verdict", "estimate (canary − champion)", "confidence sequence", "floor", "fails above",
-             "test", "why"],
-            [[esc(r.name), badge(r.status), num(r.estimate), _interval(r.lower, r.upper), num(r.floor),
-              num(r.fail_above), esc(r.test), esc(r.reason)] for r in rows], numeric=(2, 4, 5), id_="guardrails")
+        body += "<h2>Guardrails</h2>" + guardrail_table(rows)
         srm = stats.get("srm") or {}
         if srm:
             body += (f"<p>sample ratio: canary share of routing units {num(srm.get('observed_fraction'))} vs "
@@ -199,6 +206,20 @@ def decision_page(console: Console, decision_id: int) -> str:
     return page(f"Decision #{d.id}: {d.outcome}", body, console.config.project)
 
 
+def guardrail_table(rows: list[explain.GuardrailRow]) -> str:
+    """The guardrails of one look, and a line on why the fail line sits below the floor."""
+    ratios = {round(r.fail_above / r.floor, 6) for r in rows if r.fail_above is not None and r.floor}
+    share = ("½" if ratios == {0.5} else f"{ratios.pop():g}") if len(ratios) == 1 else "a share of the"
+    return table(
+        ["guardrail", "verdict", "estimate (canary − champion)", "confidence sequence", "floor",
+         f"fails above = {share} × floor", "test", "why"],
+        [[esc(r.name), badge(r.status), num(r.estimate), _interval(r.lower, r.upper), num(r.floor),
+          num(r.fail_above), esc(r.test), esc(r.reason)] for r in rows], numeric=(2, 4, 5), id_="guardrails") + (
+        f"<p class='muted'>A guardrail passes when its whole confidence sequence lies below the floor. It fails "
+        f"sooner: once the whole sequence lies above {share} × floor the canary is surely worse by that much, so "
+        f"it is rolled back without waiting to prove it worse by the full floor. In between it waits.</p>")
+
+
 def _interval(lower: float | None, upper: float | None) -> str:
     return "–" if lower is None or upper is None else f"[{num(lower)}, {num(upper)}]"
 
@@ -214,17 +235,28 @@ def _arms(stats: dict[str, Any]) -> str:
                  numeric=(1, 2, 3, 4, 5, 6)) if rows else ""
 
 
-def _charts(console: Console, rollout_id: int) -> str:
+def _charts(console: Console, rollout_id: int, rollout: Rollout | None = None) -> str:
     """Per guardrail, its confidence sequence over the rollout's canary looks; then the post-promotion
-    watch's looks (new champion − previous), drawn apart: they compare other things."""
-    decisions = rollouts.list_decisions(console.registry, rollout_id=rollout_id, limit=1000)
+    watch's looks (new champion − previous), drawn apart: they compare other things. The latency axis names
+    the rollout's threshold; a chart without estimates says why (the judge's latest reason)."""
+    if rollout is None:
+        try:
+            rollout = rollouts.get_rollout(console.registry, rollout_id)
+        except QuiverError:
+            rollout = None
+    threshold = (rollout.reference if rollout else {}).get("latency_threshold_ms")
+    threshold = float(threshold) if isinstance(threshold, int | float) and math.isfinite(threshold) else None
+    decisions = sorted(rollouts.list_decisions(console.registry, rollout_id=rollout_id, limit=1000),
+                       key=lambda d: d.id)
     out = ""
     for kind, what, heading in (("canary_step", "canary − champion", ""),
                                 ("watch", "new champion − previous", "<h3>Post-promotion watch</h3>")):
         per_guardrail = explain.looks(decisions, kind)
+        reasons = {r.name: r.reason for d in decisions if d.kind == kind for r in explain.guardrail_rows(d)}
         if per_guardrail:
             out += heading + "<div class='grid'>" + "".join(
-                guardrail_chart(name, points, what, kind) for name, points in per_guardrail.items()) + "</div>"
+                guardrail_chart(name, points, what, kind, threshold_ms=threshold, reason=reasons.get(name, ""))
+                for name, points in per_guardrail.items()) + "</div>"
     return out or "<p class='muted'>no judged looks yet</p>"
 
 
@@ -234,7 +266,7 @@ def rollout_page(console: Console, rollout_id: int) -> str:
     try:
         r = rollouts.get_rollout(console.registry, rollout_id)
     except QuiverError:
-        raise LookupError(f"no rollout #{rollout_id}") from None
+        raise NotFound(f"no rollout #{rollout_id}") from None
     decisions = sorted(rollouts.list_decisions(console.registry, rollout_id=rollout_id, limit=1000),
                        key=lambda d: d.id)
     steps = ", ".join(f"{s:g}" for s in (r.settings or {}).get("steps", []))
@@ -247,14 +279,15 @@ def rollout_page(console: Console, rollout_id: int) -> str:
                  ("latency reference", esc(r.reference.get("latency_source", "–")) + (
                      f" → threshold {num(r.reference.get('latency_threshold_ms'), 2)} ms"
                      if r.reference.get("latency_threshold_ms") is not None else ""))])
-    timeline = table(["look", "kind", "step", "share", "outcome", "when (data as of)", "applied", "why"],
+    timeline = table(["look", "kind", "step", "share", "outcome", "data time ↑", "recorded", "applied", "why"],
                      [[link(f"/decisions/{d.id}", f"#{d.id}"), esc(explain.KIND_LABELS.get(d.kind, d.kind)),
                        num((d.step or 0) + 1), num(d.fraction, 2) if d.fraction is not None else "–", badge(d.outcome),
-                       when(d.decided_at), esc("; ".join(d.actions)) if d.applied_at else "–",
-                       text_with_links(str(d.statistics.get("reason", ""))[:200])] for d in decisions],
+                       when(d.data_time), when(d.recorded_at), esc("; ".join(d.actions)) if d.applied_at else "–",
+                       text_with_links(str(d.statistics.get("reason", ""))[:200])]
+                      for d in rollouts.timeline(decisions, newest_first=False)],
                      id_="timeline")
     body = (top + "<h2>Step timeline</h2>" + timeline
             + "<h2>Each guardrail's confidence sequence over looks</h2><p class='muted'>A look passes a guardrail "
               "when its whole bar lies below the dashed floor, fails it when the whole bar lies above the dotted "
-              "line, and waits (hold) otherwise.</p>" + _charts(console, rollout_id))
+              "line, and waits (hold) otherwise.</p>" + _charts(console, rollout_id, r))
     return page(f"Rollout #{r.id}: {r.model}:{r.canary_version}", body, console.config.project)

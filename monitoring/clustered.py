@@ -29,6 +29,12 @@ from quiver.monitoring.sequential import BoundedMeanSequence
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
+# A variance of the mean this small (values of order one, sums of squares cancelling) is floating-point
+# rounding, not spread (a standard error of 1e-7 decides nothing at any floor); two of them have no meaningful
+# ratio: identical models score the same rows 1e-10 apart, and the "design effect" of that noise came out
+# anywhere from 1 to hundreds, making the interval's width a coin toss.
+_ROUNDING_NOISE = 1e-14
+
 
 @dataclass
 class _Moments:
@@ -142,7 +148,7 @@ class ClusteredMean:
         """Two-way over by-call variance, at least 1: how much repeat units widen an independent-calls
         interval (1 while either is undefined)."""
         by_call, both = self.call_variance(), self.variance()
-        if not (math.isfinite(by_call) and math.isfinite(both)) or by_call <= 0:
+        if not (math.isfinite(by_call) and math.isfinite(both)) or min(by_call, both) <= _ROUNDING_NOISE:
             return 1.0
         return max(1.0, both / by_call)
 

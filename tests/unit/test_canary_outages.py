@@ -221,3 +221,22 @@ def test_call_sequence_is_the_betting_sequence_for_fresh_users_and_w1_bounds_hol
     estimate, low, high = wasserstein_bounds(a, b, 0.0, 0.0)
     assert estimate == pytest.approx(0.05) and low <= 0.05 <= high
     assert wasserstein_bounds(a, b, np.inf, 0.0)[1:] == (0.0, 1.0)
+
+
+def test_identical_models_get_no_design_effect_from_rounding_noise() -> None:
+    """A canary with the champion's weights scores every row within 1e-10 of it; the paired values are then
+    constant up to rounding, whose "variance ratio" once came out anywhere from 1 to hundreds and made the
+    operator world's promotion a coin toss (reproduced: 2 of 4 builds held on brier)."""
+    from quiver.monitoring.clustered import CallSequence
+    from quiver.monitoring.sequential import BoundedMeanSequence
+
+    users, calls_per_user = 100, 12
+    entity = np.repeat(np.arange(users), calls_per_user)  # repeat users, four to a call as in the world
+    call = np.repeat(np.arange(users * calls_per_user // 4), 4)
+    for seed in range(10):  # before the fix seeds 1 and 2 gave design effects of 2.0 and 4.0
+        rng = np.random.default_rng(seed)
+        values = 0.5 + rng.normal(0.0, 1e-10, entity.size) / 2  # (Δ + 1) / 2 with Δ at rounding level
+        sequence = CallSequence(0.05).extend(values, entity, call)
+        assert sequence.design_effect() == 1.0, seed
+        exact = BoundedMeanSequence(0.05).extend(np.bincount(call, weights=values) / 4).interval()
+        assert sequence.interval() == pytest.approx(exact, abs=1e-12)

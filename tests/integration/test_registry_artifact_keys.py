@@ -11,28 +11,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy import insert, select
 
 from quiver.artifacts import ArtifactStore
 from quiver.registry import Registry
 from quiver.registry.model_tables import model_versions
 from quiver.registry.models import ModelRegistry
-from quiver.registry.repository import _MIGRATIONS, make_engine
+from quiver.registry.repository import make_engine
+from tests.integration.registry_upgrade import upgrade_to
 
 pytestmark = pytest.mark.integration
-
-
-def _upgrade_to(url: str, revision: str) -> None:
-    config = AlembicConfig()
-    config.set_main_option("script_location", str(_MIGRATIONS))
-    engine = make_engine(url)
-    with engine.connect() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-        connection.commit()
-    engine.dispose()
 
 
 def _artifact(root: Path) -> tuple[Path, str]:
@@ -52,7 +40,7 @@ def _artifact(root: Path) -> tuple[Path, str]:
 
 
 def test_0006_rewrites_absolute_paths_to_keys_and_uris(registry_url: str, tmp_path: Path) -> None:
-    _upgrade_to(registry_url, "0005")
+    upgrade_to(registry_url, "0005")
     folder, sha = _artifact(tmp_path / ".quiver" / "models")  # where training used to write
     now = datetime(2026, 11, 1, tzinfo=UTC)
     row = {"project": "p", "status": "registered", "sha256": sha, "window_start": now, "cutoff": now,

@@ -13,13 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from typer.testing import CliRunner
 
 from quiver.registry import Registry, rollouts
 from quiver.registry.models import ModelRegistry
-from quiver.registry.repository import _MIGRATIONS, make_engine
+from quiver.registry.repository import make_engine
+from tests.integration.registry_upgrade import upgrade_to
 
 pytestmark = pytest.mark.integration
 
@@ -27,23 +26,12 @@ T = datetime(2026, 11, 14, tzinfo=UTC)  # the loop's data time (simulated); the 
 MODEL = "fraud_model"
 
 
-def _upgrade_to(url: str, revision: str) -> None:
-    config = AlembicConfig()
-    config.set_main_option("script_location", str(_MIGRATIONS))
-    engine = make_engine(url)
-    with engine.connect() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-        connection.commit()
-    engine.dispose()
-
-
 def _utc(value: datetime | None) -> datetime | None:
     return None if value is None else (value.replace(tzinfo=UTC) if value.tzinfo is None else value)
 
 
 def test_0007_backfills_both_clocks(registry_url: str) -> None:
-    _upgrade_to(registry_url, "0006")
+    upgrade_to(registry_url, "0006")
     wall = datetime(2026, 12, 3, 18, 7, tzinfo=UTC)
     meta = sa.MetaData()
     decisions = sa.Table("decisions", meta, autoload_with=make_engine(registry_url))

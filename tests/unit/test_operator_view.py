@@ -96,6 +96,14 @@ def test_percentage_steps_are_refused_with_the_fractions_they_meant() -> None:
         _steps("5,25,50,100")
 
 
+def test_evaluate_prints_a_dash_where_an_arm_has_no_figure() -> None:
+    # Before: an arm without labelled rows printed "nan" in the ECE column.
+    from quiver.serving.predict_cli import _number, _with_ci
+
+    assert _number(float("nan")) == "-" and _number(0.01234) == "0.0123" and _number(2.5, ".2f") == "2.50"
+    assert _with_ci(float("nan"), (0.0, 1.0)) == "-"
+
+
 def test_the_drift_grid_always_draws_the_score() -> None:
     # Before: the score lost its place to 12 drifted features and the page dropped it.
     features = [FeatureDrift(f"f{i:02d}", "numerical", "alert", {"psi": 1.0}, 10, 10, 0, 0) for i in range(13)]

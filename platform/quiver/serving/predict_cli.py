@@ -273,11 +273,18 @@ def register(app: typer.Typer) -> None:
             m, ci = a.metrics, a.intervals
             table.add_row(m.arm, m.model_version, f"{m.rows:,}", f"{a.calls:,}", f"{m.labeled:,}",
                           _with_ci(a.call_error_rate, ci["error_rate_calls"], ".2%"), _with_ci(m.log_loss, ci["log_loss"]),
-                          _with_ci(m.brier, ci["brier"]), _with_ci(m.auc, ci["auc"]), f"{m.ece:.4f}",
-                          f"{m.latency_p50_ms:.2f}", f"{m.latency_p99_ms:.2f}")
+                          _with_ci(m.brier, ci["brier"]), _with_ci(m.auc, ci["auc"]), _number(m.ece),
+                          _number(m.latency_p50_ms, ".2f"), _number(m.latency_p99_ms, ".2f"))
         console.print(table)
         console.print("[dim]intervals: 95 %, over model calls (failures) and entities × calls (losses, AUC). "
                       "'paired' rows are the champion's scores of canary rows, off the request path.[/dim]")
+
+
+def _number(value: float, spec: str = ".4f") -> str:
+    """A figure, or "-" where there is none (an arm without labelled rows has no ECE: never "nan")."""
+    import math
+
+    return f"{value:{spec}}" if math.isfinite(value) else "-"
 
 
 def _with_ci(value: float, bounds: tuple[float, float], spec: str = ".4f") -> str:

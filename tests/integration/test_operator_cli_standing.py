@@ -75,6 +75,20 @@ def test_decisions_list_cuts_why_at_a_word(copied: tuple[Path, int]) -> None:
     assert LONG_REASON.startswith(shown) and LONG_REASON[len(shown)] == " ", why
 
 
+def test_models_describe_cuts_why_at_a_word(copied: tuple[Path, int], operator_world: Any) -> None:
+    """Before: the first 120 characters, cut mid-word."""
+    config_file, decision = copied
+    result = cli("models", "describe", MODEL, str(operator_world.promoted_version), "--config", str(config_file))
+    assert result.exit_code == 0, result.output
+    table = rows(result.output)
+    start = next(i for i, r in enumerate(table) if r[0] == f"#{decision}")
+    end = next((i for i in range(start + 1, len(table)) if table[i][0]), len(table))
+    why = " ".join(r[-1] for r in table[start:end] if r[-1])
+    assert why.endswith(" …") and len(why) <= 122, why
+    shown = why.removesuffix(" …")
+    assert LONG_REASON.startswith(shown) and LONG_REASON[len(shown)] == " ", why
+
+
 def test_drift_of_a_model_records_only_with_record(copied: tuple[Path, int]) -> None:
     """Before: `drift --model` recorded a run whenever a quiver.yaml was present, and the console showed it as
     a second drift run of the window the drift DAG had checked."""

@@ -12,6 +12,7 @@ from rich.table import Table
 from quiver.catalog.errors import QuiverError
 from quiver.cli import ConfigOption, console, open_registry, user_errors
 from quiver.config import load_config
+from quiver.decisions_cli import short
 
 
 def register(app: typer.Typer) -> None:
@@ -141,7 +142,7 @@ def register(app: typer.Typer) -> None:
             role = "candidate" if d.candidate_version == v.label else "champion"
             decisions.add_row(f"#{d.id}", explain.KIND_LABELS.get(d.kind, d.kind), role, d.outcome,
                               _when(d.data_time), _when(d.recorded_at),
-                              escape(str(d.statistics.get("reason", ""))[:120]))
+                              escape(short(d.statistics.get("reason", ""), 120)))
         if about:
             console.print(decisions)
             console.print(f"[dim]details: quiver decisions show {about[0].id}[/dim]", highlight=False)

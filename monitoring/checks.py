@@ -142,7 +142,7 @@ def run_drift_check(reference: Frame, current: Frame, *, name: str, features: Se
         faults.point("drift.recorded")
         if alerts is not None:
             opened = _drift_alerts_in(connection, store.project, alerts, report, name, run_id, reference_label,
-                                      current_label)
+                                      current_label, _judged(detail))
     raised: list[Any] = []
     for record, outcome in opened:
         metrics.ALERTS.labels(kind=record.kind, severity=record.severity, outcome=outcome).inc()
@@ -152,18 +152,27 @@ def run_drift_check(reference: Frame, current: Frame, *, name: str, features: Se
     return DriftCheck(report, run_id, raised)
 
 
+def _judged(detail: dict[str, Any] | None) -> dict[str, Any]:
+    """The data time the run judged (its window's end), for its alerts' detail: alerts keep both clocks too."""
+    from quiver.registry.rollouts import judged_time
+
+    moment = judged_time(detail)
+    return {"as_of": moment.isoformat()} if moment is not None else {}
+
+
 def _drift_alerts_in(connection: Any, project: str, alerts: AlertManager, report: DriftReport, name: str,
-                     run_id: int | None, reference_label: str, current_label: str) -> list[tuple[Any, str]]:
+                     run_id: int | None, reference_label: str, current_label: str,
+                     judged: dict[str, Any] | None = None) -> list[tuple[Any, str]]:
     """Per-feature and dataset drift alerts of one report, opened or resolved inside the caller's transaction."""
-    sinks = list(alerts.sinks)
+    sinks, judged = list(alerts.sinks), judged or {}
     opened = []
     for f in report.features:
         subject = f"{name}:{f.feature}"
         if f.drifted:
             opened.append(repository.open_alert_in(
                 connection, project, "drift", subject, "warning", f"Feature {f.feature} drifted ({name})",
-                "; ".join(f.reasons), {"run_id": run_id, "scores": f.scores, "n_ref": f.n_ref, "n_cur": f.n_cur},
-                sinks))
+                "; ".join(f.reasons),
+                {"run_id": run_id, "scores": f.scores, "n_ref": f.n_ref, "n_cur": f.n_cur, **judged}, sinks))
         elif f.status in ("ok", "warn"):
             repository.resolve_alerts_in(connection, project, "drift", subject)
     if report.dataset_drift:
@@ -173,7 +182,7 @@ def _drift_alerts_in(connection: Any, project: str, alerts: AlertManager, report
             f"Dataset drift in {name}: {len(report.drifted)}/{len(report.judged)} features",
             f"Drifted: {names}. Share {report.drift_share:.0%} ≥ {report.drift_share_threshold:.0%}.",
             {"run_id": run_id, "drifted": [f.feature for f in report.drifted], "drift_share": report.drift_share,
-             "reference": reference_label, "current": current_label}, sinks))
+             "reference": reference_label, "current": current_label, **judged}, sinks))
     elif report.judged:
         repository.resolve_alerts_in(connection, project, "dataset_drift", name)
     return opened

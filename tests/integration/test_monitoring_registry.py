@@ -114,3 +114,19 @@ def test_dataset_drift_alert(registry: Registry) -> None:
     assert check.report.dataset_drift and check.report.drift_share == 0.75
     [dataset] = manager.open_alerts("dataset_drift")
     assert dataset.severity == "critical" and dataset.detail["drifted"] == ["f0", "f1", "f2"]
+
+
+def test_drift_alerts_keep_the_data_time_their_run_judged(registry: Registry) -> None:
+    """Before: the alerts of a drift run over a simulated day carried only the wall clock, so the console's
+    timeline put them days after the decisions they caused (the run itself kept its window's end)."""
+    rng = np.random.default_rng(2)
+    ref = pd.DataFrame({f"f{i}": rng.normal(0, 1, 3_000) for i in range(4)})
+    cur = pd.DataFrame({f"f{i}": rng.normal(0.8 if i < 3 else 0, 1, 3_000) for i in range(4)})
+    manager = AlertManager(registry)
+    window = {"start": "2026-11-09T00:00:00+00:00", "end": "2026-11-10T00:00:00+00:00"}
+    run_drift_check(ref, cur, name="fraud_model", registry=registry, alerts=manager, detail={"window": window})
+    raised = manager.open_alerts()
+    assert {a.kind for a in raised} == {"drift", "dataset_drift"}
+    judged = datetime(2026, 11, 10, tzinfo=UTC)
+    assert all(a.as_of == judged and a.data_time == judged for a in raised), [(a.kind, a.as_of) for a in raised]
+    assert all(a.created_at > judged for a in raised)  # the wall clock, recorded beside it

@@ -146,7 +146,8 @@ class ArmStats:
     slow: CallSequence = field(init=False)
     brier: CallSequence = field(init=False)  # per-call mean Brier (unpaired comparison)
     paired_brier: CallSequence = field(init=False)  # per-call mean (Δ + 1) / 2, canary rows only
-    # Score shift on canary rows the champion also scored: per-call mean |Δ| and (Δ + 1) / 2, Δ = canary − champion.
+    # Score shift on canary rows the champion also scored: per-call mean |Δ| and (Δ + 1) / 2,
+    # Δ = canary − champion.
     shift_abs: CallSequence = field(init=False)
     shift_signed: CallSequence = field(init=False)
     log_loss: ClusteredMean = field(default_factory=ClusteredMean)
@@ -293,7 +294,8 @@ class StepStats:
         return self
 
 
-def _codes(entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike) -> tuple[IntArray, IntArray, BoolArray]:
+def _codes(entity: npt.ArrayLike, call: npt.ArrayLike,
+           on_canary: npt.ArrayLike) -> tuple[IntArray, IntArray, BoolArray]:
     e, c, arm = np.asarray(entity, np.int64), np.asarray(call, np.int64), np.asarray(on_canary, bool)
     _same_length(e, c, arm)
     return e, c, arm

@@ -2,9 +2,10 @@
 
 The reference is stored with the champion's model version (`reference_path`: its training window hour by
 hour, features plus `score`; see `quiver.models.reference`); the current side is the champion arm's
-serving-log rows of the run's window (features plus `prediction`, compared as `score`). The run is recorded in the registry (one per model × window ×
-champion: a retry returns the recorded run), per-feature and dataset alerts go to the project's sinks, and
-the caller (the drift DAG) emits the `quiver://drift/<model>` Asset when `dataset_drift` is true.
+serving-log rows of the run's window (features plus `prediction`, compared as `score`). The run is recorded
+in the registry (one per model × window × champion: a retry returns the recorded run), per-feature and
+dataset alerts go to the project's sinks, and the caller (the drift DAG) emits the `quiver://drift/<model>`
+Asset when `dataset_drift` is true.
 """
 
 from __future__ import annotations

@@ -73,38 +73,27 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
   die "Java 17 or newer is needed by pyspark and pyflink (found: ${major:-none}): apt-get install openjdk-17-jre-headless"
 fi
 
-if ! command -v redis-server >/dev/null; then
+apt_need() {  # package why: install a Debian package as root, or say how to; missing parts fail tests, never skip
   if [ "$(id -u)" -eq 0 ]; then
-    say "installing redis-server (tests run a real one)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+    say "installing $1 ($2)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null; }
   else
-    die "redis-server is missing (tests run a real one): sudo apt-get install redis-server"
+    die "$1 is missing ($2): sudo apt-get install $1"
   fi
-fi
+}
 
-# Tests start a private PostgreSQL cluster (registry on Postgres); a missing server fails them, never skips.
-if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null; then
-  if [ "$(id -u)" -eq 0 ]; then
-    say "installing postgresql (tests run a private cluster)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
-  else
-    die "PostgreSQL is missing (tests run a private cluster): sudo apt-get install postgresql"
-  fi
-fi
-
+command -v redis-server >/dev/null || apt_need redis-server "tests run a real one"
+# Tests start a private PostgreSQL cluster (registry on Postgres).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null \
+  || apt_need postgresql "tests run a private cluster"
 # Tests drive a real Chromium, offline: the servers' /docs and the web console (Playwright with Debian's
-# Chromium, no browser download). A missing one fails them, never skips.
-if ! command -v chromium >/dev/null; then
-  if [ "$(id -u)" -eq 0 ]; then
-    say "installing chromium (tests render /docs and the web console in a real browser)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
-  else
-    die "chromium is missing (tests render /docs and the web console in it): sudo apt-get install chromium"
-  fi
-fi
+# Chromium, no browser download).
+command -v chromium >/dev/null || apt_need chromium "tests render /docs and the web console in a real browser"
+# Maven fetches the JVM jars (Kafka broker, Flink's Kafka connector, s3a) and builds our Redis sink.
+command -v mvn >/dev/null || apt_need maven "it fetches the Kafka, Flink and Hadoop jars from Maven Central"
+# javac builds our Flink Redis sink (infra/jvm/redis-sink); a JRE alone cannot.
+command -v javac >/dev/null || apt_need openjdk-17-jdk-headless "javac builds the Flink Redis sink"
 
 # --- virtualenvs --------------------------------------------------------------------------------------
 stamp_hash() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
@@ -155,3 +144,6 @@ else
   pip_in .venv-stream -e . --no-deps
   echo "$h" > .venv-stream/.setup-stamp
 fi
+
+# --- JVM jars (Maven Central, cached in ~/.m2; build/jars/) ---------------------------------------
+bash scripts/jars.sh

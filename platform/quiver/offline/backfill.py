@@ -19,6 +19,10 @@ last value. Each view's run is recorded in the registry (kind 'backfill') with i
 
 A run that fails before the swap changes nothing in the store. The swap itself is one rename per date and
 view: a crash in the middle of it leaves some dates new and some old, each of them whole.
+
+On an object store (`offline_root: s3://…`, quiver.offline.store) the engines write the staging folder on
+the store itself (Spark through s3a from its executors, DuckDB through pyarrow's client), and each date is
+committed by its manifest instead of a rename; the guarantees above hold the same way.
 """
 
 from __future__ import annotations
@@ -53,9 +57,10 @@ from quiver.compile.sql import (
 from quiver.config import Config
 from quiver.offline import layout
 from quiver.offline.engines import BatchEngine, DuckDBEngine, open_engine
+from quiver.offline.store import OfflineStore, store_for
 
-QUARANTINE = "_quarantine"
-NO_EVENT_TS = "no_event_ts"  # quarantine folder for rows without an event time (they have no date)
+QUARANTINE = layout.QUARANTINE
+NO_EVENT_TS = layout.NO_EVENT_TS
 _US_PER_DAY = 86_400_000_000
 Progress = Callable[[int, int, str], None]  # (steps done, steps in all, what runs now)
 
@@ -109,35 +114,46 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
     if engine not in ("duckdb", "spark"):
         raise QuiverError(f"engine must be duckdb or spark, got {engine!r}")
     specs = _select_views(catalog, views)
-    files = check_sources(catalog, specs, config.root, engine, extra=_late_event_files(config, specs))
+    store = store_for(config)  # a bad offline_root (scheme, credentials) fails before any work
+    late = _late_event_files(config, specs) if store.is_local else None
+    files = check_sources(catalog, specs, config.root, engine, extra=late)
     if registry is None:
         from quiver.registry import Registry
 
         registry = Registry(config.registry, project=config.project)
         try:
-            return _run(config, specs, files, start, end, engine, registry, progress, began, threads)
+            return _run(config, specs, files, start, end, engine, registry, progress, began, threads, store)
         finally:
             registry.close()
-    return _run(config, specs, files, start, end, engine, registry, progress, began, threads)
+    return _run(config, specs, files, start, end, engine, registry, progress, began, threads, store)
 
 
 def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path, pa.Schema]]], start: date,
          end: date, engine: str, registry: Any, progress: Progress | None, began: float,
-         threads: int | None = None) -> BackfillReport:
+         threads: int | None = None, store: OfflineStore | None = None) -> BackfillReport:
+    remote = store if store is not None and not store.is_local else None
     root = config.offline_dir
     now_us = time.time_ns() // 1000  # one clock for the whole run: a contract's `max_future` reads it
     report = BackfillReport(start, end, engine, {v.name: ViewReport(v.name, main_kind(v)) for v in specs})
     start_ts, end_ts = _utc(start), _utc(end + timedelta(days=1))
     for spec in specs:
         report.views[spec.name].run_id = registry.start_run(spec.name, "backfill", engine, start_ts, end_ts)
-    # Hidden folders on the offline store's own filesystem, so moving a staged date in is one rename.
-    staging = {spec.name: Path(root) / spec.name / f".staging-{uuid.uuid4().hex[:12]}" for spec in specs}
+    # Hidden folders on the offline store's own filesystem, so moving a staged date in is one rename (an
+    # object store: a server-side copy, then the manifest).
+    run_tag = f".staging-{uuid.uuid4().hex[:12]}"
+    staging: dict[str, Path | str] = {spec.name: remote.path(spec.name, run_tag) if remote else
+                                      Path(root) / spec.name / run_tag for spec in specs}
     total, done = 2 * len(specs) + 1, 0
     runner: BatchEngine | None = None
     try:
         if progress:
             progress(done, total, f"starting {engine}")
-        runner = DuckDBEngine(threads=threads) if engine == "duckdb" else open_engine(engine, config.spark_master)
+        if engine == "duckdb":
+            runner = DuckDBEngine(threads=threads)
+            if remote:
+                runner.attach(remote)
+        else:
+            runner = open_engine(engine, config.spark_master, remote)
         for source in sorted({s.source for s in specs}):
             source_schemas = [schema for _, schema in files[source]]
             runner.register_source(source, [f for f, _ in files[source]], _columns_differ(source_schemas))
@@ -145,16 +161,23 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
             if progress:
                 progress(done, total, f"{spec.name}: {main_kind(spec)}")
             params = query_params(spec, _day_us(start), _day_us(end + timedelta(days=1)), now_us)
-            _stage_view(runner, spec, params, staging[spec.name], report.views[spec.name], _days(start, end))
+            _stage_view(runner, spec, params, staging[spec.name], report.views[spec.name], _days(start, end),
+                        remote)
             done += 1
             if progress:
                 progress(done, total, f"{spec.name}: quarantine")
-            _stage_quarantine(runner, spec, params, staging[spec.name], report.views[spec.name])
+            _stage_quarantine(runner, spec, params, staging[spec.name], report.views[spec.name], remote)
             done += 1
         if progress:
             progress(done, total, "replacing partitions")
         for spec in specs:
-            _commit(root, spec, start, end, staging[spec.name])
+            stage = staging[spec.name]
+            if isinstance(stage, Path):
+                _commit(root, spec, start, end, stage)
+            else:
+                from quiver.offline.store_commit import commit_view
+
+                commit_view(_require(remote), spec, _days(start, end), stage, report.views[spec.name])
     except BaseException as exc:
         # Footers were fine, so look for a file whose pages do not decode: name it instead of the
         # engine's anonymous error. Only on failure, so a good run never reads its input twice.
@@ -170,7 +193,10 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
         if runner is not None:
             runner.close()
         for folder in staging.values():
-            shutil.rmtree(folder, ignore_errors=True)
+            if isinstance(folder, Path):
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                _require(remote).delete_tree(folder)
     report.seconds = time.perf_counter() - began
     for view_report in report.views.values():
         registry.finish_run(view_report.run_id, "succeeded", view_report.rows_written, _detail(report, view_report))
@@ -247,8 +273,8 @@ def _unreadable_file(files: dict[str, list[tuple[Path, pa.Schema]]],
 # ---- staging ----
 
 
-def _stage_view(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], stage: Path,
-                report: ViewReport, days: list[date]) -> None:
+def _stage_view(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], stage: Path | str,
+                report: ViewReport, days: list[date], remote: OfflineStore | None = None) -> None:
     stats = runner.fetch(compile_stats(runner.dialect, spec), params).to_pylist()[0]
     report.events_read = int(stats["events_in_range"])
     report.quarantined_null_keys = int(stats["null_keys"])
@@ -257,15 +283,22 @@ def _stage_view(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], sta
                                    (spec.contract.reasons if spec.contract else ()) if stats[reason]}
     kind = main_kind(spec)
     sql = compile_tiles(runner.dialect, spec) if kind == "tiles" else compile_last_values(runner.dialect, spec)
-    runner.write_by_date(sql, params, stage / kind)
     expected = layout.tile_schema(spec) if kind == "tiles" else layout.last_values_schema(spec)
-    written = _tidy_staged(stage / kind, expected, spec.name)
+    if isinstance(stage, Path):
+        runner.write_by_date(sql, params, stage / kind)
+        written = _tidy_staged(stage / kind, expected, spec.name)
+    else:
+        from quiver.offline.store_commit import check_staged
+
+        store = _require(remote)
+        runner.write_by_date(sql, params, store.uri(f"{stage}/{kind}", spark=runner.name == "spark"))
+        written = check_staged(store, f"{stage}/{kind}", expected, spec.name)
     report.rows_by_date = {day: written.get(day, 0) for day in days}
     report.rows_written = sum(report.rows_by_date.values())
 
 
-def _stage_quarantine(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], stage: Path,
-                      report: ViewReport) -> None:
+def _stage_quarantine(runner: BatchEngine, spec: ViewSpec, params: dict[str, int], stage: Path | str,
+                      report: ViewReport, remote: OfflineStore | None = None) -> None:
     if not report.quarantined:
         return
     rows = runner.fetch(compile_quarantine(runner.dialect, spec), params)
@@ -274,9 +307,14 @@ def _stage_quarantine(runner: BatchEngine, spec: ViewSpec, params: dict[str, int
     body = rows.drop_columns([DATE_COLUMN]).cast(schema)
     for day in sorted(set(dates.to_pylist()), key=lambda d: (d is None, d)):
         mask = pc.is_null(dates) if day is None else pc.fill_null(pc.equal(dates, pa.scalar(day, dates.type)), False)
-        folder = stage / QUARANTINE / (NO_EVENT_TS if day is None else f"date={day.isoformat()}")
-        folder.mkdir(parents=True)
-        pq.write_table(body.filter(mask), folder / "part-00000.parquet")
+        name = NO_EVENT_TS if day is None else f"date={day.isoformat()}"
+        if isinstance(stage, Path):
+            folder = stage / QUARANTINE / name
+            folder.mkdir(parents=True)
+            pq.write_table(body.filter(mask), folder / "part-00000.parquet")
+        else:
+            pq.write_table(body.filter(mask), f"{stage}/{QUARANTINE}/{name}/part-00000.parquet",
+                           filesystem=_require(remote).fs)
 
 
 def quarantine_schema(spec: ViewSpec) -> pa.Schema:
@@ -340,6 +378,12 @@ def _replace_or_remove(target: Path, staged: Path) -> None:
 
 
 # ---- helpers ----
+
+
+def _require(store: OfflineStore | None) -> OfflineStore:
+    if store is None:
+        raise AssertionError("staged on an object store without one")
+    return store
 
 
 def _late_event_files(config: Config, views: Sequence[ViewSpec]) -> dict[str, list[Path]]:

@@ -91,7 +91,10 @@ def register(app: typer.Typer) -> None:
                           f"{item.quarantined_null_ts:,}", refused_text(item.quarantined_by_check),
                           f"{item.rows_written:,}", str(len(item.rows_by_date)))
         console.print(table)
-        console.print(f"offline store: {cfg.offline_dir}")
+        from quiver.offline.store import store_for
+
+        store = store_for(cfg)  # a URI root is shown as a URI, without its query (no secrets ever live there)
+        console.print(f"offline store: {cfg.offline_dir if store.is_local else store.uri(store.base)}")
 
 
 def refused_text(by_check: dict[str, int]) -> str:

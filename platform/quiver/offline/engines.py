@@ -3,6 +3,7 @@
 `BatchEngine` is all the backfill needs; DuckDB (embedded) and Spark (local or a standalone master) each
 implement it with their own Parquet writer. Engine libraries are imported only when an engine is opened.
 The one SparkSession of the process is made by `spark_session`, so its settings live in one place.
+Both write to a local folder or, for an object-store offline root (quiver.offline.store), to a URI.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from quiver.catalog.errors import QuiverError
 from quiver.compile.sql import DATE_COLUMN, Dialect
+
+if TYPE_CHECKING:
+    from quiver.offline.store import OfflineStore
 
 
 class BatchEngine(Protocol):
@@ -26,10 +31,10 @@ class BatchEngine(Protocol):
     def register_source(self, name: str, files: Sequence[Path], union_by_name: bool) -> None:
         """Expose Parquet `files` as a table called `name` to later queries."""
 
-    def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path) -> None:
+    def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path | str) -> None:
         """Run `sql` and write its rows with the engine's own writer as Parquet under
         `out_dir/__date=YYYY-MM-DD/`, one folder per value of the `__date` column (left out of the files).
-        `out_dir` must not exist yet."""
+        `out_dir` (a folder, or a URI on the offline store) must not exist yet."""
 
     def fetch(self, sql: str, params: Mapping[str, int]) -> pa.Table:
         """Run a query with a small result and return it as Arrow."""
@@ -56,14 +61,20 @@ class DuckDBEngine:
         if memory_limit:
             self.connection.execute(f"SET memory_limit = {_literal(memory_limit)}")
 
+    def attach(self, store: OfflineStore) -> None:
+        """Let queries read and write `store`'s URIs (through pyarrow's filesystem: no extension download)."""
+        if not store.is_local:
+            self.connection.register_filesystem(store.fsspec())
+
     def register_source(self, name: str, files: Sequence[Path], union_by_name: bool) -> None:
         listing = ", ".join(_literal(str(f)) for f in files)
         self.connection.execute(
             f"CREATE OR REPLACE VIEW {self.dialect.quote(name)} AS SELECT * FROM read_parquet([{listing}], "
             f"hive_partitioning = false, union_by_name = {str(union_by_name).lower()})")
 
-    def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path) -> None:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
+    def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path | str) -> None:
+        if isinstance(out_dir, Path):
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.connection.execute(
             f"COPY (\n{sql}) TO {_literal(str(out_dir))} "
             f"(FORMAT parquet, PARTITION_BY ({self.dialect.quote(DATE_COLUMN)}))", dict(params))
@@ -81,19 +92,20 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, master: str = "local[2]"):
+    def __init__(self, master: str = "local[2]", store: OfflineStore | None = None):
         from quiver.compile.spark import SPARK
 
         self.dialect = SPARK
-        self.session = spark_session(master)
+        self.session = spark_session(master, conf=spark_store_conf(store))
 
     def register_source(self, name: str, files: Sequence[Path], union_by_name: bool) -> None:
         reader = self.session.read.option("mergeSchema", str(union_by_name).lower())
         reader.parquet(*[_uri(f) for f in files]).createOrReplaceTempView(name)
 
-    def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path) -> None:
+    def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path | str) -> None:
         frame = self.session.sql(sql, args=dict(params))
-        frame.write.mode("errorifexists").partitionBy(DATE_COLUMN).parquet(_uri(out_dir))
+        target = _uri(out_dir) if isinstance(out_dir, Path) else out_dir
+        frame.write.mode("errorifexists").partitionBy(DATE_COLUMN).parquet(target)
 
     def fetch(self, sql: str, params: Mapping[str, int]) -> pa.Table:
         table: pa.Table = self.session.sql(sql, args=dict(params)).toArrow()
@@ -103,12 +115,15 @@ class SparkEngine:
         pass  # the session is shared: starting one costs 10-20 s
 
 
-def open_engine(name: str, spark_master: str = "local[2]") -> BatchEngine:
-    """A fresh engine by name ('duckdb' or 'spark')."""
+def open_engine(name: str, spark_master: str = "local[2]", store: OfflineStore | None = None) -> BatchEngine:
+    """A fresh engine by name ('duckdb' or 'spark'), able to write to `store` (default: local folders)."""
     if name == "duckdb":
-        return DuckDBEngine()
+        engine = DuckDBEngine()
+        if store is not None:
+            engine.attach(store)
+        return engine
     if name == "spark":
-        return SparkEngine(spark_master)
+        return SparkEngine(spark_master, store)
     raise ValueError(f"unknown engine {name!r}; use duckdb or spark")
 
 
@@ -131,6 +146,33 @@ SPARK_CONF: Mapping[str, str] = {
 _session: Any = None
 
 
+def s3a_jars() -> Path:
+    """The folder of Spark's s3a connector and its AWS SDK (`scripts/jars.sh s3a`; see quiver.jars)."""
+    from quiver.jars import S3A, jars_dir
+
+    return jars_dir() / S3A
+
+
+def spark_store_conf(store: OfflineStore | None) -> dict[str, str]:
+    """Spark settings for reading and writing `store`; a clear error when its connector is missing."""
+    if store is None or store.is_local:
+        return {}
+    if store.scheme == "s3" and not list(s3a_jars().glob("hadoop-aws-*.jar")):
+        raise QuiverError(f"Spark cannot reach offline_root {store.uri(store.base)}: the s3a jars are missing in "
+                          f"{s3a_jars()}; run `bash scripts/jars.sh s3a` (part of `make setup`)")
+    return store.spark_conf()
+
+
+def _classpath_conf() -> dict[str, str]:
+    # On the classpath of every session when present (a JVM's classpath is fixed at its start, and one JVM
+    # serves every offline root of the process). Executors load them from the same path on their host, as
+    # a cluster's installed connector jars are: shipping ~700 MB per executor through spark.jars would not do.
+    folder = s3a_jars()
+    if not list(folder.glob("hadoop-aws-*.jar")):
+        return {}
+    return {"spark.driver.extraClassPath": f"{folder}/*", "spark.executor.extraClassPath": f"{folder}/*"}
+
+
 def spark_session(master: str = "local[2]", conf: Mapping[str, str] | None = None) -> Any:
     """The process's SparkSession for `master`, created on first use; a session for another master is
     stopped first (one SparkContext per JVM)."""
@@ -145,16 +187,27 @@ def spark_session(master: str = "local[2]", conf: Mapping[str, str] | None = Non
             for key, value in {**SPARK_CONF, **(conf or {})}.items():
                 if key.startswith("spark.sql.") and existing.conf.get(key, None) != value:
                     existing.conf.set(key, value)
+            _set_hadoop(existing, conf or {})
             _session = existing
             return _session
         existing.stop()
         _session = None
     builder = SparkSession.builder.master(master).appName("quiver")
-    for key, value in {**SPARK_CONF, **(conf or {})}.items():
+    for key, value in {**SPARK_CONF, **_classpath_conf(), **(conf or {})}.items():
         builder = builder.config(key, value)
     _session = builder.getOrCreate()
     _session.sparkContext.setLogLevel("ERROR")
+    _set_hadoop(_session, conf or {})
     return _session
+
+
+def _set_hadoop(session: Any, conf: Mapping[str, str]) -> None:
+    """Apply `spark.hadoop.*` settings to a running session too: jobs ship its Hadoop configuration to the
+    executors, so a later offline root (another endpoint) is reached without a restart."""
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key[len("spark.hadoop."):], value)
 
 
 def stop_spark() -> None:

@@ -15,6 +15,9 @@
 
 Every partition is written to a temp folder beside it and renamed into place, so readers see the old day
 or the new day, never half of one; re-running a date range replaces exactly those dates.
+On an object store (`offline_root: s3://…`) the same folders hold run-named files and a `_manifest.json`
+naming the current ones, which is the commit point (quiver.offline.store); the functions below are the
+folder case.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ _ARROW = {
     "bool": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
 }
+
+QUARANTINE = "_quarantine"  # folder of the rows a backfill set aside, per view
+NO_EVENT_TS = "no_event_ts"  # quarantine folder for rows without an event time (they have no date)
 
 
 def arrow_type(dtype: str) -> pa.DataType:

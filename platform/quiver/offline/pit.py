@@ -42,6 +42,7 @@ from quiver.catalog.references import (  # FeatureRef, resolve_features: re-expo
 )
 from quiver.config import Config
 from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
+from quiver.offline.store import is_remote
 
 LabelsInput: TypeAlias = pd.DataFrame | pa.Table | str | Path
 ENGINES = ("duckdb", "spark")
@@ -127,6 +128,14 @@ def read_labels(labels: LabelsInput) -> pd.DataFrame:
         return labels
     if isinstance(labels, pa.Table):
         return labels.to_pandas()
+    if isinstance(labels, str) and is_remote(labels):
+        from quiver.offline.store import open_store
+
+        store = open_store(labels, Path.cwd())
+        try:
+            return pq.read_table(store.base, filesystem=store.fs).to_pandas()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise QuiverError(f"cannot read labels {store.uri(store.base)} as Parquet: {exc}") from None
     if isinstance(labels, str | Path):
         path = Path(labels)
         if not path.exists():
@@ -156,15 +165,20 @@ def label_timestamp_column(frame: pd.DataFrame) -> str:
 
 def plan_requests(catalog: Catalog, config: Config, refs: list[FeatureRef]) -> list[ViewRequest]:
     """One request per view, in first-request order; a view without offline data is a user error."""
+    from quiver.offline.store import store_for
+
     wanted: dict[str, list[str]] = {}
     for ref in refs:
         wanted.setdefault(ref.view, []).append(ref.feature)
+    store = store_for(config)
+    where = config.offline_dir if store.is_local else store.uri(store.base)
     requests = []
     for name, feats in wanted.items():
         view = catalog.views[name]
-        req = ViewRequest(view, tuple(feats), config.offline_dir, config.root, catalog.sources[view.source].path)
+        req = ViewRequest(view, tuple(feats), config.offline_dir, config.root, catalog.sources[view.source].path,
+                          store if not store.is_local else None)
         if not req.has_data():
-            raise QuiverError(f"feature view {name!r} has no offline data under {config.offline_dir}; "
+            raise QuiverError(f"feature view {name!r} has no offline data under {where}; "
                               f"run the backfill for it first")
         requests.append(req)
     return requests
@@ -247,8 +261,15 @@ def to_pandas(array: pa.Array, dtype: str, nullable: bool = True) -> Any:
     return array.to_pandas().to_numpy(dtype=object)
 
 
-def write_training_set(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write `frame` as Parquet atomically (a temp file beside `path`, then one rename)."""
+def write_training_set(frame: pd.DataFrame, path: str | Path) -> Path | str:
+    """Write `frame` as Parquet atomically: a temp file beside `path`, then one rename; to an object-store URI
+    (s3://…) as one upload, which becomes visible whole or not at all."""
+    if isinstance(path, str) and is_remote(path):
+        from quiver.offline.store import open_store
+
+        store = open_store(path, Path.cwd())
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), store.base, filesystem=store.fs)
+        return store.uri(store.base)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".tmp-{target.name}-{uuid.uuid4().hex[:8]}")

@@ -157,12 +157,15 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
-def _read(req: ViewRequest, files: list[Path], columns: list[str], what: str,
-          expression: ds.Expression | None = None) -> pa.Table | None:
+def _read(req: ViewRequest, files: list[Path] | list[str], columns: list[str], what: str,
+          expression: ds.Expression | None = None, source: bool = False) -> pa.Table | None:
     if not files:
         return None
+    # Offline-store files may sit on an object store (req.filesystem); a view's source files are local.
+    filesystem = None if source else req.filesystem
     try:
-        return ds.dataset([str(f) for f in files], format="parquet").to_table(columns=columns, filter=expression)
+        return ds.dataset([str(f) for f in files], format="parquet", filesystem=filesystem).to_table(
+            columns=columns, filter=expression)
     except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
         raise QuiverError(f"feature view {req.view.name!r}: cannot read {what} ({exc}); the files may predate "
                           f"the current definition — re-run the backfill") from None
@@ -392,7 +395,7 @@ def _head_partials(req: ViewRequest, index: EntityIndex, columns: list[str], kin
     dataset = ds.dataset([str(f) for f in files], format="parquet")
     expression = _time_filter(dataset.schema.field(ts_name).type, ts_name, lo, hi)
     read = list(dict.fromkeys([*view.key_names, ts_name, *columns, *(view.contract.columns if view.contract else ())]))
-    table = _read(req, files, read, f"source {view.source!r}", expression)
+    table = _read(req, files, read, f"source {view.source!r}", expression, source=True)
     if table is None or not table.num_rows:
         return None
     codes = index.encode([table[k] for k in view.key_names])

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,11 @@ import pyarrow.compute as pc
 from quiver.catalog.ir import AggSpec, FieldSpec, ViewSpec
 from quiver.catalog.schema import source_files
 from quiver.offline.layout import LAST_VALUES, TILES, partition_days, view_dir
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+    from quiver.offline.store import OfflineStore
 
 US_PER_DAY = 86_400_000_000
 _EPOCH = date(1970, 1, 1)
@@ -44,6 +50,16 @@ class ViewRequest:
     offline_root: Path
     project_root: Path
     source_path: str
+    store: OfflineStore | None = None  # an object-store offline root; None: `offline_root` is a folder
+
+    @property
+    def remote(self) -> OfflineStore | None:
+        return self.store if self.store is not None and not self.store.is_local else None
+
+    @property
+    def filesystem(self) -> pafs.FileSystem | None:
+        """The filesystem `partition_files` paths live in (None: the local one)."""
+        return self.remote.fs if self.remote else None
 
     @property
     def fields(self) -> list[FieldSpec]:
@@ -57,10 +73,16 @@ class ViewRequest:
         """The view source's Parquet files (raw events: the head of every window)."""
         return source_files(self.source_path, self.project_root)
 
-    def partition_files(self, kind: str, lo_us: int | None, hi_us: int) -> list[Path]:
-        """Files of `kind` (tiles or last values) whose date partition can hold times in [lo_us, hi_us)."""
+    def partition_files(self, kind: str, lo_us: int | None, hi_us: int) -> list[Path] | list[str]:
+        """Files of `kind` (tiles or last values) whose date partition can hold times in [lo_us, hi_us):
+        local paths, or paths inside `filesystem` (as each committed day's manifest names them)."""
         first = None if lo_us is None else day_of(lo_us)
         last = day_of(hi_us - 1)
+        if self.remote:
+            store = self.remote
+            return [f for day in store.partition_days(self.view.name, kind)
+                    if (first is None or day >= first) and day <= last
+                    for f in store.partition_files(store.path(self.view.name, kind, f"date={day.isoformat()}"))]
         files: list[Path] = []
         for day in partition_days(self.offline_root, self.view.name, kind):
             if (first is None or day >= first) and day <= last:
@@ -70,6 +92,8 @@ class ViewRequest:
 
     def has_data(self) -> bool:
         kind = LAST_VALUES if self.view.kind == "last" else TILES
+        if self.remote:
+            return bool(self.remote.partition_days(self.view.name, kind))
         return bool(partition_days(self.offline_root, self.view.name, kind))
 
 

@@ -37,17 +37,19 @@ from quiver.offline.pit_plan import LabelSet, ViewRequest
 _ROW, _T, _KIND, _ORDER, _TILE = "_q_row", "_q_t", "_q_kind", "_q_order", "_q_tile"
 
 
-def session(config: Config) -> Any:
-    """The process's SparkSession on `config.spark_master` (shared with the backfill: one per JVM)."""
-    from quiver.offline.engines import spark_session
+def session(config: Config, requests: Sequence[ViewRequest] = ()) -> Any:
+    """The process's SparkSession on `config.spark_master` (shared with the backfill: one per JVM), set up
+    for the object store the requests read, if any."""
+    from quiver.offline.engines import spark_session, spark_store_conf
 
-    return spark_session(config.spark_master)
+    store = next((r.remote for r in requests if r.remote), None)
+    return spark_session(config.spark_master, conf=spark_store_conf(store))
 
 
 def compute(labels: LabelSet, requests: Sequence[ViewRequest], config: Config,
             spark: Any = None) -> dict[tuple[str, str], pa.Array]:
     """Feature values per (view, feature), one entry per label row in label order."""
-    spark = spark or session(config)
+    spark = spark or session(config, requests)
     columns: dict[str, pa.Array] = {_ROW: pa.array(np.arange(labels.n, dtype=np.int64)), _T: pa.array(labels.t_us)}
     columns.update(labels.keys)
     label_frame = spark.createDataFrame(pa.table(columns))
@@ -66,8 +68,12 @@ def compute(labels: LabelSet, requests: Sequence[ViewRequest], config: Config,
     return out
 
 
-def _read(spark: Any, files: list[Any]) -> Any:
-    return spark.read.parquet(*[str(f) for f in files]) if files else None
+def _read(spark: Any, files: list[Any], req: ViewRequest | None = None) -> Any:
+    """Parquet `files` as a frame: local paths, or (with `req` on an object store) paths inside its store."""
+    if not files:
+        return None
+    store = req.remote if req is not None else None
+    return spark.read.parquet(*[store.uri(str(f), spark=True) if store else str(f) for f in files])
 
 
 def _micros(column: Any) -> Any:
@@ -97,7 +103,7 @@ def _last_values(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSe
     view, names, keys, n = req.view, [f.name for f in req.fields], req.view.key_names, labels.n
     types = {f.name: arrow_type(f.dtype) for f in req.fields}
     lo = int(labels.t_us.min()) - view.ttl_us if view.ttl_us is not None else None
-    data = _read(spark, req.partition_files(LAST_VALUES, lo, int(labels.t_us.max())))
+    data = _read(spark, req.partition_files(LAST_VALUES, lo, int(labels.t_us.max())), req)
     if data is None:
         return None, lambda _: {c: pa.nulls(n, types[c]) for c in names}
     data = (data.select(*keys, _micros(F.col(EVENT_TS)).alias(_T), *names)
@@ -145,7 +151,7 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
     lo, hi = int(floors.min()) - windows[-1], int(floors.max())
     labelled = label_frame.withColumn(_TILE, F.col(_T) - F.pmod(F.col(_T), F.lit(tile)))
 
-    tiles = _read(spark, req.partition_files(TILES, lo, hi))
+    tiles = _read(spark, req.partition_files(TILES, lo, hi), req)
     frames = [_tile_windows(tiles, labelled, req, windows, lo, hi, prefix) if tiles is not None else None,
               _head(spark, req, labelled, tile, int(floors.min()), int(labels.t_us.max()), prefix)]
     present = [f for f in frames if f is not None]

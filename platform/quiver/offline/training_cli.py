@@ -18,8 +18,10 @@ def register(app: typer.Typer) -> None:
     @app.command("training-set")
     @user_errors
     def training_set(
-        labels: Annotated[Path, typer.Argument(help="labels Parquet file: join keys, a timestamp, anything else")],
-        out: Annotated[Path, typer.Option("--out", help="training set to write (Parquet, atomically)")],
+        labels: Annotated[str, typer.Argument(help="labels Parquet file (a path or s3://…): join keys, a "
+                                                    "timestamp, anything else")],
+        out: Annotated[str, typer.Option("--out", help="training set to write (Parquet, atomically): a path or "
+                                                      "an object-store URI (s3://…)")],
         features: Annotated[str | None, typer.Option(help="comma-separated view:feature list")] = None,
         service: Annotated[str | None, typer.Option(help="a feature service instead of --features")] = None,
         engine: Annotated[str | None, typer.Option(help="duckdb or spark (default: from config)")] = None,
@@ -36,14 +38,19 @@ def register(app: typer.Typer) -> None:
 
         if (features is None) == (service is None):
             raise QuiverError("give exactly one of --features view:feature,… or --service NAME")
-        check_output_path(out)  # before the join: a bad --out must not cost the whole run
+        from quiver.offline.store import is_remote, open_store
+
+        if is_remote(out):
+            open_store(out, Path.cwd())  # a bad scheme or missing credentials: before the join
+        else:
+            check_output_path(Path(out))  # before the join: a bad --out must not cost the whole run
         cfg, cat = open_project(config, catalog)
         wanted: str | list[str] = service or [f.strip() for f in (features or "").split(",") if f.strip()]
-        frame = get_historical_features(labels, wanted, catalog=cat, config=cfg, engine=engine or cfg.engine,
+        frame = get_historical_features(labels if is_remote(labels) else Path(labels), wanted, catalog=cat, config=cfg, engine=engine or cfg.engine,
                                         full_feature_names=full_feature_names, timestamp_column=timestamp_column,
                                         assume_utc=assume_utc)
-        write_training_set(frame, out)
-        console.print(f"wrote {out}: {len(frame):,} rows × {len(frame.columns)} columns")
+        written = write_training_set(frame, out)
+        console.print(f"wrote {written}: {len(frame):,} rows × {len(frame.columns)} columns")
         console.print(frame.head(5).to_string(max_cols=12), highlight=False, soft_wrap=True)
 
 

@@ -127,8 +127,16 @@ def _materialize_view(config: Config, catalog: Catalog, spec: ViewSpec, end_us: 
     result = ViewMaterialization(spec.name, kind, full=not incremental)
     root = config.offline_dir
     lo_us, hi_us = _time_range(spec, end_us)
-    fingerprints = {d.isoformat(): _fingerprint(layout.partition_dir(root, spec.name, kind, d))
-                    for d in layout.partition_days(root, spec.name, kind) if _day_overlaps(d, lo_us, end_us)}
+    from quiver.offline.store import store_for
+
+    remote = store_for(config)
+    if remote.is_local:
+        fingerprints = {d.isoformat(): _fingerprint(layout.partition_dir(root, spec.name, kind, d))
+                        for d in layout.partition_days(root, spec.name, kind) if _day_overlaps(d, lo_us, end_us)}
+    else:  # an object store: a day's manifest names its commit (quiver.offline.store)
+        fingerprints = {d.isoformat(): str((remote.read_manifest(remote.path(spec.name, kind, f"date={d}")) or {})
+                                           .get("run", "missing"))
+                        for d in remote.partition_days(spec.name, kind) if _day_overlaps(d, lo_us, end_us)}
     selected = sorted(fingerprints)
     if incremental and previous is not None:
         old = previous["detail"].get("partitions", {})
@@ -136,7 +144,7 @@ def _materialize_view(config: Config, catalog: Catalog, spec: ViewSpec, end_us: 
         selected = [d for d in selected if old.get(d) != fingerprints[d] or d >= since]
     result.run_id = registry.start_run(spec.name, KIND, "redis", None, datetime.fromtimestamp(end_us / 1e6, UTC))
     try:
-        table = _read_partitions(root, spec, kind, selected, lo_us, hi_us)
+        table = _read_partitions(root, spec, kind, selected, lo_us, hi_us, None if remote.is_local else remote)
         result.partitions_read = selected
         result.rows_read = table.num_rows
         if spec.kind == "agg":
@@ -170,15 +178,20 @@ def _time_range(spec: ViewSpec, end_us: int) -> tuple[int, int]:
 
 
 def _read_partitions(root: Path, spec: ViewSpec, kind: str, days: Sequence[str], lo_us: int,
-                     hi_us: int) -> pa.Table:
+                     hi_us: int, remote: Any = None) -> pa.Table:
     schema = layout.tile_schema(spec) if kind == layout.TILES else layout.last_values_schema(spec)
     time_column = TILE_START if kind == layout.TILES else layout.EVENT_TS
     tables = []
     for day in days:
-        folder = layout.partition_dir(root, spec.name, kind, date.fromisoformat(day))
-        files = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
+        files: list[Any]
+        if remote is not None:
+            files = remote.partition_files(remote.path(spec.name, kind, f"date={day}"))
+        else:
+            folder = layout.partition_dir(root, spec.name, kind, date.fromisoformat(day))
+            files = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
         for path in files:
-            part = pq.read_table(path, columns=schema.names).select(schema.names).cast(schema)
+            part = pq.read_table(path, columns=schema.names, filesystem=remote.fs if remote else None)
+            part = part.select(schema.names).cast(schema)
             times = part.column(time_column)
             if kind == layout.LAST_VALUES:
                 times = times.cast(pa.int64())

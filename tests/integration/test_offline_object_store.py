@@ -1,0 +1,136 @@
+"""The offline store on S3 (moto's server) with DuckDB: the backfill writes the same rows and quarantine as
+to a folder, days are replaced by manifest, a failed run leaves the bucket as it was, and point-in-time
+joins, training sets and materialization read it. The Spark cluster's side: test_offline_object_store_cluster."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quiver.catalog.errors import QuiverError
+from quiver.offline import store_commit
+from quiver.offline.backfill import QUARANTINE, backfill
+from quiver.offline.pit import get_historical_features, write_training_set
+from quiver.offline.store import MANIFEST, store_for
+from tests.integration.object_store_support import listing, partition_table, s3_config, s3_rows
+from tests.integration.test_backfill_support import DAY0, assert_rows_equal, project, store_rows
+
+pytestmark = pytest.mark.integration
+END = DAY0 + timedelta(days=2)
+
+
+@pytest.fixture
+def stores(tmp_path: Path, s3_server: Any) -> tuple[Any, Any, Any]:
+    """(local config, S3 config, catalog) of one project: the golden catalog over random events."""
+    config, catalog = project(tmp_path)
+    return config, s3_config(config, s3_server), catalog
+
+
+def test_duckdb_backfill_to_s3_writes_what_a_folder_gets(stores: tuple[Any, Any, Any]) -> None:
+    local, s3, catalog = stores
+    local_report = backfill(local, catalog, DAY0, END)
+    s3_report = backfill(s3, catalog, DAY0, END)
+    store = store_for(s3)
+    for view in catalog.views.values():
+        assert_rows_equal(s3_rows(s3, view), store_rows(local.offline_dir, view), f"{view.name}: s3 vs folder")
+        assert s3_report.views[view.name].rows_by_date == local_report.views[view.name].rows_by_date
+    quarantined = 0
+    for name, view_report in local_report.views.items():
+        for sub in [f"date={d}" for d in view_report.rows_by_date] + ["no_event_ts"]:
+            folder = local.offline_dir / QUARANTINE / name / sub
+            files = store.partition_files(store.path(QUARANTINE, name, sub))
+            assert bool(files) == folder.is_dir(), f"{name}/{sub}"
+            if files:
+                got = pq.read_table(files[0], filesystem=store.fs)
+                assert got.equals(pq.read_table(folder / "part-00000.parquet")), f"{name}/{sub}"
+                quarantined += got.num_rows
+    assert quarantined > 0  # the events have null keys and times: the quarantine path ran
+    assert not [p for p in listing(store) if "/.staging-" in p]  # staging is gone
+
+
+def test_rerunning_a_day_replaces_it_by_manifest_and_nothing_else(stores: tuple[Any, Any, Any]) -> None:
+    _, s3, catalog = stores
+    backfill(s3, catalog, DAY0, END)
+    store = store_for(s3)
+    view = sorted(catalog.views)[0]
+    kind = "tiles" if catalog.views[view].kind == "agg" else "last_values"
+    before = listing(store)
+    folder = store.path(view, kind, f"date={DAY0 + timedelta(days=1)}")
+    old = json.loads(store.fs.open_input_stream(f"{folder}/{MANIFEST}").read())
+    backfill(s3, catalog, DAY0 + timedelta(days=1), DAY0 + timedelta(days=1), views=[view])
+    after = listing(store)
+    new = json.loads(store.fs.open_input_stream(f"{folder}/{MANIFEST}").read())
+    assert new["run"] != old["run"] and new["rows"] == old["rows"]
+    assert sorted(p for p in after if p.startswith(folder + "/")) == sorted(
+        [f"{folder}/{MANIFEST}", *(f"{folder}/{n}" for n in new["files"])])  # the old files are gone
+    untouched = {p: s for p, s in before.items() if not p.startswith(folder + "/") and f"/{QUARANTINE}/" not in p}
+    assert {p: after.get(p) for p in untouched} == untouched  # other days and views: not a byte changed
+
+
+def test_a_run_that_fails_before_commit_leaves_the_bucket_as_it_was(stores: tuple[Any, Any, Any],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _, s3, catalog = stores
+    backfill(s3, catalog, DAY0, END)
+    before = listing(store_for(s3))
+
+    def crash(*_: Any) -> None:
+        raise RuntimeError("the driver died before the commit")
+
+    monkeypatch.setattr(store_commit, "commit_view", crash)
+    with pytest.raises(RuntimeError, match="driver died"):
+        backfill(s3, catalog, DAY0, END)
+    assert listing(store_for(s3)) == before  # no staged object left behind, no day touched
+
+
+def test_point_in_time_join_training_set_and_materialization_read_s3(tmp_path: Path, s3_server: Any,
+                                                                      redis_url: str) -> None:
+    from quiver.online.materialize import materialize
+    from tests.integration.test_pit_backfill import FIRST, LAST, _demo_project
+
+    local, catalog, labels, _ = _demo_project(tmp_path)
+    s3 = s3_config(local, s3_server)
+    backfill(local, catalog, FIRST, LAST)
+    backfill(s3, catalog, FIRST, LAST)
+    expected = get_historical_features(labels, "fraud_model", catalog=catalog, config=local, full_feature_names=True)
+    got = get_historical_features(labels, "fraud_model", catalog=catalog, config=s3, full_feature_names=True)
+    pd.testing.assert_frame_equal(got, expected)
+    # A training set and its labels on the bucket too (one upload: whole or absent).
+    uri = s3_server.uri("quiver-lake", "training/fraud.parquet")
+    assert write_training_set(got, uri) == "s3://quiver-lake/training/fraud.parquet"
+    store = store_for(s3)
+    read_back = pq.read_table("quiver-lake/training/fraud.parquet", filesystem=store.fs).to_pandas()
+    pd.testing.assert_frame_equal(read_back, got.reset_index(drop=True))
+    # Materialization reads the same partitions through the manifests.
+    from dataclasses import replace
+
+    report = materialize(replace(s3, redis_url=redis_url), catalog, end=datetime(2026, 11, 3, tzinfo=UTC))
+    assert all(v.rows_read > 0 for v in report.views.values())
+    assert partition_table(store, "user_spend", "tiles") is not None
+
+
+def test_bad_offline_roots_fail_with_the_setting_named(stores: tuple[Any, Any, Any],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    local, s3, catalog = stores
+    with pytest.raises(QuiverError, match=r"offline_root 'ftp://host/x': unknown URI scheme 'ftp'"):
+        backfill(replace(local, offline_root="ftp://host/x"), catalog, DAY0, END)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    with pytest.raises(QuiverError, match=r"offline_root s3://quiver-lake/offline-\w+: no AWS credentials found"):
+        backfill(s3, catalog, DAY0, END)
+    view = catalog.views[sorted(catalog.views)[0]]
+    feature = f"{view.name}:{[*view.fields, *view.aggregations][0].name}"
+    labels = pa.table({k: [1] for k in view.key_names}
+                      | {"event_ts": pa.array([0], pa.timestamp("us", tz="UTC"))}).to_pandas()
+    with pytest.raises(QuiverError, match="no AWS credentials found"):
+        get_historical_features(labels, [feature], catalog=catalog, config=s3)

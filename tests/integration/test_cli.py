@@ -1,21 +1,19 @@
-"""The real `quiver` console script, run as a subprocess against throwaway projects."""
+"""`quiver` catalog commands against throwaway projects: in process for their messages and exit codes; the
+installed console script once, end to end (init, and its user errors)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from quiver.registry import Registry
+from tests.cli_runs import quiver, quiver_process
 from tests.unit.catalogs.builders import line_of, transactions, write_catalog, write_parquet
 
 pytestmark = pytest.mark.integration
-
-QUIVER = Path(sys.executable).parent / "quiver"
 
 ENTITIES = 'from quiver import Entity\nuser = Entity("user", ["user_id"])\n'
 VIEWS = '''\
@@ -29,12 +27,6 @@ user_spend = FeatureView("user_spend", [user], tx, aggregations=[Aggregation("am
                                                                  Aggregation("amount", "count", "24h")])
 fraud = FeatureService("fraud", [user_last, user_spend])
 '''
-
-
-def quiver(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_") and k != "COLUMNS"}
-    return subprocess.run([str(QUIVER), *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True,
-                          text=True, timeout=120)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -62,12 +54,13 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_init_creates_a_project_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    ok(quiver("init", "p", "--project", "shop", cwd=tmp_path))
+    # The installed executable, end to end: entry point, exit codes and stderr of a real process.
+    ok(quiver_process("init", "p", "--project", "shop", cwd=tmp_path))
     assert "project: shop" in (tmp_path / "p/quiver.yaml").read_text()
     assert (tmp_path / "p/feature_defs").is_dir()
-    [line] = user_error(quiver("init", "p", cwd=tmp_path))
+    [line] = user_error(quiver_process("init", "p", cwd=tmp_path))
     assert "already exists" in line
-    [line] = user_error(quiver("init", "q", "--project", "bad-name", cwd=tmp_path))
+    [line] = user_error(quiver_process("init", "q", "--project", "bad-name", cwd=tmp_path))
     assert "must be a plain identifier" in line and not (tmp_path / "q/quiver.yaml").exists()
 
 

@@ -1,4 +1,4 @@
-"""Training end to end on the synthetic demo data (pre-drift window, CPU): `quiver train` as a real process,
+"""Training end to end on the synthetic demo data (pre-drift window, CPU): `quiver train` as a user runs it,
 the registered version beats the logistic-regression baseline, its artifact and reference distribution load
 back, the `quiver models` commands, a rejected version, and a feature removed from the catalog."""
 

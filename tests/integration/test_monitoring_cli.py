@@ -1,5 +1,5 @@
-"""`quiver drift / drift-history / quality / alerts` as real subprocesses, on the example catalog and the
-synthetic demo data (drift injected from day 2, 3% malformed rows: above the contract's 1 %)."""
+"""`quiver drift / drift-history / quality / alerts` as a user runs them (in process), on the example catalog
+and the synthetic demo data (drift injected from day 2, 3% malformed rows: above the contract's 1 %)."""
 
 from __future__ import annotations
 

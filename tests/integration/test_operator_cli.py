@@ -1,8 +1,9 @@
-"""The operator's CLI on the demo-like project (`operator_world`), run as the installed `quiver` command:
+"""The operator's CLI on the demo-like project (`operator_world`), run as the `quiver` command:
 decisions with their evidence, models described with aliases, decisions and why, every rollout's status,
 evaluation with intervals and its window, drift of a model's reference against its serving logs, unknown
 names answered with the closest one, traffic shares as fractions, and `serve-model` saying what it serves
-and every swap. (Labels have their own module: they write.)"""
+and every swap. (Labels have their own module: they write.) Commands run in process; `serve-model` is a
+server, so it runs as the installed `quiver` command."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from quiver.pipelines.demo_data import generate
+from tests.cli_runs import quiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -208,6 +208,5 @@ def test_readme_excerpt_and_error_line_are_real(tmp_path: Path) -> None:
     generate(tmp_path / "data", days=1, users=20, transactions_per_day=50)
     defs = tmp_path / "feature_defs" / "user_features.py"
     defs.write_text(defs.read_text().replace('Aggregation("amount", "mean", "24h")', 'Aggregation("amout", "mean", "24h")'))
-    result = subprocess.run([sys.executable, "-m", "quiver.cli", "plan"], cwd=tmp_path, env=env(),
-                            capture_output=True, text=True, timeout=120)
+    result = quiver("plan", cwd=tmp_path, timeout=120, env={"COLUMNS": "200"})  # a message: in process
     assert result.returncode == 2 and result.stderr.strip() == error

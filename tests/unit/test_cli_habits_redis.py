@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from quiver.config import load_config
 from quiver.online.embedded import embedded_dir, ensure_redis
+from tests.cli_runs import done
+from tests.cli_runs import quiver as run_quiver
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
 def quiver(*args: str, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUIVER_")}
-    result = subprocess.run([sys.executable, "-m", "quiver.cli", *args], cwd=cwd, env=env, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    # In process: the server is another process either way; what is checked is what the commands say.
+    return done(run_quiver(*args, cwd=cwd, timeout=120))
 
 
 def _alive(pid: int) -> bool:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
-import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import pytest
 import yaml
 
 from quiver.config import Config, load_config
+from tests.cli_runs import quiver
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((REPO / "infra" / "k8s").glob("*.yaml"))
@@ -150,8 +149,8 @@ def test_every_quiver_command_and_flag_exists() -> None:
     helps: dict[str, str] = {}
     for command, flags in commands:
         if command not in helps:
-            done = subprocess.run([str(Path(sys.executable).with_name("quiver")), command, "--help"],
-                                  capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
+            # In process: the flags are the subject, not the executable (COLUMNS and PATH as the subprocess had).
+            done = quiver(command, "--help", cwd=REPO, timeout=120, env={"COLUMNS": "300", "PATH": ""})
             assert done.returncode == 0, f"quiver {command}: {done.stderr[-500:]}"
             helps[command] = done.stdout
         for flag in flags:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -51,8 +52,15 @@ def epoch_ms(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return epoch_us(column) // 1000
 
 
-def to_ndjson(events: pa.Table, ts_column: str = "event_ts") -> bytes:
-    """The rows of `events` as JSON lines: `ts_us` first, then the other columns (timestamps as epoch µs)."""
+_NON_FINITE_TEXT = {0: "NaN", 1.0: "Infinity", -1.0: "-Infinity"}  # Java's spelling (Double.parseDouble)
+
+
+def to_ndjson(events: pa.Table, ts_column: str = "event_ts", strict: bool = False) -> bytes:
+    """The rows of `events` as JSON lines: `ts_us` first, then the other columns (timestamps as epoch µs).
+
+    NaN and ±infinity are the bare tokens `NaN` / `Infinity` the feeder reads, or with `strict` the strings
+    "NaN" / "Infinity" / "-Infinity": strict JSON, which is what Kafka records must be (Flink's JSON
+    functions reject the bare tokens; the Kafka job reads the strings as those values)."""
     columns: dict[str, list[Any]] = {"ts_us": epoch_us(events.column(ts_column)).tolist()}
     non_finite = np.zeros(events.num_rows, dtype=bool)
     for name in events.column_names:
@@ -72,8 +80,13 @@ def to_ndjson(events: pa.Table, ts_column: str = "event_ts") -> bytes:
     lines = []
     for row, odd in zip(zip(*columns.values(), strict=True), non_finite.tolist(), strict=True):
         record = dict(zip(names, row, strict=True))
-        # orjson writes NaN as null; the stdlib writes the NaN / Infinity tokens the feeder reads.
-        lines.append(json.dumps(record, separators=(",", ":")).encode() if odd else dumps(record))
+        if odd and strict:
+            record = {k: (_NON_FINITE_TEXT[math.copysign(1, v) if math.isinf(v) else 0]
+                          if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+            lines.append(dumps(record))
+        else:
+            # orjson writes NaN as null; the stdlib writes the NaN / Infinity tokens the feeder reads.
+            lines.append(json.dumps(record, separators=(",", ":")).encode() if odd else dumps(record))
     return b"".join(line + b"\n" for line in lines)
 
 

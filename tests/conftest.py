@@ -6,6 +6,7 @@ import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,6 +18,9 @@ from tests.harness import (
     find_postgres_bin,
     postgres_run_as,
 )
+
+if TYPE_CHECKING:
+    from quiver.streaming.kafka_broker import KafkaBroker
 
 # py4j's finalizers log "Closing down clientserver connection" at interpreter exit, after pytest has closed
 # the captured streams; logging would print a full traceback for each. They are harmless: stay quiet.
@@ -111,14 +115,29 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real single-node KRaft Kafka broker (the jars `make setup` fetched), on its own ports and folder."""
+    from quiver.catalog.errors import QuiverError
+    from quiver.streaming.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    try:
+        broker.start()
+    except QuiverError as e:  # jars missing or the broker would not start: fail, never skip
+        pytest.fail(str(e), pytrace=False)
+    yield broker
+    broker.stop()
+
+
 # Heavy resources, by test module: `make test-fast` leaves these out (`-m "not heavy"`), `make test` runs all.
 # A module named here gets the marker on every test; "postgres" is also given to any test using the cluster.
 HEAVY_MODULES: dict[str, frozenset[str]] = {
     "spark": frozenset({"test_backfill_spark", "test_backfill_spark_standalone", "test_contract_paths",
-                        "test_edges_nan", "test_edges_time", "test_pit_backfill", "test_pit_spark",
-                        "test_serving_log_readers"}),
+                        "test_edges_nan", "test_edges_time", "test_offline_object_store_cluster",
+                        "test_pit_backfill", "test_pit_spark", "test_serving_log_readers"}),
     "flink": frozenset({"test_contract_paths", "test_readme", "test_streaming_cluster", "test_streaming_crash",
-                        "test_streaming_e2e", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
+                        "test_streaming_e2e", "test_streaming_kafka", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
     "airflow": frozenset({"test_dags", "test_loop_airflow", "test_loop_celery", "test_loop_standalone",
                           "test_monitoring_airflow"}),
     "training": frozenset({"test_artifact_store_s3", "test_drift_reference", "test_loop_state", "test_models_training",

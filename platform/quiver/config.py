@@ -43,6 +43,7 @@ class Config:
     engine: str = "duckdb"
     spark_master: str = "local[2]"
     flink_jobmanager: str = ""  # REST host:port of a Flink session cluster for `quiver stream`; empty: embedded
+    kafka_bootstrap: str = ""  # Kafka brokers of the stream bindings' topics (wins over the catalog's); empty: theirs
     redis_timeout_s: float = 1.0
     api_key: str = ""  # feature server key (better: QUIVER_API_KEY in the environment)
     # The closed loop (dags/, pipelines/loop*.py): which model it watches, how much history a retrain uses,

@@ -180,6 +180,11 @@ def _print_status(status: dict[str, Any]) -> None:
         console.print(f"restored from: {status['restored_from']}")
     if status.get("error"):
         console.print(f"[red]error:[/red] {status['error']}")
+    if status.get("sink"):
+        console.print(f"tiles and last values written by: {status['sink']}")
+    for source, topic in sorted((status.get("kafka") or {}).items()):
+        console.print(f"kafka {source}: topic {topic.get('topic')}, {topic.get('end', 0):,} records, "
+                      f"{topic.get('committed', 0):,} committed, lag {topic.get('lag', 0):,}")
     feeder, loader = status.get("feeder") or {}, status.get("loader") or {}
     console.print(f"fed {feeder.get('lines', 0):,} lines from {feeder.get('files', 0):,} files "
                   f"(backlog {feeder.get('backlog', 0)}); loaded {loader.get('files', 0):,} change files, "

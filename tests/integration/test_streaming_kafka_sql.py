@@ -1,6 +1,6 @@
-"""The Kafka job's parse-and-classify SQL on real Flink, without a broker: the compiled Kafka job with only
-its source connector swapped for a file read in the same `raw` format (one string per record). Malformed
-records must come out as quarantine rows with their reason, valid ones as tiles."""
+"""The Kafka job's parse-and-classify SQL on real Flink and a real broker: the compiled Kafka job, read with
+Flink's Kafka connector from a topic holding the records (bounded at the topic's end, so the job finishes).
+Malformed records must come out as quarantine rows with their reason, valid ones as tiles."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from quiver.streaming.kafka_broker import KafkaBroker, create_topic, produce
+from quiver.streaming.runner import kafka_jars
 from tests.integration.test_streaming_e2e import REPO, STREAM_PYTHON
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,15 +49,16 @@ here = Path({golden!r})
 columns = {{"user_id": "int64", "merchant_id": "int64", "amount": "float64", "qty": "int64", "flag": "bool",
            "cat": "string", "ts": "timestamp"}}
 cat = load_catalog(here / "catalog", root=here, schema_reader=lambda source: dict(columns))
-job = compile_flink(cat, FlinkTarget(inbox={{}}, sink_root={sinks!r}, kafka=True), ["user_clicks"])
+job = compile_flink(cat, FlinkTarget(inbox={{}}, sink_root={sinks!r}, kafka=True, kafka_bootstrap={bootstrap!r}),
+                    ["user_clicks"])
 env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
 env.get_config().set("parallelism.default", "1")
+env.get_config().set("pipeline.jars", {jars!r})
 for key, value in job.settings:
     env.get_config().set(key, value)
 for statement in job.statements:
-    if statement.startswith("CREATE TABLE `src__"):  # the one change: a file instead of the topic
-        statement = statement[:statement.index(") WITH (")] + ") WITH ('connector' = 'filesystem', " \\
-            "'path' = {inbox!r}, 'format' = 'raw')"
+    if statement.startswith("CREATE TABLE `src__"):  # the one change: stop at the topic's end
+        statement = statement.replace("'format' = 'raw'", "'format' = 'raw', 'scan.bounded.mode' = 'latest-offset'")
     env.execute_sql(statement)
 statements = env.create_statement_set()
 for insert in job.inserts:
@@ -64,16 +67,16 @@ statements.execute().wait()
 '''
 
 
-def test_kafka_records_are_parsed_and_malformed_ones_quarantined(tmp_path: Path) -> None:
+def test_kafka_records_are_parsed_and_malformed_ones_quarantined(tmp_path: Path, kafka_broker: KafkaBroker) -> None:
     if not STREAM_PYTHON.exists():
         pytest.fail(f"streaming virtualenv missing ({STREAM_PYTHON}): run `make setup`", pytrace=False)
-    inbox = tmp_path / "records"
-    inbox.mkdir()
-    (inbox / "records.txt").write_bytes(b"\n".join(r for r, _ in RECORDS) + b"\n")
+    create_topic(kafka_broker.bootstrap, "clicks", 2)  # the golden catalog's topic
+    produce(kafka_broker.bootstrap, "clicks", ((None, r) for r, _ in RECORDS))
     sinks = tmp_path / "sinks"
     script = tmp_path / "job.py"
+    jars = ";".join(p.resolve().as_uri() for p in kafka_jars())
     script.write_text(SCRIPT.format(platform=str(REPO / "platform"), golden=str(REPO / "tests/golden/flink"),
-                                    sinks=sinks.as_uri(), inbox=inbox.as_uri()))
+                                    sinks=sinks.as_uri(), bootstrap=kafka_broker.bootstrap, jars=jars))
     out = subprocess.run([str(STREAM_PYTHON), str(script)], capture_output=True, text=True, timeout=600, cwd=str(REPO))
     assert out.returncode == 0, out.stderr[-4000:]
     rows = [json.loads(line) for p in sorted((sinks / "quarantine" / "clicks").glob("part-*"))

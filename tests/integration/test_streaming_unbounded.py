@@ -154,8 +154,11 @@ user_clicks = FeatureView(name="user_clicks", entities=[user], source=clicks,
 '''
 
 
-def test_kafka_source_without_the_connector_jar_fails_with_one_clear_line(tmp_path: Path) -> None:
+def test_kafka_source_without_the_connector_jar_fails_with_one_clear_line(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow as pa
+
+    monkeypatch.setenv("QUIVER_JARS_DIR", str(tmp_path / "no-jars"))  # as if `make setup` had fetched none
 
     (tmp_path / "feature_defs").mkdir()
     (tmp_path / "feature_defs" / "features.py").write_text(KAFKA_CATALOG)
@@ -174,7 +177,7 @@ def test_kafka_source_without_the_connector_jar_fails_with_one_clear_line(tmp_pa
     assert result.returncode == 2, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "flink-sql-connector-kafka" in lines[0] and "QUIVER_FLINK_JARS" in lines[0]
+    assert "flink-sql-connector-kafka" in lines[0] and "make setup" in lines[0] and "QUIVER_FLINK_JARS" in lines[0]
 
 
 def load_config_root(root: Path):  # type: ignore[no-untyped-def]

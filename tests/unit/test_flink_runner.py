@@ -22,9 +22,14 @@ def test_kafka_jar_comes_from_quiver_flink_jars_or_fails_with_one_clear_message(
     with pytest.raises(QuiverError, match="does not exist"):
         kafka_jars()
     monkeypatch.setenv("QUIVER_FLINK_JARS", "")
+    monkeypatch.setenv("QUIVER_JARS_DIR", str(tmp_path / "jars"))  # setup's folder, empty here
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # no PyFlink lib folder to search
-    with pytest.raises(QuiverError, match=r"flink-sql-connector-kafka.*QUIVER_FLINK_JARS"):
+    with pytest.raises(QuiverError, match=r"flink-sql-connector-kafka.*make setup.*QUIVER_FLINK_JARS"):
         kafka_jars()
+    fetched = tmp_path / "jars" / "flink-kafka" / "flink-sql-connector-kafka-5.0.0-2.2.jar"
+    fetched.parent.mkdir(parents=True)
+    fetched.write_bytes(b"PK")
+    assert kafka_jars() == [fetched]  # what `make setup` fetched
 
 
 def test_settings_are_key_value_pairs() -> None:
@@ -122,3 +127,21 @@ def test_no_collection_runs_while_a_job_is_planned() -> None:
     with _one_java_thread():
         assert not gc.isenabled()  # a collection would run py4j finalizers on whichever thread set it off
     assert gc.isenabled()
+
+
+def test_a_savepoint_newer_than_every_checkpoint_is_the_restore_point(tmp_path: Path) -> None:
+    """A run stopped with a savepoint (SIGUSR1) resumes from it; its folder has no chk- number."""
+    import os
+
+    from quiver.streaming.job import SAVEPOINTS, checkpoint_number, latest_checkpoint
+
+    chk = tmp_path / ("0" * 32) / "chk-7"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_bytes(b"x")
+    os.utime(chk / "_metadata", (1_000, 1_000))
+    assert latest_checkpoint(tmp_path) == chk and checkpoint_number(chk) == 7
+    savepoint = tmp_path / SAVEPOINTS / "savepoint-8024e7-7e440a8709d2"
+    savepoint.mkdir(parents=True)
+    (savepoint / "_metadata").write_bytes(b"x")
+    assert latest_checkpoint(tmp_path) == savepoint
+    assert checkpoint_number(savepoint) == 0  # no crash on the hex id (the runner's retention asks for it)

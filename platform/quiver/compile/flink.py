@@ -38,7 +38,7 @@ decimals, which only matters for two events of one entity at the same µs whose 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from quiver.catalog.errors import QuiverError
@@ -78,7 +78,15 @@ class FlinkTarget:
     `inbox`: source → directory of the feeder's JSON-lines batches (local mode). `sink_root`: directory
     of the sinks (`<kind>/<view or source>/`). `kafka`: read each source's Kafka topic instead
     (production; rendered and golden-tested, not run here). `mini_batch_ms`: mini-batch aggregation
-    latency (0 = off; local mode only, Kafka mode needs it off for CURRENT_WATERMARK). `extra_settings`:
+    latency (0 = off; local mode only, Kafka mode needs it off for CURRENT_WATERMARK). `kafka_bootstrap`:
+    the brokers (they belong to the deployment, so the config's wins over the catalog's binding);
+    `kafka_idle_ms`: how long a partition may stay silent before the watermark moves on without it
+    (otherwise one idle partition stalls the late split for good). `view_sinks`: view → the WITH options
+    of its tiles or last-value sink, replacing the change files (the JVM Redis sink: online/jvm_sink.py). Idleness is wall-clock time: a
+    partition whose records are merely not fetched yet (the job starting, a broker restarting) counts
+    as silent too, and once it is skipped the others move the watermark past its records, which then
+    arrive late. 10 s made half of a replayed backlog late on a loaded 2-core machine; a minute covers
+    a start and a broker restart (docs/streaming.md, Kafka). `extra_settings`:
     further Flink table settings (benchmarks measure candidates with them). The file source never ends
     by itself: a bounded source whose subtasks finish at different times stops the file sink's
     checkpoints, so bounded runs tail too and stop once every batch is committed (runner.py).
@@ -90,9 +98,12 @@ class FlinkTarget:
     roll_interval_ms: int = 500
     max_future_ms: int = 0
     kafka: bool = False
+    kafka_bootstrap: str = ""  # overrides every binding's kafka_bootstrap_servers (config `kafka_bootstrap`)
+    kafka_idle_ms: int = 60_000  # a partition silent this long stops holding the watermark back
     mini_batch_ms: int = 0
     mini_batch_size: int = 20_000
     extra_settings: tuple[tuple[str, str], ...] = ()
+    view_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,6 +242,8 @@ def _settings(catalog: Catalog, views: Sequence[ViewSpec], target: FlinkTarget) 
         settings += [("table.exec.mini-batch.allow-latency", f"{target.mini_batch_ms} ms"),
                      ("table.exec.mini-batch.size", str(target.mini_batch_size))]
     settings.append(("table.exec.state.ttl", f"{state_ttl_ms(catalog, views)} ms"))
+    if target.kafka:  # watermarks per partition; an idle one is skipped after this long
+        settings.append(("table.exec.source.idle-timeout", f"{target.kafka_idle_ms} ms"))
     return tuple(settings) + tuple(target.extra_settings)
 
 
@@ -292,13 +305,22 @@ def _kafka_source_ddl(source: SourceSpec, target: FlinkTarget) -> str:
     lines = [f"{q(_LINE)} STRING",
              f"{q(ROWTIME)} AS TO_TIMESTAMP_LTZ(CASE WHEN {_not_future(ts, target)} THEN {ms} ELSE 0 END, 3)",
              f"WATERMARK FOR {q(ROWTIME)} AS {q(ROWTIME)} - {_interval(stream.watermark_delay_us)}"]
+    servers = target.kafka_bootstrap or stream.kafka_bootstrap_servers or "localhost:9092"
+    # A fresh job (empty state) replays the topic from its start; a restored one resumes from the offsets
+    # in its checkpoint, whatever the startup mode says. Offsets are also committed to the group on each
+    # completed checkpoint: that is how lag is watched and how a bounded run knows it is done (runner.py).
     options = [("connector", "kafka"), ("topic", stream.kafka_topic),
-               ("properties.bootstrap.servers", stream.kafka_bootstrap_servers or "localhost:9092"),
-               ("properties.group.id", f"quiver-{source.name}"),
-               ("scan.startup.mode", "group-offsets"), ("properties.auto.offset.reset", "earliest"),
+               ("properties.bootstrap.servers", servers),
+               ("properties.group.id", kafka_group(source.name)),
+               ("scan.startup.mode", "earliest-offset"),
                # Each record as one string: malformed JSON becomes a quarantine row, never a silent skip.
                ("format", "raw")]
     return _create_table(f"src__{source.name}", lines, options)
+
+
+def kafka_group(source: str) -> str:
+    """The consumer group whose committed offsets record how far the job has read `source`'s topic."""
+    return f"quiver-{source}"
 
 
 def _not_future(ts_us: str, target: FlinkTarget) -> str:
@@ -416,8 +438,7 @@ def _tiles_sink(view: ViewSpec, target: FlinkTarget, marks: bool) -> str:
         lines.append(f"{quote(partial.name)} {TYPES[partial.dtype]}")
         if partial.partial.kind == "last":
             lines.append(f"{quote(last_ts_column(partial.column))} BIGINT")
-    return _create_table(sink_table("tiles", view.name), lines,
-                         _file_sink(target, "tiles", view.name, "debezium-json"))
+    return _create_table(sink_table("tiles", view.name), lines, _view_sink(target, "tiles", view.name))
 
 
 def _is_number(x: str) -> str:
@@ -513,7 +534,7 @@ def _last_sink(view: ViewSpec, target: FlinkTarget, marks: bool) -> str:
     lines.append("`event_ts` BIGINT")
     lines += [f"{quote(f.name)} {TYPES[f.dtype]}" for f in view.fields]
     return _create_table(sink_table("last", view.name), lines,
-                         _file_sink(target, "last", view.name, "debezium-json"))
+                         _view_sink(target, "last", view.name))
 
 
 def _last_insert(view: ViewSpec, marks: bool) -> str:
@@ -540,6 +561,13 @@ def _last_insert(view: ViewSpec, marks: bool) -> str:
 
 def _partials(view: ViewSpec) -> list[PartialColumn]:
     return view_partials([(a.column, a.fn, a.input_dtype) for a in view.aggregations])
+
+
+def _view_sink(target: FlinkTarget, kind: str, view: str) -> list[tuple[str, str]]:
+    """A view's tiles or last values: straight to Redis when the target says how, else change files."""
+    if view in target.view_sinks:
+        return list(target.view_sinks[view].items())
+    return _file_sink(target, kind, view, "debezium-json")
 
 
 def _file_sink(target: FlinkTarget, kind: str, name: str, fmt: str) -> list[tuple[str, str]]:

@@ -395,6 +395,14 @@ class RedisOnlineStore(OnlineStore):
                 batch.presence[r.view.name] = EntityPresence(chunk, at_arr, None, False)
         return batch
 
+    def set_members(self, key: str) -> set[str]:
+        """The members of a Redis SET (the JVM sink's batch markers, online/jvm_sink.py)."""
+        return {m.decode() for m in self._call([pack(b"SMEMBERS", key.encode())])[0]}
+
+    def remove_members(self, key: str, members: Sequence[str]) -> None:
+        if members:
+            self._call([pack(b"SREM", key.encode(), *(m.encode() for m in members))])
+
     def read_raw(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """MGET of raw keys (diagnostics and benchmarks)."""
         return list(self._call([pack(b"MGET", *keys)])[0]) if keys else []

@@ -41,19 +41,29 @@ class JobOptions:
     jobmanager: str = ""  # "host:port" of a session cluster's REST endpoint; empty: the embedded mini-cluster
 
 
+SAVEPOINTS = "savepoints"  # under the checkpoint folder: savepoints of runs stopped with one
+
+
 def job_hash(job: FlinkJob) -> str:
     """Identity of a job's state layout: checkpoints of another hash are never restored."""
     return hashlib.sha256(job.script().encode()).hexdigest()[:16]
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:
-    """The newest complete checkpoint (a `chk-<n>` folder with `_metadata`) under `checkpoints`."""
+    """The newest complete checkpoint (a `chk-<n>` folder with `_metadata`) or savepoint (`savepoints/
+    savepoint-*`, written when a run is stopped with one) under `checkpoints`."""
     if not checkpoints.is_dir():
         return None
     found = [m.parent for m in checkpoints.glob("*/chk-*/_metadata")]
+    found += [m.parent for m in checkpoints.glob(f"{SAVEPOINTS}/savepoint-*/_metadata")]
     if not found:
         return None
-    return max(found, key=lambda p: (p.joinpath("_metadata").stat().st_mtime, int(p.name.split("-")[1])))
+    return max(found, key=lambda p: (p.joinpath("_metadata").stat().st_mtime, checkpoint_number(p)))
+
+
+def checkpoint_number(point: Path) -> int:
+    """n of a `chk-<n>` folder; 0 for a savepoint (the checkpoints after it count on from its own id)."""
+    return int(point.name.split("-")[1]) if point.name.startswith("chk-") else 0
 
 
 def restore_point(paths: StreamPaths, job: FlinkJob) -> Path | None:
@@ -68,9 +78,10 @@ def restore_point(paths: StreamPaths, job: FlinkJob) -> Path | None:
 
 
 def clear_checkpoints(paths: StreamPaths) -> None:
-    """Remove the checkpoints of earlier jobs (only Flink's job-id folders, never anything else)."""
+    """Remove the checkpoints and savepoints of earlier jobs (only Flink's folders, never anything else)."""
     if not paths.checkpoints.is_dir():
         return
+    shutil.rmtree(paths.checkpoints / SAVEPOINTS, ignore_errors=True)
     for child in paths.checkpoints.iterdir():
         if child.is_dir() and len(child.name) == 32 and all(c in "0123456789abcdef" for c in child.name):
             shutil.rmtree(child, ignore_errors=True)
@@ -182,6 +193,18 @@ class RunningJob:
     def cancel(self) -> None:
         if self._client is not None:
             self._client.cancel().result()
+
+    def stop_with_savepoint(self, directory: Path) -> str:
+        """Stop the job after a savepoint in `directory` (sources stop, sinks flush); returns its path."""
+        if self._client is None:
+            raise RuntimeError("no job client: the job cannot be stopped with a savepoint")
+        from pyflink.java_gateway import get_gateway
+
+        # PyFlink 2.3's JobClient.stop_with_savepoint calls a two-argument Java method that Flink 2 no longer
+        # has (it takes the savepoint format too): call the Java client directly.
+        canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+        java_client = self._client._j_job_client
+        return str(java_client.stopWithSavepoint(False, directory.resolve().as_uri(), canonical).get())
 
 
 def submit(job: FlinkJob, options: JobOptions, paths: StreamPaths, restore: Path | None) -> RunningJob:

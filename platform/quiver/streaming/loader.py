@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from quiver.catalog.ir import ViewSpec
 from quiver.compile.flink import BATCH_FIELD, NEWEST
 from quiver.offline.layout import EVENT_TS, last_values_schema, tile_schema
 from quiver.online.base import OnlineStore
+from quiver.online.redis_store import RedisOnlineStore
 from quiver.streaming.paths import StreamPaths, visible_files
 
 log = logging.getLogger(__name__)
@@ -167,10 +168,16 @@ class LoadStats:
 
 
 class Loader:
-    """Polls the sink folders of `views` and writes what Flink committed into `store`."""
+    """Polls the sink folders of `views` and writes what Flink committed into `store`.
+
+    With `direct_markers` (source → the Redis SET the JVM sink fills), the job writes tiles and last values
+    to Redis itself: the loader then only follows the markers there, the newest event time per view and
+    the late and quarantine logs."""
 
     def __init__(self, views: Sequence[ViewSpec], sources: Sequence[str], store: OnlineStore, paths: StreamPaths,
-                 marking: Sequence[str] = ()):
+                 marking: Sequence[str] = (), direct_markers: Mapping[str, str] | None = None):
+        self.direct = direct_markers is not None
+        self.direct_markers = dict(direct_markers or {})
         self.views = list(views)
         self.marking = set(marking)  # views whose change rows carry the batch markers
         self.sources = list(sources)
@@ -185,6 +192,11 @@ class Loader:
 
     def poll(self) -> int:
         """Load every committed change file once; returns the files loaded."""
+        if self.direct:
+            self._follow_direct()
+            self.stats.polls += 1
+            self.count_logs()
+            return 0
         began = time.perf_counter()
         loaded = 0
         for view in self.views:
@@ -250,11 +262,31 @@ class Loader:
             self._write_markers()
         return table.filter(pc.is_null(batches)).drop_columns([BATCH_FIELD])
 
+    def _follow_direct(self) -> None:
+        """The JVM sink wrote the values: pick up its batch markers and the views' newest event times."""
+        store = self._redis()
+        found: set[str] = set()
+        for key in self.direct_markers.values():
+            found |= store.set_members(key)
+        if found - self.markers:
+            self.markers |= found
+            self._write_markers()
+        fresh = store.freshness([v.name for v in self.views])
+        self.stats.newest_event_us.update({v: int(t) for v, t in fresh.items() if t is not None})
+
+    def _redis(self) -> RedisOnlineStore:
+        if not isinstance(self.store, RedisOnlineStore):
+            raise TypeError("the JVM sink writes to Redis: the loader needs the Redis online store")
+        return self.store
+
     def forget_markers(self, retired: set[str]) -> None:
         """Forget markers of retired batches (retention: the set stays as small as the inbox)."""
         if self.markers & retired:
             self.markers -= retired
             self._write_markers()
+            if self.direct:
+                for key in self.direct_markers.values():
+                    self._redis().remove_members(key, sorted(retired))
 
     def _read_markers(self) -> set[str]:
         try:

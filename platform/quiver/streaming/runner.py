@@ -4,8 +4,9 @@ Threads: the feeder moves new stream files into the job's inbox (unbounded runs)
 committed change files into the online store and writes the status; the main thread submits the Flink
 job and watches it. A run resumes from the latest checkpoint of the same job, else starts fresh: the
 state directory is cleared and the whole stream directory is replayed (online writes are idempotent).
-`--bounded` processes the stream files present at start and stops once every batch is committed and
-loaded (the checkpoint stays, so the next run resumes); unbounded runs until SIGTERM/SIGINT.
+`--bounded` processes the stream files present at start (Kafka: the records in the topics at start) and
+stops once every batch is committed and loaded (the checkpoint stays, so the next run resumes); unbounded
+runs until SIGTERM/SIGINT, or SIGUSR1, which stops the job with a savepoint the next run restores.
 
 Defaults (measured in benchmarks/streaming.py on a 2-core machine, docs/streaming.md): checkpoints every
 1000 ms (the file sinks commit on checkpoints, so this sets freshness: p99 1.95 s at 10.6k events/s and
@@ -36,11 +37,16 @@ from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.compile.flink import FlinkJob, FlinkTarget, compile_flink, streamed_views
 from quiver.config import Config
+from quiver.jars import FLINK_KAFKA, REDIS_SINK, bundle_jars, has_bundle
 from quiver.online.base import OnlineStore, OnlineStoreError
+from quiver.online.jvm_sink import markers_key, sink_options
+from quiver.online.redis_store import RedisOnlineStore
 from quiver.streaming.feeder import Feeder, source_feeds
 from quiver.streaming.job import (
+    SAVEPOINTS,
     JobOptions,
     RunningJob,
+    checkpoint_number,
     clear_checkpoints,
     is_java_error,
     java_error_summary,
@@ -53,13 +59,13 @@ from quiver.streaming.late import late_dir
 from quiver.streaming.loader import Loader
 from quiver.streaming.paths import StreamPaths
 from quiver.streaming.status import MetricsPublisher, tree_cpu_s, write_status
+from quiver.streaming.topics import TopicProgress
 
 log = logging.getLogger("quiver.streaming")
 _TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 KAFKA_JAR = "flink-sql-connector-kafka"
-KAFKA_JAR_HELP = ("download flink-sql-connector-kafka-<connector version>-2.0.jar (Maven Central, "
-                  "org.apache.flink) and set QUIVER_FLINK_JARS=/path/to/it.jar or copy it into pyflink/lib "
-                  "(infra/README.md)")
+KAFKA_JAR_HELP = ("run `make setup` (scripts/jars.sh fetches it from Maven Central into build/jars/flink-kafka/), "
+                  "or set QUIVER_FLINK_JARS=/path/to/flink-sql-connector-kafka-<version>.jar")
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class StreamOptions:
     table_settings: tuple[tuple[str, str], ...] = ()  # extra Flink table settings (in the job's SQL)
     flink_settings: tuple[tuple[str, str], ...] = ()  # extra Flink runtime settings (e.g. memory)
     jobmanager: str = ""  # REST "host:port" of a Flink session cluster; empty: the embedded mini-cluster
+    sink: str = "auto"  # "redis": the JVM sink writes to Redis; "files": change files + loader; auto: redis if it can
 
 
 def default_state_dir(config: Config) -> Path:
@@ -99,18 +106,22 @@ class StreamRunner:
         self.sources = sorted({v.source for v in self.views})
         self.kafka = self._kafka_bound()
         self.streams = {} if self.kafka else {s: self._stream_dir(s) for s in self.sources}
-        self.job = self._compile()
-        self.jars = kafka_jars() if self.kafka else []
         self._store = store
+        self.redis_url = self._direct_url(options.sink)
+        self.job = self._compile()
+        self.jars = (kafka_jars() if self.kafka else []) + (bundle_jars(REDIS_SINK) if self.redis_url else [])
+        self.topics = TopicProgress(self.catalog, self.sources, config.kafka_bootstrap) if self.kafka else None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the feeder thread updates the status the loader thread writes
         self._feed_lock = threading.Lock()  # feeding and retiring batches change the same inbox
         self._running: RunningJob | None = None
         self._loader_failed = False
+        self._savepoint = False
         self._status: dict[str, Any] = {"state": "starting", "mode": "bounded" if options.bounded else "unbounded",
                                         "views": [v.name for v in self.views], "sources": self.sources,
                                         "parallelism": options.parallelism, "started_at": time.time(),
                                         "cluster": options.jobmanager or "mini-cluster",
+                                        "sink": "redis (JVM sink)" if self.redis_url else "change files + loader",
                                         "state_dir": str(paths.root), "error": None}
 
     def marking_views(self) -> list[str]:
@@ -118,6 +129,32 @@ class StreamRunner:
         if self.kafka:
             return []
         return [next(v.name for v in self.views if v.source == s) for s in self.sources]
+
+    def _direct_url(self, sink: str) -> str:
+        """The Redis URL the JVM sink writes to, or "" when the job writes change files for the loader.
+
+        `auto` takes the sink when it can: a TCP Redis (Jedis has no Unix sockets, which the embedded
+        Redis uses) and the sink's jar built by `make setup`."""
+        if sink not in ("auto", "redis", "files"):
+            raise QuiverError(f"sink must be auto, redis or files, got {sink!r}")
+        if sink == "files":
+            return ""
+        url = self.config.redis_url or (self._store.url if isinstance(self._store, RedisOnlineStore) else "")
+        tcp = url.startswith(("redis://", "rediss://"))
+        if sink == "redis":
+            if not tcp:
+                where = "a Unix socket" if url else "the embedded Redis (a Unix socket)"
+                raise QuiverError(f"the JVM Redis sink needs redis_url to be a redis:// URL, not {where}: "
+                                  "use --sink files")
+            bundle_jars(REDIS_SINK)  # a clear error when setup has not built it
+            return url
+        return url if tcp and has_bundle(REDIS_SINK) else ""
+
+    def direct_markers(self) -> dict[str, str] | None:
+        """source → the Redis SET of its batch markers, when the JVM sink writes the values."""
+        if not self.redis_url:
+            return None
+        return {s: markers_key(self.config.project, s) for s in self.sources}
 
     def _kafka_bound(self) -> bool:
         local = [s for s in self.sources if (stream := self.catalog.sources[s].stream) and stream.path]
@@ -138,12 +175,23 @@ class StreamRunner:
                              monitor_interval_ms=self.options.monitor_interval_ms,
                              roll_interval_ms=self.options.roll_interval_ms,
                              max_future_ms=self.options.max_future_ms, kafka=self.kafka,
-                             mini_batch_ms=self.options.mini_batch_ms,
-                             extra_settings=self.options.table_settings)
+                             kafka_bootstrap=self.config.kafka_bootstrap, mini_batch_ms=self.options.mini_batch_ms,
+                             extra_settings=self.options.table_settings, view_sinks=self._view_sinks())
         return compile_flink(self.catalog, target, [v.name for v in self.views])
 
-    def stop(self) -> None:
-        """Ask a running job to stop (unbounded runs: cancel, keep the checkpoint, drain the loader)."""
+    def _view_sinks(self) -> dict[str, dict[str, str]]:
+        if not self.redis_url:
+            return {}
+        marking = set(self.marking_views())
+        project = self.config.project
+        return {v.name: sink_options(v, "tiles" if v.kind == "agg" else "last", self.redis_url, project=project,
+                                     markers_key=markers_key(project, v.source) if v.name in marking else None)
+                for v in self.views}
+
+    def stop(self, savepoint: bool = False) -> None:
+        """Ask a running job to stop (unbounded runs: cancel, keep the checkpoint, drain the loader); with
+        `savepoint`, stop it with a savepoint instead, which the next run restores (an upgrade, a move)."""
+        self._savepoint = self._savepoint or savepoint
         self._stop.set()
 
     # ----- the run -----
@@ -164,8 +212,13 @@ class StreamRunner:
         self._status["feeder"] = {"files": sum(fed.files.values()), "lines": fed.total_lines,
                                   "unparseable": dict(fed.unparseable), "backlog": 0}
         self._feeder_totals(feeder)
+        if self.topics is not None and self.options.bounded:  # a bounded run reads what the topics hold now
+            self._status["kafka_goal"] = self.topics.mark_ends()
         store = self._store or self._open_store()
-        loader = Loader(self.views, self.sources, store, self.paths, self.marking_views())
+        if restore is None and isinstance(store, RedisOnlineStore):
+            for key in (self.direct_markers() or {}).values():  # an earlier job's batch names may come again
+                store.remove_members(key, sorted(store.set_members(key)))
+        loader = Loader(self.views, self.sources, store, self.paths, self.marking_views(), self.direct_markers())
         publisher = MetricsPublisher()
         threads = [threading.Thread(target=self._load_loop, args=(loader, publisher, feeder), name="loader",
                                     daemon=True)]
@@ -239,11 +292,16 @@ class StreamRunner:
             if self._stop.wait(0.2):
                 if self.options.bounded:
                     log.info("stopping a bounded run before it finished; the next run resumes it")
+                if self._savepoint:
+                    self._status["savepoint"] = running.stop_with_savepoint(self.paths.checkpoints / SAVEPOINTS)
+                    log.info("stopped with savepoint %s", self._status["savepoint"])
+                    return "FINISHED"
                 running.cancel()
                 return "CANCELED"
 
-    @staticmethod
-    def _all_batches_done(feeder: Feeder, loader: Loader) -> bool:
+    def _all_batches_done(self, feeder: Feeder, loader: Loader) -> bool:
+        if self.topics is not None:  # Kafka: offsets are committed once the checkpoint holding them completed
+            return self.topics.caught_up()
         return all(set(names) <= loader.markers for names in feeder.batches().values())
 
     def _feeder_totals(self, feeder: Feeder) -> None:
@@ -324,10 +382,20 @@ class StreamRunner:
                 self._stop.set()
                 return
             if time.monotonic() >= next_status:
+                self._topic_progress()
                 publisher.publish(self._late(loader), loader.stats.newest_event_us)
                 self._write(loader)
                 next_status = time.monotonic() + 1.0
             self._stop.wait(pause)
+
+    def _topic_progress(self) -> None:
+        """Kafka: records at the topics' ends, committed by the job, and the lag (in the status)."""
+        if self.topics is None:
+            return
+        try:
+            self._status["kafka"] = self.topics.snapshot()
+        except Exception as exc:  # a broker restart must not stop the loader; the next pass retries
+            log.warning("kafka offsets: %s", exc)
 
     def _drain(self, loader: Loader, publisher: MetricsPublisher) -> None:
         try:
@@ -363,7 +431,7 @@ class StreamRunner:
 
 def _checkpoint_number(paths: StreamPaths) -> int:
     latest = latest_checkpoint(paths.checkpoints)
-    return int(latest.name.split("-")[1]) if latest else -1
+    return checkpoint_number(latest) if latest else -1
 
 
 def _pid() -> int:
@@ -390,6 +458,8 @@ def kafka_jars() -> list[Path]:
     spec = importlib.util.find_spec("pyflink")
     lib = Path(spec.origin).parent / "lib" if spec and spec.origin else None
     found = [p for p in listed if KAFKA_JAR in p.name]
+    if not found and has_bundle(FLINK_KAFKA):  # what `make setup` fetched
+        found = bundle_jars(FLINK_KAFKA)
     if lib is not None and lib.is_dir():
         found += sorted(lib.glob(f"{KAFKA_JAR}*.jar"))
     if not found:
@@ -423,6 +493,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--monitor-interval-ms", type=int, default=100, help="how often the job lists its inbox")
     p.add_argument("--roll-interval-ms", type=int, default=100, help="how often sink files are closed for commit")
     p.add_argument("--state-backend", choices=("rocksdb", "hashmap"), default="rocksdb")
+    p.add_argument("--sink", choices=("auto", "redis", "files"), default="auto",
+                   help="redis: the job writes tiles and last values to Redis itself (the JVM sink); files: change "
+                        "files that the runner loads; auto (default): redis when redis_url is redis:// and setup "
+                        "built the sink")
     p.add_argument("--jobmanager", default=None, metavar="HOST:PORT",
                    help="submit to this Flink session cluster (REST endpoint); default: flink_jobmanager in "
                         "quiver.yaml, else the embedded mini-cluster")
@@ -448,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 mini_batch_ms=args.mini_batch_ms, max_future_ms=args.max_future_ms,
                                 stream_retention_s=args.stream_retention_s,
                                 table_settings=_pairs(args.table_set), flink_settings=_pairs(args.flink_set),
-                                jobmanager=args.jobmanager if args.jobmanager is not None else config.flink_jobmanager)
+                                jobmanager=args.jobmanager if args.jobmanager is not None else config.flink_jobmanager,
+                                sink=args.sink)
         paths = StreamPaths.at(args.state_dir or default_state_dir(config), args.checkpoint_dir)
         runner = StreamRunner(config, catalog, paths, options)
     except QuiverError as exc:
@@ -459,8 +534,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("signal %d: stopping", signum)
         runner.stop()
 
+    def on_savepoint(signum: int, frame: Any) -> None:
+        log.info("signal %d: stopping with a savepoint", signum)
+        runner.stop(savepoint=True)
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, on_savepoint)
     return runner.run()
 
 

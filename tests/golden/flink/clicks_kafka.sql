@@ -2,6 +2,7 @@
 SET 'table.local-time-zone' = 'UTC';
 SET 'table.exec.mini-batch.enabled' = 'false';
 SET 'table.exec.state.ttl' = '90300500 ms';
+SET 'table.exec.source.idle-timeout' = '60000 ms';
 
 CREATE TABLE `src__clicks` (
   `line` STRING,
@@ -12,8 +13,7 @@ CREATE TABLE `src__clicks` (
   'topic' = 'clicks',
   'properties.bootstrap.servers' = 'kafka:9092',
   'properties.group.id' = 'quiver-clicks',
-  'scan.startup.mode' = 'group-offsets',
-  'properties.auto.offset.reset' = 'earliest',
+  'scan.startup.mode' = 'earliest-offset',
   'format' = 'raw'
 );
 

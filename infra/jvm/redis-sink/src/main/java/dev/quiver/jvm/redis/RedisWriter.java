@@ -1,0 +1,206 @@
+package dev.quiver.jvm.redis;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import redis.clients.jedis.Jedis;
+import redis.clients.jedis.Pipeline;
+import redis.clients.jedis.Response;
+import redis.clients.jedis.exceptions.JedisDataException;
+import redis.clients.jedis.exceptions.JedisException;
+
+/**
+ * Sends a flush to Redis with the online store's own Lua scripts (online/lua/*.lua, bundled in the jar): the data
+ * in pipelined EVALSHA calls of a few hundred keys, then — only once every data call succeeded — the view's
+ * freshness (meta script) and the batch markers (SADD), so a reader that sees a marker knows every earlier row
+ * is written. Every call is idempotent, so a failed flush is simply sent again after the job restarts.
+ */
+final class RedisWriter implements AutoCloseable {
+    /** Keys per script call: redis_store.py's batch size. */
+    static final int BATCH_KEYS = 500;
+
+    /** A script's text and its SHA-1 (what EVALSHA names). */
+    static final class Script {
+        final String name;
+        final byte[] body;
+        final byte[] sha;
+
+        Script(String name) {
+            this.name = name;
+            String path = "lua/" + name + ".lua";
+            try (InputStream in = RedisWriter.class.getResourceAsStream(path)) {
+                if (in == null) {
+                    throw new IllegalStateException("the jar lacks " + path + ": rebuild it (scripts/jars.sh)");
+                }
+                body = in.readAllBytes();
+                sha = HexFormat.of().formatHex(MessageDigest.getInstance("SHA-1").digest(body))
+                        .getBytes(StandardCharsets.US_ASCII);
+            } catch (IOException | NoSuchAlgorithmException e) {
+                throw new IllegalStateException("cannot read " + path, e);
+            }
+        }
+    }
+
+    /** One script call, kept so a NOSCRIPT reply can send it again. */
+    private static final class Call {
+        final Script script;
+        final int keyCount;
+        final byte[][] args;
+
+        Call(Script script, int keyCount, byte[][] args) {
+            this.script = script;
+            this.keyCount = keyCount;
+            this.args = args;
+        }
+    }
+
+    private final URI url;
+    private final int timeoutMs;
+    private final SinkLayout layout;
+    private final byte[] markersKey;
+    private final Script data;
+    private final Script meta = new Script("meta");
+    private Jedis jedis;
+
+    RedisWriter(String url, int timeoutMs, SinkLayout layout, String markersKey) {
+        this.url = URI.create(url);
+        this.timeoutMs = timeoutMs;
+        this.layout = layout;
+        this.markersKey = markersKey == null ? null : markersKey.getBytes(StandardCharsets.UTF_8);
+        this.data = new Script(layout.script);
+    }
+
+    /** Write a flush; on a lost connection reconnect and send it once more (every call is idempotent). */
+    void write(FlushBuffer.Flush flush) throws IOException {
+        if (flush.isEmpty()) {
+            return;
+        }
+        for (int attempt = 0; ; attempt++) {
+            try {
+                send(flush);
+                return;
+            } catch (JedisDataException e) { // a refusal (wrong credentials, a script error): retrying won't help
+                disconnect();
+                throw new IOException("Redis refused a write of view " + layout.view + ": " + e.getMessage(), e);
+            } catch (JedisException e) {
+                disconnect();
+                if (attempt > 0) {
+                    throw new IOException("Redis write of view " + layout.view + " failed: " + e.getMessage(), e);
+                }
+            }
+        }
+    }
+
+    private void send(FlushBuffer.Flush flush) {
+        List<Call> calls = new ArrayList<>();
+        for (int start = 0; start < flush.keys.size(); start += BATCH_KEYS) {
+            int end = Math.min(start + BATCH_KEYS, flush.keys.size());
+            calls.add(dataCall(flush, start, end));
+        }
+        run(calls); // the data first: freshness and markers promise it is there
+        List<Call> after = new ArrayList<>();
+        if (flush.maxEventTs != null) {
+            byte[] ts = Long.toString(flush.maxEventTs).getBytes(StandardCharsets.US_ASCII);
+            after.add(new Call(meta, 1, new byte[][] {layout.metaKey.getBytes(StandardCharsets.UTF_8), ts}));
+        }
+        run(after);
+        if (markersKey != null && !flush.markers.isEmpty()) {
+            byte[][] members = flush.markers.stream().map(m -> m.getBytes(StandardCharsets.UTF_8))
+                    .toArray(byte[][]::new);
+            connection().sadd(markersKey, members);
+        }
+    }
+
+    private Call dataCall(FlushBuffer.Flush flush, int start, int end) {
+        int n = end - start;
+        int extra = layout.isTiles() ? 3 : 0;
+        byte[][] args = new byte[2 * n + extra][];
+        for (int i = 0; i < n; i++) {
+            args[i] = flush.keys.get(start + i);
+            args[n + extra + i] = flush.values.get(start + i);
+        }
+        if (layout.isTiles()) { // TILE_SCRIPT's ARGV: width, var_len offset (0: none), horizon µs
+            args[n] = ascii(layout.width);
+            args[n + 1] = ascii(layout.varLenOffset);
+            args[n + 2] = ascii(layout.trimHorizonUs);
+        }
+        return new Call(data, n, args);
+    }
+
+    private static byte[] ascii(long v) {
+        return Long.toString(v).getBytes(StandardCharsets.US_ASCII);
+    }
+
+    /** Pipeline the calls as EVALSHA; calls answered NOSCRIPT (a restarted or flushed server) go again as EVAL. */
+    private void run(List<Call> calls) {
+        if (calls.isEmpty()) {
+            return;
+        }
+        List<Call> missing = new ArrayList<>();
+        List<Response<Object>> replies = new ArrayList<>(calls.size());
+        try (Pipeline p = connection().pipelined()) {
+            for (Call c : calls) {
+                replies.add(p.evalsha(c.script.sha, c.keyCount, c.args));
+            }
+            p.sync();
+        }
+        JedisDataException refused = null;
+        for (int i = 0; i < calls.size(); i++) {
+            try {
+                replies.get(i).get();
+            } catch (JedisDataException e) {
+                if (e.getMessage() != null && e.getMessage().startsWith("NOSCRIPT")) {
+                    missing.add(calls.get(i));
+                } else if (refused == null) {
+                    refused = e;
+                }
+            }
+        }
+        if (refused != null) { // every reply is read first: the connection stays in step
+            throw refused;
+        }
+        if (missing.isEmpty()) {
+            return;
+        }
+        // EVAL caches the script server-side too, so the next flush's EVALSHA finds it.
+        try (Pipeline p = connection().pipelined()) {
+            List<Response<Object>> again = new ArrayList<>();
+            for (Call c : missing) {
+                again.add(p.eval(c.script.body, c.keyCount, c.args));
+            }
+            p.sync();
+            for (Response<Object> r : again) {
+                r.get();
+            }
+        }
+    }
+
+    private Jedis connection() {
+        if (jedis == null) {
+            jedis = new Jedis(url, timeoutMs);
+        }
+        return jedis;
+    }
+
+    private void disconnect() {
+        if (jedis != null) {
+            try {
+                jedis.close();
+            } catch (RuntimeException ignored) {
+                // closing a broken connection may fail too; a new one is made on the next write
+            }
+            jedis = null;
+        }
+    }
+
+    @Override
+    public void close() {
+        disconnect();
+    }
+}

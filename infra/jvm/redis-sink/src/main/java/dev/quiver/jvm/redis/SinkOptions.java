@@ -1,0 +1,22 @@
+package dev.quiver.jvm.redis;
+
+import java.io.Serializable;
+
+/** The WITH options of a `quiver-redis` table, checked (QuiverRedisSinkFactory). */
+final class SinkOptions implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    final String redisUrl;
+    final String layoutJson;
+    final String markersKey; // null: markers are counted, not recorded
+    final int bufferRows;
+    final int timeoutMs;
+
+    SinkOptions(String redisUrl, String layoutJson, String markersKey, int bufferRows, int timeoutMs) {
+        this.redisUrl = redisUrl;
+        this.layoutJson = layoutJson;
+        this.markersKey = markersKey;
+        this.bufferRows = bufferRows;
+        this.timeoutMs = timeoutMs;
+    }
+}

@@ -1,0 +1,308 @@
+"""A local single-node Kafka broker (KRaft: broker and controller in one JVM) for tests, the demo and laptops.
+
+Started from the jars `make setup` fetches (`build/jars/kafka-broker/`, Kafka 4.1) with its own folder,
+ports and log directory, on loopback only, no authentication: like the embedded Redis, it is a stand-in for
+the team's cluster, never a production deployment. `ensure_broker(project_root)` starts one per project
+(or finds it running) and returns its bootstrap address; `KafkaBroker` is the handle tests use to stop,
+kill and restart it. Topic helpers (create, produce keyed JSON records, end offsets) use confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from quiver.catalog.errors import QuiverError
+from quiver.jars import KAFKA_BROKER, bundle_jars
+
+T = TypeVar("T")
+_RDKAFKA_LOG = logging.getLogger("quiver.kafka.client")
+_HEAP = "-Xmx512m"  # a test broker holds little; the default (¼ of RAM) would crowd Spark and Flink
+
+
+class BrokerError(QuiverError):
+    """The local broker could not start or answer."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _properties(directory: Path, port: int, controller_port: int, partitions: int) -> str:
+    settings = {
+        "process.roles": "broker,controller", "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(directory / "data"), "num.partitions": str(partitions),
+        # One node: every internal topic with one replica, and no wait before the first rebalance.
+        "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1", "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1", "group.initial.rebalance.delay.ms": "0",
+        # Flink's exactly-once Kafka sinks hold transactions up to the checkpoint interval; allow an hour.
+        "transaction.max.timeout.ms": "3600000",
+    }
+    return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+class KafkaBroker:
+    """One broker process over `directory` (config, data, log); ports fixed at construction so a restart
+    comes back at the same address with the same topics and offsets."""
+
+    def __init__(self, directory: Path, port: int | None = None, controller_port: int | None = None,
+                 partitions: int = 4) -> None:
+        self.dir = directory
+        self.port = port or free_port()
+        self.controller_port = controller_port or free_port()
+        self.partitions = partitions
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "broker.log"
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        classpath = os.pathsep.join(str(p) for p in bundle_jars(KAFKA_BROKER))
+        return ["java", _HEAP, "-Dlog4j2.level=WARN", "-cp", classpath, main, *args]
+
+    def _format(self, config: Path) -> None:
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        out = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode:
+            raise BrokerError(f"formatting the Kafka log directory {self.dir / 'data'} failed:\n"
+                              f"{(out.stdout + out.stderr)[-2000:]}")
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start (or keep) the broker and wait until it answers metadata requests."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = self.dir / "server.properties"
+        config.write_text(_properties(self.dir, self.port, self.controller_port, self.partitions))
+        self._format(config)
+        with self.log_file.open("ab") as log:
+            self.proc = subprocess.Popen(self._java("kafka.Kafka", str(config)), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (self.dir / "broker.pid").write_text(str(self.proc.pid))
+        deadline = time.monotonic() + timeout
+        while not self.answers():
+            if self.proc.poll() is not None:
+                self.proc = None
+                raise BrokerError(f"the Kafka broker exited on port {self.port}:\n{_tail(self.log_file)}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BrokerError(f"the Kafka broker did not answer within {timeout:.0f}s:\n{_tail(self.log_file)}")
+            time.sleep(0.2)
+
+    def answers(self, timeout: float = 2.0) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        try:  # a refused connection first: librdkafka would log one error line per retry
+            socket.create_connection(("127.0.0.1", self.port), timeout=timeout).close()
+            meta = AdminClient(admin_config(self.bootstrap)).list_topics(timeout=timeout)
+        except Exception:  # KafkaException when nobody answers
+            return False
+        # After a restart the broker answers before it leads its partitions again: not ready until it does.
+        return all(p.leader >= 0 and p.error is None for t in meta.topics.values() for p in t.partitions.values())
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Shut down cleanly (SIGTERM: the broker flushes its logs and leaves the quorum)."""
+        self._signal(signal.SIGTERM, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed beyond what the OS already has."""
+        self._signal(signal.SIGKILL, 30.0)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _signal(self, sig: int, timeout: float) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ---- the project's broker (the demo) ----
+
+
+def ensure_broker(project_root: Path) -> str:
+    """The bootstrap address of the project's local broker (`.quiver/kafka/`), started when not running."""
+    directory = project_root / ".quiver" / "kafka"
+    ports = directory / "ports"
+    port, controller = (int(p) for p in ports.read_text().split()) if ports.exists() else (free_port(), free_port())
+    broker = KafkaBroker(directory, port, controller)
+    if broker.answers(timeout=1.0):
+        return broker.bootstrap
+    directory.mkdir(parents=True, exist_ok=True)
+    ports.write_text(f"{port} {controller}\n")
+    broker.start()
+    broker.proc = None  # it outlives this process; stop_broker() ends it
+    return broker.bootstrap
+
+
+def stop_broker(project_root: Path) -> bool:
+    """Stop the project's local broker; False when none was running."""
+    pidfile = project_root / ".quiver" / "kafka" / "broker.pid"
+    try:
+        pid = int(pidfile.read_text())
+        os.killpg(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return False
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            break
+        time.sleep(0.1)
+    pidfile.unlink(missing_ok=True)
+    return True
+
+
+# ---- topics and records ----
+
+
+def _retrying(call: Callable[[], T], timeout: float = 60.0) -> T:
+    """`call()`, retried while the broker says the error is retriable (a restarted broker takes a few
+    seconds to lead its partitions again)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    # librdkafka does not flag these as retriable on offset queries, though they pass once leaders settle.
+    settling = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if not (code in settling or (error is not None and error.retriable())) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def admin_config(bootstrap: str) -> dict[str, Any]:
+    """Client settings: librdkafka's own log lines go to Python logging (not straight to stderr)."""
+    return {"bootstrap.servers": bootstrap, "logger": _RDKAFKA_LOG}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create `topic` with `partitions` partitions (an existing topic with as many is fine)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient(admin_config(bootstrap))
+    future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    try:
+        future.result(timeout=30)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise BrokerError(f"creating topic {topic!r} on {bootstrap}: {exc}") from exc
+        have = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+        if have != partitions:
+            raise BrokerError(f"topic {topic!r} exists with {have} partitions, not {partitions}") from exc
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]],
+            settings: Mapping[str, Any] | None = None,
+            partition_of: Callable[[bytes | None], int] | None = None) -> int:
+    """Send (key, value) records, idempotently (no duplicates on retries), and wait until all are
+    acknowledged; returns how many. A record that could not be delivered raises, never vanishes.
+    Records go to the partition of their key's hash, or `partition_of(key)`."""
+    from confluent_kafka import Producer
+
+    producer = Producer({**admin_config(bootstrap), "enable.idempotence": True, "linger.ms": 20,
+                         "compression.type": "lz4", **(settings or {})})
+    failed: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    sent = 0
+    for key, value in records:
+        while True:
+            try:
+                if partition_of is None:
+                    producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                else:
+                    producer.produce(topic, value=value, key=key, partition=partition_of(key),
+                                     on_delivery=on_delivery)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        sent += 1
+        if sent % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left or failed:
+        raise BrokerError(f"{left + len(failed)} of {sent} records to {topic!r} were not delivered: "
+                          f"{failed[:3] or 'flush timed out'}")
+    return sent
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition → the offset after its last record."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**admin_config(bootstrap), "group.id": f"quiver-offsets-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        def end(partition: int) -> int:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+        return {p: _retrying(functools.partial(end, p)) for p in sorted(parts)}
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """partition → the offset `group` committed (-1 where none): a Flink Kafka source commits on checkpoints."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**admin_config(bootstrap), "group.id": group, "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        got = _retrying(lambda: consumer.committed([TopicPartition(topic, p) for p in sorted(parts)], timeout=10))
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        consumer.close()

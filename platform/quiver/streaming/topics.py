@@ -1,0 +1,63 @@
+"""How far the streaming job has read its Kafka topics: the offsets it committed against the topics' ends.
+
+The job's Kafka source commits each partition's offset to the consumer group (`compile.flink.kafka_group`)
+when a checkpoint completes, that is once every record before it is in the job's state and its sinks
+have flushed. So committed offsets are a durable "read and written up to here": a bounded run is done
+when they reach the ends it saw at start, and `end - committed` is the lag the status reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quiver.catalog.ir import Catalog
+from quiver.compile.flink import kafka_group
+from quiver.streaming.kafka_broker import committed_offsets, end_offsets
+
+
+@dataclass(frozen=True)
+class Topic:
+    source: str
+    topic: str
+    bootstrap: str
+    group: str
+
+
+class TopicProgress:
+    """The topics of `sources`, the ends a bounded run must reach, and the job's committed offsets."""
+
+    def __init__(self, catalog: Catalog, sources: Sequence[str], bootstrap: str = "") -> None:
+        self.topics: list[Topic] = []
+        for source in sources:
+            stream = catalog.sources[source].stream
+            assert stream is not None and stream.kafka_topic
+            servers = bootstrap or stream.kafka_bootstrap_servers or "localhost:9092"
+            self.topics.append(Topic(source, stream.kafka_topic, servers, kafka_group(source)))
+        self.goal: dict[str, dict[int, int]] = {}
+
+    def mark_ends(self) -> dict[str, int]:
+        """Remember every partition's end now (what a bounded run reads); returns records per source."""
+        self.goal = {t.source: end_offsets(t.bootstrap, t.topic) for t in self.topics}
+        return {source: sum(ends.values()) for source, ends in self.goal.items()}
+
+    def committed(self) -> dict[str, dict[int, int]]:
+        # A partition the group never committed reads as a negative sentinel: nothing read yet.
+        return {t.source: {p: max(o, 0) for p, o in committed_offsets(t.bootstrap, t.group, t.topic).items()}
+                for t in self.topics}
+
+    def caught_up(self) -> bool:
+        """True once the job has committed every partition up to the ends `mark_ends` saw."""
+        done = self.committed()
+        return all(done[s].get(p, 0) >= end for s, ends in self.goal.items() for p, end in ends.items())
+
+    def snapshot(self) -> dict[str, dict[str, object]]:
+        """Per source: topic, records at the ends now, records committed, and the lag between them."""
+        done = self.committed()
+        out: dict[str, dict[str, object]] = {}
+        for t in self.topics:
+            ends = end_offsets(t.bootstrap, t.topic)
+            read = sum(min(done[t.source].get(p, 0), end) for p, end in ends.items())
+            out[t.source] = {"topic": t.topic, "end": sum(ends.values()), "committed": read,
+                             "lag": sum(ends.values()) - read}
+        return out

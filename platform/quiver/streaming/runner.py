@@ -541,7 +541,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGUSR1, on_savepoint)
-    return runner.run()
+    try:
+        return runner.run()
+    except QuiverError as exc:  # e.g. the Kafka brokers do not answer: one line, no trace
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

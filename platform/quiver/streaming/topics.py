@@ -8,12 +8,23 @@ when they reach the ends it saw at start, and `end - committed` is the lag the s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.compile.flink import kafka_group
 from quiver.streaming.kafka_broker import committed_offsets, end_offsets
+
+
+def _ask(topic: Topic, query: Callable[[str, str], dict[int, int]]) -> dict[int, int]:
+    from confluent_kafka import KafkaException
+
+    try:
+        return query(topic.bootstrap, topic.topic)
+    except KafkaException as exc:
+        raise QuiverError(f"source {topic.source!r}: Kafka at {topic.bootstrap} (topic {topic.topic!r}) did not "
+                          f"answer: {exc.args[0] if exc.args else exc}; set kafka_bootstrap in quiver.yaml") from None
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,7 @@ class TopicProgress:
 
     def mark_ends(self) -> dict[str, int]:
         """Remember every partition's end now (what a bounded run reads); returns records per source."""
-        self.goal = {t.source: end_offsets(t.bootstrap, t.topic) for t in self.topics}
+        self.goal = {t.source: _ask(t, end_offsets) for t in self.topics}
         return {source: sum(ends.values()) for source, ends in self.goal.items()}
 
     def committed(self) -> dict[str, dict[int, int]]:

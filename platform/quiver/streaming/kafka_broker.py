@@ -1,9 +1,8 @@
-"""A local single-node Kafka broker (KRaft: broker and controller in one JVM) for tests, the demo and laptops.
+"""A local single-node Kafka broker (KRaft: broker and controller in one JVM) for tests and laptops.
 
 Started from the jars `make setup` fetches (`build/jars/kafka-broker/`, Kafka 4.1) with its own folder,
 ports and log directory, on loopback only, no authentication: like the embedded Redis, it is a stand-in for
-the team's cluster, never a production deployment. `ensure_broker(project_root)` starts one per project
-(or finds it running) and returns its bootstrap address; `KafkaBroker` is the handle tests use to stop,
+the team's cluster, never a production deployment. `KafkaBroker` is the handle tests use to start, stop,
 kill and restart it. Topic helpers (create, produce keyed JSON records, end offsets) use confluent-kafka.
 """
 
@@ -158,42 +157,6 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-# ---- the project's broker (the demo) ----
-
-
-def ensure_broker(project_root: Path) -> str:
-    """The bootstrap address of the project's local broker (`.quiver/kafka/`), started when not running."""
-    directory = project_root / ".quiver" / "kafka"
-    ports = directory / "ports"
-    port, controller = (int(p) for p in ports.read_text().split()) if ports.exists() else (free_port(), free_port())
-    broker = KafkaBroker(directory, port, controller)
-    if broker.answers(timeout=1.0):
-        return broker.bootstrap
-    directory.mkdir(parents=True, exist_ok=True)
-    ports.write_text(f"{port} {controller}\n")
-    broker.start()
-    broker.proc = None  # it outlives this process; stop_broker() ends it
-    return broker.bootstrap
-
-
-def stop_broker(project_root: Path) -> bool:
-    """Stop the project's local broker; False when none was running."""
-    pidfile = project_root / ".quiver" / "kafka" / "broker.pid"
-    try:
-        pid = int(pidfile.read_text())
-        os.killpg(pid, signal.SIGTERM)
-    except (OSError, ValueError):
-        return False
-    for _ in range(300):
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            break
-        time.sleep(0.1)
-    pidfile.unlink(missing_ok=True)
-    return True
 
 
 # ---- topics and records ----

@@ -99,7 +99,8 @@ def test_warnings_and_log_warnings_reach_stderr_as_in_a_fresh_interpreter(projec
     probe(monkeypatch, action)
     for _ in range(2):  # shown by every run, as by every fresh interpreter (not once per test process)
         err = quiver("list", cwd=project).stderr
-        assert "UserWarning: shown" in err and "logged" in err
+        # Another library imported by the suite may restyle warnings.formatwarning; the words stay.
+        assert "UserWarning" in err and "shown" in err and "logged" in err
         assert "hidden" not in err and "not shown" not in err
 
 

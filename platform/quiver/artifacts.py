@@ -12,13 +12,16 @@ path of the machine that wrote them, so a model trained on a ``gpu`` worker load
                                          shares the folder resumes; object stores keep them on the worker)
 
 Everything under ``models/`` and ``labels/`` is content-addressed and written once; readers verify sha256s
-(artifact manifests, label snapshots) before using a byte. A recorded value that already is a URI
+(artifact manifests, label snapshots) before using a byte. Local folders and files this module (or a model
+save) creates are owner-only, 0700 and 0600 (`private_dirs`, `make_private`): weights, reference rows and
+labels are nobody else's on a shared machine. A recorded value that already is a URI
 (``s3://…``, ``file:///…`` from a migrated registry) is used as it is; a bare absolute path is a legacy row
 (read, never written). Remote files are copied into a local cache folder before use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -99,6 +102,32 @@ def _remote(uri: str) -> tuple[pafs.FileSystem, str]:
         raise QuiverError(f"cannot open artifact location {uri}: {exc}") from None
 
 
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def private_dirs(folder: Path) -> None:
+    """Create `folder` and its missing parents owner-only (0700, through the umask); folders that exist are
+    kept as they are (their owner chose their mode)."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            path.mkdir(mode=PRIVATE_DIR)
+
+
+def make_private(path: Path) -> None:
+    """chmod a file 0600, or a folder 0700 and everything in it 0600 / 0700 (libraries such as torch and
+    pyarrow create files 0666 less the umask, usually 0644: readable by every user)."""
+    if path.is_dir():
+        for child in path.rglob("*"):
+            os.chmod(child, PRIVATE_DIR if child.is_dir() else PRIVATE_FILE)
+        os.chmod(path, PRIVATE_DIR)
+    else:
+        os.chmod(path, PRIVATE_FILE)
+
+
 def _tree(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): file_sha256(p) for p in folder.rglob("*") if p.is_file()}
 
@@ -107,7 +136,8 @@ def _install_dir(staging: Path, target: Path) -> None:
     """Move a fresh download into the cache. Another process may have put the same folder there first (keys
     are content-addressed): an identical copy is kept as it is — a reader may be using it — and only a
     copy that differs (damaged) is replaced."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(target.parent)
+    make_private(staging)
     try:
         os.rename(staging, target)
         return
@@ -244,7 +274,7 @@ class ArtifactStore:
             raise QuiverError(f"artifact folder {self.location(recorded)} does not exist (or is empty)")
         target = self._cache_path(recorded)
         staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-        staging.mkdir(parents=True)
+        private_dirs(staging)
         try:
             for info in infos:
                 rel = info.path[len(inner):].lstrip("/")
@@ -263,7 +293,7 @@ class ArtifactStore:
         if path is None:
             assert fs is not None
             target = self._cache_path(recorded)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(target.parent)
             staging = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
             try:
                 with fs.open_input_stream(inner) as src, open(staging, "wb") as out:
@@ -271,6 +301,7 @@ class ArtifactStore:
             except FileNotFoundError:
                 staging.unlink(missing_ok=True)
                 raise QuiverError(f"{self.location(recorded)} does not exist in the artifact store") from None
+            make_private(staging)
             os.replace(staging, target)
             path = target
         elif not path.is_file():
@@ -322,7 +353,7 @@ class ArtifactStore:
             folder = self.local_root / f".staging-{uuid.uuid4().hex[:12]}"
         else:
             folder = self.scratch_dir / f"staging-{uuid.uuid4().hex[:12]}"
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dirs(folder)
         try:
             yield folder
         finally:
@@ -337,11 +368,13 @@ class ArtifactStore:
         if self.local_root is not None:
             dest = self.local_root / key
             if folder.resolve() == dest.resolve():
+                make_private(dest)
                 return key
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(dest.parent)
             if dest.exists():
                 shutil.rmtree(folder, ignore_errors=True)
             else:
+                make_private(folder)
                 os.replace(folder, dest)
             return key
         remote = self._root_fs()
@@ -355,10 +388,11 @@ class ArtifactStore:
         key = check_key(key)
         if self.local_root is not None:
             dest = self.local_root / key
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(dest.parent)
             if dest.exists():
                 file.unlink(missing_ok=True)
             else:
+                make_private(file)
                 os.replace(file, dest)
             return key
         remote = self._root_fs()

@@ -16,7 +16,7 @@ type its outputs with `outputs`. So online and offline values can differ only if
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,24 +110,39 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {"float64": (int, float), "int64": (i
                                             "string": (str,), "timestamp": (str,)}
 
 
-def check_request_rows(rows: Sequence[Mapping[str, Any]], request_fields: Mapping[str, str]) -> None:
+FieldPath = Callable[[int, str], str]
+"""Where the value of request field `name` for row `i` sat in what the client sent, for error messages."""
+
+
+def row_field(row: int, name: str) -> str:
+    """`rows[i].fields.name`: a /predict row's field."""
+    return f"rows[{row}].fields.{name}"
+
+
+def request_field(row: int, name: str) -> str:
+    """`request.name[i]`: a value of a request column (the feature server's `request`, the SDK's `request=`)."""
+    return f"request.{name}[{row}]"
+
+
+def check_request_rows(rows: Sequence[Mapping[str, Any]], request_fields: Mapping[str, str],
+                       path: FieldPath = row_field) -> None:
     """Request `fields` as a client sent them (JSON values, one mapping per row) against the declared fields:
     every declared field present (null is a value: unknown), none unknown, each of its type (no strings for
-    numbers, no booleans for numbers). RequestFieldError names the first problem and its row."""
+    numbers, no booleans for numbers). RequestFieldError names the first problem where the client sent it."""
     for index, row in enumerate(rows):
         unknown = [k for k in row if k not in request_fields]
         if unknown:
             known = ", ".join(request_fields) or "none"
-            raise RequestFieldError(f"rows[{index}].fields.{unknown[0]}: unknown field (the features read: {known})")
+            raise RequestFieldError(f"{path(index, unknown[0])}: unknown field (the features read: {known})")
         for name, dtype in request_fields.items():
             if name not in row:
-                raise RequestFieldError(f"rows[{index}].fields.{name}: missing (a {dtype} the features need; "
+                raise RequestFieldError(f"{path(index, name)}: missing (a {dtype} the features need; "
                                         f"send null if it is unknown)")
             value = row[name]
             wanted = _JSON_TYPES[dtype]
             wrong_bool = isinstance(value, bool) and bool not in wanted
             if value is not None and (wrong_bool or not isinstance(value, wanted)):
-                raise RequestFieldError(f"rows[{index}].fields.{name}: expected {dtype}, got "
+                raise RequestFieldError(f"{path(index, name)}: expected {dtype}, got "
                                         f"{type(value).__name__} {value!r}"[:300])
 
 
@@ -141,14 +156,14 @@ class Refusal:
     """Request rows failing their request sources' contracts: how many per (source, reason), and the first."""
 
     counts: dict[tuple[str, str], int]
-    first: str  # "rows[i].fields.<column>: …" (empty when nothing was refused)
+    first: str  # "<where the value was sent>: …", e.g. "rows[i].fields.<column>: …" (empty: nothing refused)
 
 
 def check_request_contracts(fields: Mapping[str, Sequence[Any]], dtypes: Mapping[str, str],
-                            contracts: Sequence[tuple[str, ContractSpec]]) -> Refusal:
+                            contracts: Sequence[tuple[str, ContractSpec]], path: FieldPath = row_field) -> Refusal:
     """Request fields (one value per row) against their request sources' contracts, by the rules every other
     path applies (`quiver.compile.contracts`; the clock is now). The caller counts the refusals and
-    refuses the request, naming the first."""
+    refuses the request, naming the first as `path` spells it."""
     counts: dict[tuple[str, str], int] = {}
     first = ""
     now_us = time.time_ns() // 1000
@@ -165,7 +180,7 @@ def check_request_contracts(fields: Mapping[str, Sequence[Any]], dtypes: Mapping
         if len(bad) and not first:
             row = int(bad[0])
             check = contract.checks[int(failed[row])]
-            first = (f"rows[{row}].fields.{check.column}: refused by the contract of {source!r} "
+            first = (f"{path(row, check.column)}: refused by the contract of {source!r} "
                      f"({check.reason}; value {fields[check.column][row]!r})")[:300]
     return Refusal(counts, first)
 

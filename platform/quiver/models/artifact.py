@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from quiver.artifacts import file_sha256, manifest_sha256
+from quiver.artifacts import PRIVATE_DIR, file_sha256, make_private, manifest_sha256, private_dirs
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.models.network import NetworkConfig, TabularNet
@@ -115,9 +115,9 @@ def save_artifact(root: str | Path, name: str, model: TabularNet, preprocessor: 
         raise ValueError(f"features {columns} and refs {list(feature_refs)} do not match the preprocessor's "
                          f"{preprocessor.features}")
     base = Path(root) / name
-    base.mkdir(parents=True, exist_ok=True)
+    private_dirs(base)  # owner-only, as every folder and file of the artifact (see quiver.artifacts)
     staging = base / f".staging-{uuid.uuid4().hex[:12]}"
-    staging.mkdir()
+    staging.mkdir(mode=PRIVATE_DIR)
     try:
         meta = {"format_version": FORMAT_VERSION, "name": name, "network": model.config.to_dict(),
                 "preprocessing": preprocessor.to_dict(), "features": columns,
@@ -131,6 +131,7 @@ def save_artifact(root: str | Path, name: str, model: TabularNet, preprocessor: 
         files = {f: file_sha256(staging / f) for f in (MODEL_FILE, WEIGHTS_FILE, REFERENCE_FILE)}
         digest = manifest_sha256(files)
         (staging / CHECKSUM_FILE).write_text(json.dumps({"files": files, "sha256": digest}, indent=2))
+        make_private(staging)
         final = base / digest[:16]
         if final.exists():  # the same bytes were written before: keep the first copy, it is identical
             shutil.rmtree(staging)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from quiver.artifacts import make_private, private_dirs
 from quiver.catalog.errors import QuiverError
 from quiver.models.data import Tensors
 from quiver.models.network import NetworkConfig, TabularNet
@@ -249,12 +250,14 @@ def _run_identity(train_set: Tensors, valid_set: Tensors, network: NetworkConfig
 
 def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     # Written beside, then renamed: a kill mid-write leaves the previous epoch's checkpoint intact.
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)  # owner-only, as the artifacts (see quiver.artifacts)
     staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(state, staged)
+    make_private(staged)
     os.replace(staged, path)
     progress = path.parent / PROGRESS
     staged_progress = progress.with_name(f".{progress.name}.{os.getpid()}.tmp")
     staged_progress.write_text(json.dumps({"epoch": state["epoch"], "step": state["step"],
                                            "best_epoch": state["best_epoch"]}))
+    make_private(staged_progress)
     os.replace(staged_progress, progress)  # readers (monitors, tests) never see a half-written file

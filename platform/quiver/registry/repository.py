@@ -70,7 +70,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(path))
         engine = create_engine(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
@@ -84,6 +84,18 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """Create a new registry file owner-only (0600), before SQLite would create it 0644 (its journal and WAL
+    files take the database file's mode). A file that exists keeps its mode: its owner chose it."""
+    from quiver.artifacts import private_dirs
+
+    if "?" in str(path) or str(path).startswith("file:"):  # a URI filename: SQLite opens it as told
+        return
+    private_dirs(path.parent)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # an empty file is an empty database
 
 
 class Registry:

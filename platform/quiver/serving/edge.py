@@ -6,7 +6,7 @@
 - Validation errors (`validation_failed`): 422 with, per problem, its location (`loc`, e.g. `["body", "rows",
   0, "at"]`), message and type, never the input itself: echoing it cost a 500 when it could not be encoded,
   and reflects whatever a client sent.
-- Times (`iso_time_us`, `IsoTime`, `EpochMicros`): one bounded range, `quiver.online.base.TIME_RANGE`.
+- Times: `quiver.serving.times` (one bounded range, `quiver.online.base.TIME_RANGE`).
 - Per-client concurrency (`ClientLimit`): at most N requests of one client in flight on the data routes;
   the next gets 429 + Retry-After at once, so one heavy client cannot hold every worker.
 - Offline docs (`create_fastapi`): /docs and /redoc load Swagger UI and ReDoc from files served by the server
@@ -23,17 +23,13 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
 import pydantic
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import AfterValidator, BeforeValidator, StrictStr, WithJsonSchema
-
-from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,7 +37,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _MAX_ERRORS = 20  # a 10,000-row body with one mistake per row need not answer 10,000 problems
 
@@ -155,47 +150,6 @@ async def validation_failed(request: Request, exc: Exception) -> Response:
         detail.append({"loc": ["body"], "msg": f"… and {len(errors) - _MAX_ERRORS} more problems",
                        "type": "too_many_errors"})
     return JSONResponse({"detail": detail}, status_code=422)
-
-
-# ----- times -----
-
-def iso_time_us(value: str) -> int:
-    """Epoch µs of an ISO-8601 time with a UTC offset inside TIME_RANGE; ValueError saying why otherwise."""
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError("must be an ISO-8601 time with a UTC offset, e.g. 2026-11-03T12:00:00Z") from None
-    if parsed.tzinfo is None:
-        raise ValueError("needs a UTC offset (…Z or …+01:00): a time without one is ambiguous")
-    delta = parsed - _EPOCH
-    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    if not MIN_TIME_US <= micros < MAX_TIME_US:
-        raise ValueError(f"is outside the supported range {TIME_RANGE}")
-    return micros
-
-
-def _iso_checked(value: str) -> str:
-    iso_time_us(value)
-    return value
-
-
-_TIME_TEXT = f"Times must lie in {TIME_RANGE}."
-# An ISO-8601 string with an offset (JSON Schema's `date-time` is RFC 3339, which requires one).
-IsoTime = Annotated[StrictStr, AfterValidator(_iso_checked),
-                    WithJsonSchema({"type": "string", "format": "date-time", "maxLength": 64,
-                                    "description": f"ISO-8601 with a UTC offset. {_TIME_TEXT}"})]
-
-
-def whole_number(value: Any) -> Any:
-    # JSON Schema's "integer" includes 223.0: so does this, but never true/false or "223".
-    if isinstance(value, bool | str):
-        raise ValueError("must be an integer")
-    return value
-
-
-# An integer as JSON Schema means it (a number without a fractional part), never a boolean or a string.
-# (Constraints go before the validator: after it, pydantic writes them into the JSON schema as "ge"/"le".)
-EpochMicros = Annotated[int, pydantic.Field(ge=MIN_TIME_US, lt=MAX_TIME_US), BeforeValidator(whole_number)]
 
 
 # ----- per-client concurrency -----

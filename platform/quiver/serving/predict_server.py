@@ -34,19 +34,17 @@ from quiver.serving.edge import (
     Busy,
     ClientCounts,
     ClientLimit,
-    EpochMicros,
     FairSlots,
-    IsoTime,
     LeanPost,
     client_key,
     create_fastapi,
-    iso_time_us,
     json_bytes,
 )
 from quiver.serving.prediction import PredictionService
 from quiver.serving.runtime import ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
 from quiver.serving.schemas import IDENT, KEYS_SCHEMA, Int64, KeyValue
 from quiver.serving.server import MAX_BODY_BYTES, BodyLimit, Observe
+from quiver.serving.times import EpochOrIso, iso_time_us
 
 log = logging.getLogger(__name__)
 MAX_ROWS = 1_000  # rows per request: a bigger batch is several requests (fairness: see docs/prediction.md)
@@ -65,7 +63,7 @@ class PredictRow(BaseModel):
     request_id: Annotated[str, Field(min_length=1, max_length=128)]
     entities: dict[FieldName, KeyValue] = Field(
         min_length=1, max_length=16, examples=[{"user_id": 7, "merchant_id": 3}], json_schema_extra=KEYS_SCHEMA)
-    at: EpochMicros | IsoTime | None = Field(
+    at: EpochOrIso | None = Field(
         None, description=f"event time: epoch microseconds (an integer) or ISO-8601 with a UTC offset "
                           f"(default: now), {TIME_RANGE}")
     fields: dict[FieldName, FieldValue] = Field(
@@ -121,6 +119,11 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
     store_up = Gauge("quiver_online_store_up", "1 when the online store answered the last probe", registry=metrics)
     refused = Gauge("quiver_client_limit_refused", "Requests refused with 429 (per-client concurrency) since start",
                     registry=metrics)
+    degraded = Gauge("quiver_serving_degraded", "1 while /health says degraded (see its `reasons`), else 0",
+                     registry=metrics)
+    fallback = Gauge("quiver_prediction_champion_fallback", "1 while the registry's champion (`wanted`) cannot "
+                     "load and an earlier version (`serving`) answers instead", ["wanted", "serving"],
+                     registry=metrics)
 
     def views() -> list[str]:  # stored views only: on-demand features are computed, never read
         refs = list(service.arms.feature_refs)
@@ -202,11 +205,27 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
         # Well-formed requests are answered by `predict_json` through LeanPost before they get here.
         return Response(await predict_json(body, request.scope), media_type="application/json")
 
+    def reasons(probe: Any, log_health: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """Why the server is degraded (empty: it is not), for /health and /metrics alike."""
+        out: list[dict[str, Any]] = []
+        fell_back = service.champion_fallback
+        if fell_back is not None:
+            wanted, serving = f"{service.model_name}:{fell_back[0]}", service.arms.champion.label
+            out.append({"reason": "champion_not_loaded", "version": wanted, "serving": serving, "error": fell_back[1],
+                        "detail": f"the registry's champion {wanted} cannot be loaded; {serving} serves until it can"})
+        if log_health is not None and log_health["status"] != "ok":
+            out.append({"reason": "serving_log_failing", "detail": "serving logs cannot be written"})
+        if probe.up and probe.views_without_data:
+            out.append({"reason": "views_without_data", "views": probe.views_without_data,
+                        "detail": "the online store holds no data for some views"})
+        return out
+
     @app.get("/health", responses={503: {"description": "online store unavailable (see Retry-After)"}})
     async def health() -> Response:
-        """200 "ok" with the versions served; 200 "degraded" when serving logs cannot be written (or the store
-        holds no data for a view the models read); 503 "unavailable" when the online store does not answer.
-        Answers within the probe timeout even while the store is stalled."""
+        """200 "ok" with the versions served; 200 "degraded" with `reasons` (and `detail`, in words) when the
+        registry's champion cannot load and an earlier version serves, serving logs cannot be written, or the
+        store holds no data for a view the models read; 503 "unavailable" when the online store does not
+        answer. Answers within the probe timeout even while the store is stalled."""
         arms = service.arms
         gate.views = views()
         probe = await gate.health()
@@ -214,25 +233,30 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             "project": service.store.config.project, "model": service.model_name, "champion": arms.champion.label,
             "canary": arms.canary.label if arms.canary else None, "canary_fraction": arms.fraction,
             "shadow": arms.shadow.label if arms.shadow else None}
-        problems = []
         if service.logger is not None:
             info["serving_log"] = service.logger.health()
-            if info["serving_log"]["status"] != "ok":
-                problems.append("serving logs cannot be written")
+        problems = reasons(probe, info.get("serving_log"))
         if not probe.up:
-            return JSONResponse({"status": "unavailable", "detail": "online store did not answer", **info},
+            return JSONResponse({"status": "unavailable", "detail": "online store did not answer", **info,
+                                 **({"reasons": problems} if problems else {})},
                                 status_code=503, headers={"Retry-After": str(gate.retry_after_s)})
         if probe.views_without_data:
             info["views_without_data"] = probe.views_without_data
-            problems.append("the online store holds no data for some views")
-        return JSONResponse({"status": "degraded" if problems else "ok",
-                             **({"detail": "; ".join(problems)} if problems else {}), **info})
+        if not problems:
+            return JSONResponse({"status": "ok", **info})
+        return JSONResponse({"status": "degraded", "detail": "; ".join(p["detail"] for p in problems),
+                             "reasons": problems, **info})
 
     @app.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
         """Prometheus metrics (text exposition format): the server's, and the process's default registry
         (serving-log counters and buffer gauges, monitoring metrics)."""
-        await gate.health()  # refreshes quiver_online_store_up; never waits on a stalled store
+        probe = await gate.health()  # refreshes quiver_online_store_up; never waits on a stalled store
+        degraded.set(1 if reasons(probe, service.logger.health() if service.logger is not None else None) else 0)
+        fallback.clear()
+        fell_back = service.champion_fallback
+        if fell_back is not None:
+            fallback.labels(f"{service.model_name}:{fell_back[0]}", service.arms.champion.label).set(1)
         for name, value in service.stats.snapshot().items():
             counters.labels(name).set(value)
         arms = service.arms

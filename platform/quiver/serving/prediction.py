@@ -23,7 +23,7 @@ One request, many rows:
    fails to load is retried with exponential backoff (`retry_base_s` … `retry_max_s`) and swapped in as soon
    as it loads. A champion that fails to load keeps the current one serving (alert `champion_load_failed`);
    a service that starts while its champion cannot load serves the newest earlier champion that does and
-   says so (`fallback_from`), until the champion loads.
+   says so (`champion_fallback`: the version it could not load and why), until the champion loads.
 6. Every row is logged (serving logs: features, score, arm, model version, latency, error) with its
    request_id, the request's call_id and the rollout tag (rollout, step, fraction) of the arm set that
    served it; shadow and paired rows carry the request_id of the row they mirror and no feature columns of
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quiver.catalog.errors import QuiverError
-from quiver.compile.on_demand import check_request_rows
+from quiver.compile.on_demand import check_request_rows, row_field
 from quiver.online.base import FieldStatus, timestamp_us
 from quiver.serving.arms import (
     Arm,
@@ -124,7 +124,7 @@ class PredictionService:
         self._loader = loader or self._load
         self._cache: dict[int, Arm] = {}
         self._failures: dict[int, tuple[int, float, Arm]] = {}  # version → (failures, next try, failed arm)
-        self.fallback_from: int | None = None  # the champion version that could not load, while we serve another
+        self.champion_fallback: tuple[int, str] | None = None  # (registry champion that cannot load, why)
         self._refresh_lock = threading.Lock()
         self._shadow_queue: queue.Queue[Any] = queue.Queue(maxsize=shadow_queue_size)
         self._alert_queue: queue.Queue[tuple[str, str, str] | None] = queue.Queue(maxsize=64)
@@ -202,6 +202,11 @@ class PredictionService:
         """The arm set requests use now."""
         return self._arms
 
+    @property
+    def fallback_from(self) -> int | None:
+        """The registry's champion version that could not load while another one serves, else None."""
+        return None if self.champion_fallback is None else self.champion_fallback[0]
+
     # ----- models -----
 
     def _load(self, version: ModelVersion) -> Model:
@@ -250,6 +255,10 @@ class PredictionService:
             arm = self._arm(version, strict=True)
         except Exception as exc:
             self._alert("champion_load_failed", f"{self.model_name}:{version}", f"{type(exc).__name__}: {exc}")
+            failed = self._failures.get(version)
+            error = failed[2].error if failed is not None else f"{type(exc).__name__}: {exc}"
+            # One tuple (one assignment: /health reads it from another thread), the error without its type.
+            self.champion_fallback = (version, error.partition(": ")[2] or error)
             if not first:
                 raise
             for earlier in self._earlier_champions(version):
@@ -257,10 +266,8 @@ class PredictionService:
                     arm = self._arm(earlier, strict=True)
                     log.error("champion %s:%d cannot load; serving %s until it does", self.model_name, version,
                               arm.label)
-                    self.fallback_from = version
                     return arm
             raise
-        self.fallback_from = None
         return arm
 
     def _earlier_champions(self, version: int) -> list[int]:
@@ -299,6 +306,8 @@ class PredictionService:
         used = {a.version for a in (champion, canary, shadow) if a is not None} | {champion_version}
         self._cache = {v: a for v, a in self._cache.items() if v in used}
         self._failures = {v: f for v, f in self._failures.items() if v in used}
+        if champion.version == champion_version:  # this set serves the registry's champion again
+            self.champion_fallback = None
         return ArmSet(champion, canary, shadow, salt, fraction, rollout_id, tuple(refs), step)
 
     def refresh(self) -> bool:
@@ -366,7 +375,7 @@ class PredictionService:
         # Rows log at their own `at` (replays of simulated days), else at the request's wall-clock time (µs UTC).
         logged_at: np.ndarray | int = np.array([timestamp_us(t) for t in times], dtype=np.int64) \
             if times is not None else time.time_ns() // 1000
-        result = self.store.finish_online(call.read, fetched, fields)
+        result = self.store.finish_online(call.read, fetched, fields, path=row_field)
         inputs = RowInputs(result, fields, n)
         fetched_at = time.perf_counter()
         on_canary = np.zeros(n, dtype=bool)

@@ -315,6 +315,7 @@ def guarded_protocol(limits: ServerLimits) -> type:
         _head_bytes = 0
         _too_large = False
         _deadline: asyncio.TimerHandle | None = None
+        _running: Any = None  # the request cycle whose app runs now (pipelined ones wait in `self.pipeline`)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -322,7 +323,23 @@ def guarded_protocol(limits: ServerLimits) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            # uvicorn marks only the newest parsed cycle disconnected. With pipelined requests that is a queued
+            # one, and the cycle still running then writes its answer to the closed transport: uvloop raises
+            # RuntimeError and uvicorn logs a traceback per connection. Mark the running one too, so its
+            # send() returns quietly, as it does for an unpipelined request.
+            running = self._running
+            if running is not None and not running.response_complete:
+                running.disconnected = True
+                running.message_event.set()
+                if self.pipeline:
+                    log.debug("client closed a connection with %d pipelined requests unanswered",
+                              len(self.pipeline) + 1)
+            self.pipeline.clear()  # never started once the transport closes: drop them
             super().connection_lost(exc)
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            self._running = cycle
+            super()._start_asgi_task(cycle, app)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()

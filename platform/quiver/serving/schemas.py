@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from quiver.online.base import TIME_RANGE
-from quiver.serving.edge import EpochMicros, IsoTime, iso_time_us, whole_number
+from quiver.serving.times import EpochMicros, IsoTime, iso_time_us, whole_number
 
 MAX_ENTITIES = 10_000
 MAX_FEATURES = 2_000

@@ -212,16 +212,13 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
 def check_request_columns(request: Mapping[str, Sequence[Any]], fields: dict[str, str], n: int) -> None:
     """The feature server's `request` (field → one value per entity) against the fields the features read."""
     from quiver.catalog.errors import RequestFieldError
-    from quiver.compile.on_demand import check_request_rows
+    from quiver.compile.on_demand import check_request_rows, request_field
 
     for name, values in request.items():
         if name in fields and len(values) != n:
             raise RequestFieldError(f"request.{name}: {len(values)} values for {n} entities")
     rows = [{name: values[i] for name, values in request.items() if i < len(values)} for i in range(n)]
-    try:
-        check_request_rows(rows, fields)
-    except RequestFieldError as exc:  # name the field as this endpoint spells it
-        raise RequestFieldError(str(exc).replace("].fields.", "].request.")) from None
+    check_request_rows(rows, fields, request_field)  # named as this body holds it: request.<field>[i]
 
 
 class Observe:

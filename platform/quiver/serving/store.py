@@ -10,12 +10,13 @@ cached, so a repeated request costs one Redis round trip plus the decode.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from quiver.online.base import (
     timestamp_us,
 )
 from quiver.serving.result import OnlineResult
+
+if TYPE_CHECKING:  # on_demand imports pandas: the online read without on-demand views does not need it
+    from quiver.compile.on_demand import FieldPath
 
 Features = str | Sequence[str]
 EntityRows = Sequence[Mapping[str, Any]] | Mapping[str, Any]
@@ -150,6 +154,7 @@ def _typed(key: str, values: Any, dtype: str) -> np.ndarray:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_ASCII_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def _int64_keys(values: Any) -> np.ndarray:
@@ -175,6 +180,9 @@ def _int64_keys(values: Any) -> np.ndarray:
     for value in arr.reshape(-1).tolist():
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError(f"not an integer: {value!r}")
+        if isinstance(value, str) and not _ASCII_INTEGER.fullmatch(value):
+            # int() also reads "３６９" (any Unicode digits), " 7 " and "1_000": each would score another user
+            raise ValueError(f"not an integer: {value!r} (digits as text must be ASCII 0-9, optionally after '-')")
         number = int(value)
         if not _INT64_MIN <= number <= _INT64_MAX:
             raise ValueError(f"{number} is outside the int64 range")
@@ -267,9 +275,11 @@ class FeatureStore:
         pending = self.online.plan_read(plan.reads, entities, times) if n else None
         return OnlineCall(plan, entities, times, pending)
 
-    def finish_online(self, call: OnlineCall, fetched: Any, request: Mapping[str, Any] | None = None) -> OnlineResult:
+    def finish_online(self, call: OnlineCall, fetched: Any, request: Mapping[str, Any] | None = None, *,
+                      path: FieldPath | None = None) -> OnlineResult:
         """Step 3 of `get_online_features` (no I/O): decode into an OnlineResult, then compute the on-demand
-        features from `request` and the values read."""
+        features from `request` and the values read. `path` names a refused request value in errors as the
+        caller's client sent it (default `request.<field>[i]`; /predict: `rows[i].fields.<field>`)."""
         plan = call.plan
         if call.pending is not None:
             batch = self.online.finish_read(call.pending, fetched)
@@ -279,16 +289,17 @@ class FeatureStore:
                 for feature in read.features:
                     batch.add((read.view.name, feature), _empty(read.view.feature_dtype(feature)))
         if plan.on_demand:
-            self._on_demand(plan, batch, call, request or {})
+            self._on_demand(plan, batch, call, request or {}, path)
         return OnlineResult(call.entities, batch, plan.named_keys, call.times)
 
-    def _on_demand(self, plan: ReadPlan, batch: Batch, call: OnlineCall, request: Mapping[str, Any]) -> None:
+    def _on_demand(self, plan: ReadPlan, batch: Batch, call: OnlineCall, request: Mapping[str, Any],
+                   path: FieldPath | None) -> None:
         from quiver.compile.on_demand import input_frame, outputs
 
         n = len(next(iter(call.entities.values()))) if call.entities else 0
         fields = request_columns(plan, request, n)
         if plan.request_contracts:
-            check_contracts(fields, plan)
+            check_contracts(fields, plan, path)
         columns: dict[str, Any] = dict(fields)
         for name in plan.on_demand:
             spec = self.catalog.on_demand[name]
@@ -327,12 +338,14 @@ def _empty(dtype: str) -> Column:
     return Column(np.zeros(0, dtype=np_dtype), np.zeros(0, dtype=bool), dtype)
 
 
-def check_contracts(fields: Mapping[str, Sequence[Any]], plan: ReadPlan) -> None:
+def check_contracts(fields: Mapping[str, Sequence[Any]], plan: ReadPlan, path: FieldPath | None = None) -> None:
     """Refuse a request whose fields fail their request source's contract (RequestFieldError naming the
-    first row), after counting every refused row on `quiver_contract_refused_rows_total{path="request"}`."""
-    from quiver.compile.on_demand import check_request_contracts
+    first value as `path` spells it, default `request.<field>[i]`), after counting every refused row on
+    `quiver_contract_refused_rows_total{path="request"}`."""
+    from quiver.compile.on_demand import check_request_contracts, request_field
 
-    refusal = check_request_contracts(fields, dict(plan.request_fields), plan.request_contracts)
+    refusal = check_request_contracts(fields, dict(plan.request_fields), plan.request_contracts,
+                                      path or request_field)
     if refusal.counts:
         from quiver.monitoring import metrics
 

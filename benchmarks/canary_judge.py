@@ -22,9 +22,15 @@ Regimes (A/A, ≥ 300 rollouts each in the full run): `independent` (1 entity pe
 entities per request, shared labels, repeat users), `champion_outage` (20 entities per request, the
 champion's call raising in 1.5 % of requests: its rows fail, the canary's rows are logged as not run;
 `--drop-not-run` replays the old serving path that never logged them), `repeat_unpaired` (repeat users, no
-paired champion scores). Canaries worse by ½, 1 and 2 log-loss floors, a better
+paired champion scores), `latency_drift` (both arms' latency rising ×e over the rollout's first 150k requests,
+the base rate with it), `error_drift` (both arms' call error rate rising from 0.2 % to 3.2 % over 150k
+requests), `daily_wave` (latency ×e^±0.4 and the base rate's logit ±0.4 on a 60k-request
+period), `row_failures` (20
+entities per request, a call failing with each of its rows' chance 0.05 %: a 19-row champion call fails ~19×
+as often as a 1-row canary call). Canaries worse by ½, 1 and 2 log-loss floors, a better
 canary, error-rate / latency canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own
-scores moved; no labels, so the score shift is judged alone) run in the `clustered` world. Reported per
+scores moved; no labels, so the score shift is judged alone) run in the `clustered` world; a canary whose
+rows fail one floor more often (per row) runs in `row_failures`. Reported per
 case: outcomes, the rate of rollbacks (+ halts + timeouts) with a 95 % Wilson interval, false rollbacks,
 halts, timeouts and promotions (Wilson intervals in the JSON), median requests to a decision.
 
@@ -79,6 +85,11 @@ class World:
     entity_noise_share: float = 0.5  # share of the model noise variance that is per entity
     champion_failure: float = 0.0  # per request: the champion's call raises, the canary's rows never run
     paired: bool = True  # the champion scores the canary's rows (off the request path)
+    latency_drift: float = 0.0  # both arms' log latency rises by this over `drift_span` requests
+    wave: float = 0.0  # daily wave: log latency and base-rate logit ± this, period `wave_period` requests
+    wave_period: float = 100_000.0
+    row_hazard: float = 0.0  # > 0: a call fails with 1 − (1 − h)^rows (each row may break it), not error_rate
+    error_drift: float = 0.0  # both arms' per-call error rate rises by this over `drift_span` requests
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,8 @@ class Canary:
     error_rate: float | None = None  # per call; None = the world's
     latency_factor: float = 1.0
     score_shift: float = 0.0  # canary scores moved up by this many score-shift floors (labels not used)
+    row_hazard: float | None = None  # per row; None = the world's
+    world: str = "clustered"  # the world an effect case runs in
 
 
 WORLDS = {w.name: w for w in (
@@ -100,12 +113,17 @@ WORLDS = {w.name: w for w in (
     World("clustered", entities=200_000, rows_per_request=20, activity_sd=1.0, shared_label=True),
     World("champion_outage", entities=2_000_000, rows_per_request=20, champion_failure=0.015),
     World("repeat_unpaired", entities=20_000, activity_sd=1.0, paired=False),
+    World("latency_drift", entities=2_000_000, latency_drift=1.0, drift_span=150_000.0),
+    World("daily_wave", entities=2_000_000, wave=0.4, wave_period=60_000.0),
+    World("row_failures", entities=2_000_000, rows_per_request=20, error_rate=0.0, row_hazard=0.0005),
+    World("error_drift", entities=2_000_000, error_drift=0.03, drift_span=150_000.0),
 )}
 AA = Canary("A/A")
 EFFECTS = (Canary("worse by ½ floor", 0.5), Canary("worse by 1 floor", 1.0), Canary("worse by 2 floors", 2.0),
            Canary("better by 1 floor", -1.0), Canary("errors +1 floor", error_rate=0.012),
            Canary("latency ×3", latency_factor=3.0), Canary("score shift ½ floor", score_shift=0.5),
-           Canary("score shift 1 floor", score_shift=1.0), Canary("score shift 2 floors", score_shift=2.0))
+           Canary("score shift 1 floor", score_shift=1.0), Canary("score shift 2 floors", score_shift=2.0),
+           Canary("row errors +1 floor", row_hazard=0.0105, world="row_failures"))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -160,7 +178,8 @@ class Run:
         request = self.requests + np.repeat(np.arange(requests), m)
         entity = np.minimum(np.searchsorted(self.cumulative, rng.random(n)), w.entities - 1)
         drift = w.drift * np.minimum(request / w.drift_span, 1.0)
-        z = BASE_LOGIT + drift + self.risk[entity]
+        wave = w.wave * np.sin(2 * np.pi * request / w.wave_period)
+        z = BASE_LOGIT + drift + wave + self.risk[entity]
         if w.shared_label:
             p_request = sigmoid(z).reshape(requests, m).mean(axis=1)
             label = np.repeat((rng.random(requests) < p_request).astype(np.float64), m)
@@ -173,10 +192,14 @@ class Run:
         on_canary = self.route[entity] < fraction
         call = 2 * request + on_canary  # one model call per arm per request
         error_rate = np.where(on_canary, self.canary.error_rate if self.canary.error_rate is not None
-                              else w.error_rate, w.error_rate)
+                              else w.error_rate, w.error_rate) + w.error_drift * np.minimum(request / w.drift_span, 1)
         failed_draw = rng.random(n)
         # One draw per call: the first row of each call decides for all its rows.
-        codes, first, inverse = np.unique(call, return_index=True, return_inverse=True)
+        codes, first, inverse, size = np.unique(call, return_index=True, return_inverse=True, return_counts=True)
+        hazard = np.where(on_canary, self.canary.row_hazard if self.canary.row_hazard is not None
+                          else w.row_hazard, w.row_hazard)
+        if w.row_hazard:  # failures grow with the call's rows
+            error_rate = 1 - (1 - hazard) ** size[inverse]
         call_failed = failed_draw[first] < error_rate[first]
         failed = call_failed[inverse]
         # The champion's call raising fails the request: its rows fail, the canary's rows never run.
@@ -185,6 +208,7 @@ class Run:
         failed = (failed & ran) | (outage & ~on_canary)
         call_latency = np.where(on_canary[first], latencies(rng, len(codes), self.canary.latency_factor),
                                 latencies(rng, len(codes)))
+        call_latency *= np.exp(w.latency_drift * np.minimum(request[first] / w.drift_span, 1.0) + wave[first])
         delay = np.repeat(rng.exponential(w.label_delay, requests), m)
         self.requests += requests
         score = np.where(on_canary, canary_score, champion)
@@ -312,7 +336,7 @@ def main() -> int:
                                                           else list(WORLDS))
     cases: list[tuple[str, World, Canary]] = [("aa", WORLDS[n], AA) for n in names]
     if not args.no_effects:
-        cases += [("effect", WORLDS["clustered"], c) for c in EFFECTS if args.effects in c.name]
+        cases += [("effect", WORLDS[c.world], c) for c in EFFECTS if args.effects in c.name]
     report: dict[str, Any] = {"quick": args.quick, "runs": runs, "look_every": look_every,
                               "drop_not_run": args.drop_not_run,
                               "max_requests": args.max_requests, "settings": settings.to_dict(),
@@ -338,7 +362,7 @@ def main() -> int:
     checks = {f"A/A {c['world']['name']} ≤ 5 %": c["rollback_rate"] <= 0.05 for c in aa}
     checks.update({f"A/A {c['world']['name']} promoted ≥ 95 %": c["promoted_rate"] >= 0.95 for c in aa})
     for name in ("worse by 1 floor", "worse by 2 floors", "errors +1 floor", "latency ×3", "score shift 1 floor",
-                 "score shift 2 floors"):
+                 "score shift 2 floors", "row errors +1 floor"):
         if name in effects:
             checks[f"{name} detected ≥ 95 %"] = effects[name]["rollback_rate"] >= 0.95
     for name in ("worse by ½ floor", "score shift ½ floor"):

@@ -7,11 +7,25 @@ built on units, never on rows as if they were independent:
 
 | guardrail | observation (unit) | test | why it is valid |
 |---|---|---|---|
-| `error_rate` | a model call failed (per call) | betting CS per arm × √design effect, difference by union | exact for independent calls; widened when units come back |
-| `latency_p99` | a call slower than the champion's *reference* p99 + `latency_p99_floor_ms` | same | the threshold is fixed before the step |
+| `error_rate` | the worse of: rows in failed calls per row, failed calls per row | betting CSs on one clock of blocks with shared bets (same time) × √design effect; each reading at α/2 | exact for independent blocks; widened when units come back |
+| `latency_p99` | a call slower than the champion's recent p99 + `latency_p99_floor_ms` | same | each call's threshold comes from champion calls before it |
 | `score_shift` | W1 distance of the arms' score distributions | DKW bands at Kish sizes ∩ paired bounds abs(mean Δ) ≤ W1 ≤ mean abs(Δ) on canary rows the champion also scored (betting CS) | every bound valid at every look; pass only when the whole interval is below the floor |
 | `log_loss` | paired difference canary − champion on the same canary rows | normal-mixture CS, two-way (entity × call) cluster-robust variance | asymptotic; log loss is unbounded |
 | `brier` | per-call mean paired difference, calls in order of label completion | betting CS on [−1, 1] × √design effect | as error rate |
+
+**Over the same time.** Error rate, latency and unpaired Brier compare the arms on one clock of blocks
+(`quiver.monitoring.concurrent`): a run of champion calls and the canary calls right after it form a block;
+each arm's sequence and their difference's take one observation per block, both arms with the same bets, so
+a drift both share (latency rising through the day, a base rate moving) cancels instead of landing on the
+arm whose bets weigh more of it. The latency threshold follows the traffic too: the champion's p99 over its
+last 2,000 calls before each call, + the floor (the pre-rollout reference only for the step's first 500
+champion calls).
+
+**Calls of different sizes.** At a 5 % step a canary call holds ~1 row of a multi-user request and a champion
+call ~19. When a call fails at a rate of its own, the share of rows in failed calls compares the arms fairly;
+when each row may break the call (failures grow with rows), that share makes a worse canary look better and
+failed calls per row (F / rows) is the fair one. The error rate is judged on both, each at α/2: it fails when
+either fails and passes when both pass — the worse reading of whichever way failures scale.
 
 Without paired rows (older logs, a dropped pairing queue) log loss and Brier compare the arms unpaired and
 score shift uses its DKW bands only. The design effect is the two-way (entity × call) over the by-call
@@ -34,276 +48,30 @@ after every batch at O(batch) cost; `judge(stats, fraction, settings)` is the de
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from quiver.monitoring.clustered import CallSequence, ClusteredMean
+from quiver.monitoring.canary_settings import (
+    GUARDRAILS,
+    OUTCOMES,
+    ROLLBACK_ONLY,
+    JudgeSettings,
+    latency_threshold,
+)
+from quiver.monitoring.canary_step import ArmStats, StepStats
+from quiver.monitoring.clustered import CallSequence
+from quiver.monitoring.concurrent import ConcurrentDifference
 from quiver.monitoring.sequential import (
-    difference_interval,
     dkw_radius,
     mixture_interval,
     multinomial_sequential,
     wasserstein_bounds,
 )
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
-# Log-spaced latency bins, 0.01 ms … 100 s, ~6 % wide: reported p99s from mergeable counts.
-LATENCY_EDGES_MS = np.geomspace(0.01, 100_000.0, 281)
-SCORE_BINS = 1000  # equal-width score bins on [0, 1]: W1 from counts, within 1/SCORE_BINS
-OUTCOMES = ("advance", "hold", "promote", "rollback", "halt")
-GUARDRAILS = ("error_rate", "latency_p99", "score_shift", "log_loss", "brier")
-# Roll back when they fail, but are not needed to pass: a score shift is bounded from above by the paired mean
-# |Δ| or the DKW bands at Kish sizes, and an equivalent model that disagrees row by row may never get either
-# below the floor; the quality guardrails carry the proof of a promotion.
-ROLLBACK_ONLY = ("score_shift",)
-# Stored by rollouts started before score_shift replaced PSI and the timeout counted calls: read, not used.
-_LEGACY_SETTINGS = ("psi_floor", "score_bins", "max_canary_rows")
-
-
-@dataclass(frozen=True)
-class JudgeSettings:
-    """Steps, error budget and floors of one rollout (stored with it, so every step judges alike)."""
-
-    steps: tuple[float, ...] = (0.05, 0.25, 0.5, 1.0)
-    alpha: float = 0.05  # false-rollback budget of a whole rollout
-    srm_alpha: float = 0.001
-    min_rows: int = 500  # per arm and step before any guardrail may pass
-    min_labels: int = 200  # labelled rows per arm and step before log loss / Brier may pass
-    # A step still undecided when its canary has made this many model calls (calls with their labels in,
-    # when labels are required) rolls back: the canary could not be shown to be within its floors.
-    max_canary_calls: int = 100_000
-    require_labels: bool = True
-    fail_fraction: float = 0.5  # fail = the whole confidence sequence beyond this share of the floor
-    error_rate_floor: float = 0.01  # share of model calls
-    latency_exceedance_floor: float = 0.01  # share of calls slower than the reference threshold, beyond the champion's
-    latency_p99_floor_ms: float = 2.0  # the threshold: champion's reference p99 + this
-    score_shift_floor: float = 0.05  # Wasserstein-1 distance of the arms' score distributions, in score units
-    log_loss_floor: float = 0.02
-    brier_floor: float = 0.01
-    watch_hours: float = 24.0  # after a promotion, compare with `previous` this long (0: no watch)
-
-    def __post_init__(self) -> None:
-        steps = tuple(float(s) for s in self.steps)
-        object.__setattr__(self, "steps", steps)
-        rising = all(0 < a < b for a, b in itertools.pairwise(steps))
-        if len(steps) < 2 or steps[-1] != 1.0 or steps[0] <= 0 or not rising:
-            raise ValueError(f"steps must rise strictly from above 0 to 1.0, got {list(steps)}")
-        if not 0 < self.alpha < 1 or not 0 < self.srm_alpha < 1 or not 0 < self.fail_fraction <= 1:
-            raise ValueError("alpha and srm_alpha must lie in (0, 1), fail_fraction in (0, 1]")
-        if self.watch_hours < 0:
-            raise ValueError("watch_hours must be >= 0")
-        if self.min_rows < 2 or self.min_labels < 2 or self.max_canary_calls < 2:
-            raise ValueError("min_rows, min_labels and max_canary_calls must be at least 2")
-        for name in ("error_rate_floor", "latency_exceedance_floor", "latency_p99_floor_ms",
-                     "score_shift_floor", "log_loss_floor", "brier_floor"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-
-    @property
-    def test_alpha(self) -> float:
-        """α of one guardrail test: the rollout's budget over guardrails × steps with a champion to compare."""
-        return self.alpha / (len(GUARDRAILS) * (len(self.steps) - 1))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["steps"] = list(self.steps)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JudgeSettings:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k not in _LEGACY_SETTINGS}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown judge settings {sorted(unknown)}; known: {sorted(known)}")
-        if "steps" in values:
-            values["steps"] = tuple(values["steps"])
-        return cls(**values)
-
-
-def _grow(array: FloatArray, size: int) -> FloatArray:
-    if size <= len(array):
-        return array
-    return np.concatenate([array, np.zeros(max(size, 2 * len(array)) - len(array))])
-
-
-@dataclass
-class ArmStats:
-    """One arm's evidence in one step, accumulated call by call (see `StepStats`)."""
-
-    alpha: float  # α of each per-arm confidence sequence (half a guardrail's α)
-    latency_threshold_ms: float
-    rows: int = 0
-    calls: int = 0
-    errors: CallSequence = field(init=False)
-    slow: CallSequence = field(init=False)
-    brier: CallSequence = field(init=False)  # per-call mean Brier (unpaired comparison)
-    paired_brier: CallSequence = field(init=False)  # per-call mean (Δ + 1) / 2, canary rows only
-    # Score shift on canary rows the champion also scored: per-call mean |Δ| and (Δ + 1) / 2,
-    # Δ = canary − champion.
-    shift_abs: CallSequence = field(init=False)
-    shift_signed: CallSequence = field(init=False)
-    log_loss: ClusteredMean = field(default_factory=ClusteredMean)
-    paired_log_loss: ClusteredMean = field(default_factory=ClusteredMean)
-    labeled: int = 0
-    labeled_calls: int = 0
-    paired: int = 0
-    latency_counts: IntArray = field(default_factory=lambda: np.zeros(len(LATENCY_EDGES_MS) + 1, np.int64))
-    score_counts: IntArray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
-    entity_rows: FloatArray = field(default_factory=lambda: np.zeros(0))
-    entities: int = 0  # distinct routing units the router sent here, served or not (the sample-ratio unit)
-    _rows_squared: float = 0.0  # Σ over entities of (rows)², for the Kish size
-    _routed: BoolArray = field(default_factory=lambda: np.zeros(0, bool))
-
-    def __post_init__(self) -> None:
-        for name in ("errors", "slow", "brier", "paired_brier"):
-            setattr(self, name, CallSequence(self.alpha))
-        for name in ("shift_abs", "shift_signed"):  # the score shift's α is split four ways, not two
-            setattr(self, name, CallSequence(self.alpha / 2))
-
-    @property
-    def effective_size(self) -> float:
-        """Kish effective size of the scored rows over entities (see `kish_effective_size`)."""
-        return self.rows * self.rows / self._rows_squared if self._rows_squared else 0.0
-
-    def add_served(self, entity: IntArray, call: IntArray, score: FloatArray, failed: BoolArray,
-                   latency_ms: FloatArray, paired_score: FloatArray | None = None) -> None:
-        if entity.size == 0:
-            return
-        codes, first, inverse = np.unique(call, return_index=True, return_inverse=True)
-        call_failed = np.bincount(inverse, weights=failed.astype(np.float64)) > 0
-        self.rows += int(entity.size)
-        self.calls += len(codes)
-        self.errors.extend(call_failed[inverse].astype(np.float64), entity, call)  # a failure is the call's
-        self.slow.extend((latency_ms[first] > self.latency_threshold_ms)[inverse].astype(np.float64), entity, call)
-        call_latency = latency_ms[first]
-        which = np.searchsorted(LATENCY_EDGES_MS, call_latency, side="right")
-        self.latency_counts += np.bincount(which, minlength=len(self.latency_counts))
-        ok = ~failed & np.isfinite(score)
-        bins = np.minimum((np.clip(score[ok], 0.0, 1.0) * SCORE_BINS).astype(np.int64), SCORE_BINS - 1)
-        self.score_counts += np.bincount(bins, minlength=SCORE_BINS)
-        self.entity_rows = _grow(self.entity_rows, int(entity.max()) + 1)
-        touched, counts = np.unique(entity, return_counts=True)
-        before = self.entity_rows[touched]
-        after = before + counts
-        self.add_routed(touched)
-        self._rows_squared += float(np.dot(after, after) - np.dot(before, before))
-        self.entity_rows[touched] = after
-        if paired_score is not None:
-            both = ok & np.isfinite(paired_score)
-            delta = np.clip(score[both], 0.0, 1.0) - np.clip(paired_score[both], 0.0, 1.0)
-            self.shift_abs.extend(np.abs(delta), entity[both], call[both])
-            self.shift_signed.extend((delta + 1) / 2, entity[both], call[both])
-
-    def add_routed(self, entity: IntArray) -> None:
-        """Routing units sent to this arm (whether or not its model ran for them)."""
-        if entity.size == 0:
-            return
-        top = int(entity.max()) + 1
-        if top > len(self._routed):
-            self._routed = np.concatenate([self._routed, np.zeros(max(top, 2 * len(self._routed)) - len(self._routed),
-                                                                   bool)])
-        fresh = np.unique(entity[~self._routed[entity]])
-        self.entities += len(fresh)
-        self._routed[fresh] = True
-
-    def add_labelled(self, entity: IntArray, call: IntArray, score: FloatArray, label: FloatArray,
-                     paired_score: FloatArray | None) -> None:
-        from quiver.monitoring.evaluation import brier_losses, log_losses
-
-        if entity.size == 0:
-            return
-        self.labeled += int(entity.size)
-        self.log_loss.extend(log_losses(score, label), entity, call)
-        self.labeled_calls += len(np.unique(call))
-        self.brier.extend(brier_losses(score, label), entity, call)
-        if paired_score is None:
-            return
-        has = np.isfinite(paired_score)
-        if not has.any():
-            return
-        e, c, s, y, p = entity[has], call[has], score[has], label[has], paired_score[has]
-        self.paired += int(has.sum())
-        self.paired_log_loss.extend(log_losses(s, y) - log_losses(p, y), e, c)
-        difference = brier_losses(s, y) - brier_losses(p, y)  # in [−1, 1]
-        self.paired_brier.extend(np.clip((difference + 1) / 2, 0.0, 1.0), e, c)
-
-    def latency_p99_ms(self) -> float:
-        total = int(self.latency_counts.sum())
-        if total == 0:
-            return math.nan
-        index = int(np.searchsorted(np.cumsum(self.latency_counts), 0.99 * total, side="left"))
-        return float(LATENCY_EDGES_MS[index]) if index < len(LATENCY_EDGES_MS) else math.inf
-
-    def summary(self) -> dict[str, Any]:
-        return {"rows": self.rows, "calls": self.calls, "entities": self.entities, "errors": int(self.errors.total),
-                "labeled": self.labeled, "labeled_calls": self.labeled_calls, "paired": self.paired}
-
-
-@dataclass
-class StepStats:
-    """Both arms' evidence in one step. Feed served rows in time order and labelled rows in the order their
-    calls' labels completed; call codes must grow with time and a call's rows come in one batch."""
-
-    settings: JudgeSettings
-    latency_threshold_ms: float
-    champion: ArmStats = field(init=False)
-    canary: ArmStats = field(init=False)
-
-    def __post_init__(self) -> None:
-        half = self.settings.test_alpha / 2
-        self.champion = ArmStats(half, self.latency_threshold_ms)
-        self.canary = ArmStats(half, self.latency_threshold_ms)
-
-    def add_served(self, entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike,
-                   score: npt.ArrayLike, failed: npt.ArrayLike, latency_ms: npt.ArrayLike,
-                   champion_score: npt.ArrayLike | None = None, ran: npt.ArrayLike | None = None) -> StepStats:
-        """Rows routed in this step: routing unit and call codes, arm, score (NaN on failure), failure and the
-        call's latency, one value per row; `champion_score`: the champion's score of a canary row (paired,
-        NaN where not); `ran`: False for rows whose arm never ran (the request failed first) — they count
-        as routed units for the sample-ratio check and nowhere else."""
-        e, c, arm = _codes(entity, call, on_canary)
-        s, f, lat = (np.asarray(score, np.float64), np.asarray(failed, bool), np.asarray(latency_ms, np.float64))
-        paired = np.full(len(s), np.nan) if champion_score is None else np.asarray(champion_score, np.float64)
-        done = np.ones(len(s), bool) if ran is None else np.asarray(ran, bool)
-        _same_length(e, s, f, lat, paired, done)
-        for stats, mask in ((self.champion, ~arm), (self.canary, arm)):
-            stats.add_routed(e[mask])
-            mask = mask & done
-            stats.add_served(e[mask], c[mask], s[mask], f[mask], lat[mask], paired[mask])
-        return self
-
-    def add_labelled(self, entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike,
-                     score: npt.ArrayLike, label: npt.ArrayLike,
-                     champion_score: npt.ArrayLike | None = None) -> StepStats:
-        """Successfully scored rows whose label arrived, with (canary rows) the champion's score of the same
-        row when it was paired, NaN where not."""
-        e, c, arm = _codes(entity, call, on_canary)
-        s, y = np.asarray(score, np.float64), np.asarray(label, np.float64)
-        paired = np.asarray(champion_score, dtype=np.float64) if champion_score is not None else None
-        _same_length(e, s, y, *([paired] if paired is not None else []))
-        self.champion.add_labelled(e[~arm], c[~arm], s[~arm], y[~arm], None)
-        self.canary.add_labelled(e[arm], c[arm], s[arm], y[arm], paired[arm] if paired is not None else None)
-        return self
-
-
-def _codes(entity: npt.ArrayLike, call: npt.ArrayLike,
-           on_canary: npt.ArrayLike) -> tuple[IntArray, IntArray, BoolArray]:
-    e, c, arm = np.asarray(entity, np.int64), np.asarray(call, np.int64), np.asarray(on_canary, bool)
-    _same_length(e, c, arm)
-    return e, c, arm
-
-
-def _same_length(first: npt.NDArray[Any], *others: npt.NDArray[Any]) -> None:
-    if first.ndim != 1 or any(o.shape != first.shape for o in others):
-        raise ValueError("every column of a batch must be 1-d with one value per row")
+# The judge's public names, wherever they live (settings and evidence have modules of their own).
+__all__ = ["GUARDRAILS", "OUTCOMES", "ROLLBACK_ONLY", "ArmStats", "GuardrailResult", "JudgeSettings", "StepStats",
+           "StepVerdict", "guardrails", "judge", "latency_threshold", "sample_ratio", "watch_verdict"]
 
 
 @dataclass(frozen=True)
@@ -364,30 +132,41 @@ def guardrails(stats: StepStats) -> list[GuardrailResult]:
             out.append(_wait(name, f"{canary.rows} canary / {champion.rows} champion rows, need "
                                    f"{settings.min_rows} per arm", n_canary=canary.rows, n_champion=champion.rows))
     else:
-        out += [_rate("error_rate", champion.errors, canary.errors, settings.error_rate_floor, settings),
+        out += [_rate("error_rate", (stats.failed_rows_difference, stats.error_difference), champion.errors,
+                      canary.errors, settings.error_rate_floor, settings,
+                      failed_row_share_canary=canary.failed_rows / max(canary.rows, 1),
+                      failed_row_share_champion=champion.failed_rows / max(champion.rows, 1)),
                 _latency(stats), _score_shift(stats)]
     out += _quality(stats)
     return out
 
 
-def _rate(name: str, champion: CallSequence, canary: CallSequence, floor: float,
-          settings: JudgeSettings, **extra: Any) -> GuardrailResult:
-    lower, upper = difference_interval(canary.interval(), champion.interval())
-    return _decide(name, canary.mean - champion.mean, lower, upper, floor, settings,
-                   "empirical-Bernstein betting CS per arm, per model call, × √design effect (entity)",
+def _rate(name: str, differences: tuple[ConcurrentDifference, ...], champion: CallSequence,
+          canary: CallSequence, floor: float, settings: JudgeSettings, **extra: Any) -> GuardrailResult:
+    """Canary − champion of a per-call rate over the same time (blocks), each arm widened by its design
+    effect; with several readings (each at its share of α), the worst: the largest lower and upper
+    bounds. Each arm's own per-call mean is reported beside."""
+    stretches = math.sqrt(canary.design_effect()), math.sqrt(champion.design_effect())
+    bounds = [d.interval(*stretches) for d in differences]
+    estimates = [d.mean for d in differences]
+    return _decide(name, max(estimates), max(b[0] for b in bounds), max(b[1] for b in bounds), floor, settings,
+                   "empirical-Bernstein betting CSs on one clock of blocks, shared bets (same time) × √design effect",
                    canary=canary.mean, champion=champion.mean, n_canary=canary.n, n_champion=champion.n,
-                   design_effect_canary=canary.design_effect(), design_effect_champion=champion.design_effect(),
-                   **extra)
+                   blocks=differences[0].blocks, design_effect_canary=canary.design_effect(),
+                   design_effect_champion=champion.design_effect(),
+                   **({"readings": [[e, lo, hi] for e, (lo, hi) in zip(estimates, bounds, strict=True)]}
+                      if len(differences) > 1 else {}), **extra)
 
 
 def _latency(stats: StepStats) -> GuardrailResult:
     champion, canary, settings = stats.champion, stats.canary, stats.settings
-    if not math.isfinite(stats.latency_threshold_ms):
-        return _wait("latency_p99", "no latency reference for this rollout yet (the champion's p99 before it)",
-                     champion_p99_ms=champion.latency_p99_ms(), canary_p99_ms=canary.latency_p99_ms())
-    return _rate("latency_p99", champion.slow, canary.slow, settings.latency_exceedance_floor, settings,
-                 threshold_ms=stats.latency_threshold_ms, champion_p99_ms=champion.latency_p99_ms(),
-                 canary_p99_ms=canary.latency_p99_ms())
+    latency = {"reference_ms": stats.latency_threshold_ms, "threshold_ms": stats.latency.current_ms(),
+               "champion_p99_ms": champion.latency_p99_ms(), "canary_p99_ms": canary.latency_p99_ms()}
+    if stats.slow_difference.blocks == 0:
+        return _wait("latency_p99", f"no latency threshold for a call yet: no reference p99 from before the rollout "
+                                    f"and fewer than {stats.latency.chunk} champion calls in this step", **latency)
+    return _rate("latency_p99", (stats.slow_difference,), champion.slow, canary.slow,
+                 settings.latency_exceedance_floor, settings, **latency)
 
 
 def _score_shift(stats: StepStats) -> GuardrailResult:
@@ -464,7 +243,7 @@ def _brier(stats: StepStats, paired: bool) -> GuardrailResult:
         return _decide("brier", 2 * sequence.mean - 1, 2 * lower - 1, 2 * upper - 1, settings.brier_floor,
                        settings, "paired, empirical-Bernstein betting CS on per-call mean differences",
                        paired_calls=sequence.n)
-    return _rate("brier", champion.brier, canary.brier, settings.brier_floor, settings)
+    return _rate("brier", (stats.brier_difference,), champion.brier, canary.brier, settings.brier_floor, settings)
 
 
 def sample_ratio(champion: ArmStats, canary: ArmStats, fraction: float, alpha: float) -> dict[str, Any]:
@@ -523,13 +302,3 @@ def watch_verdict(stats: StepStats, *, ended: bool) -> StepVerdict:
                            results, **arms)
     return StepVerdict("hold", "watching: " + ", ".join(f"{g.name} {g.status}" for g in results), 1.0, None,
                        {}, results, **arms)
-
-
-def latency_threshold(call_latencies_ms: npt.ArrayLike, settings: JudgeSettings) -> float | None:
-    """The latency guardrail's threshold from the champion's reference calls (one latency per call): their
-    p99 plus `latency_p99_floor_ms`; None with fewer than `min_rows` calls."""
-    values = np.asarray(call_latencies_ms, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if len(values) < settings.min_rows:
-        return None
-    return float(np.quantile(values, 0.99)) + settings.latency_p99_floor_ms

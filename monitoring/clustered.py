@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from quiver.monitoring.sequential import BoundedMeanSequence
+from quiver.monitoring.sequential import BoundedMeanSequence, stretched
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -211,9 +211,4 @@ class CallSequence:
 
     def interval(self) -> tuple[float, float]:
         """(lower, upper) at level 1 − α, widened by the design effect; (0, 1) before any call."""
-        lower, upper = self.sequence.interval()
-        if self.n == 0:
-            return lower, upper
-        mean, stretch = self.mean, math.sqrt(self.design_effect())
-        return (max(0.0, mean - max(0.0, mean - lower) * stretch),
-                min(1.0, mean + max(0.0, upper - mean) * stretch))
+        return stretched(self.sequence, math.sqrt(self.design_effect()) if self.n else 1.0)

@@ -160,7 +160,9 @@ class BoundedMeanSequence:
     Feed observations in arrival order with `extend` (any batch sizes: the result is the same as one pass);
     `interval()` is the two-sided (1 − α) confidence sequence at the current time. The regularised running
     mean and variance (one fake observation at ½ and ¼) set the bets λ_i ∝ 1/√(σ̂²_{i−1} i ln(1 + i)),
-    capped at `truncation` (WSR 2023 use ½)."""
+    capped at `truncation` (WSR 2023 use ½). A caller may bet instead (`extend(values, bets)`): any
+    predictable bets in [0, truncation] keep the sequence valid (the theorem needs nothing else), e.g. the
+    same bets for two arms so that their intervals weigh the same moments alike."""
 
     alpha: float
     truncation: float = 0.5
@@ -171,6 +173,8 @@ class BoundedMeanSequence:
     bet_upper: float = 0.0  # Σ λ x  (for the lower bound of the mean)
     bet_lower: float = 0.0  # Σ λ (1 − x) (for the upper bound)
     penalty: float = 0.0  # Σ v_i ψ(λ_i), v_i = (x_i − μ̂_{i−1})²; symmetric in x ↔ 1 − x
+    # The plug-in bets of the last `extend` before the cap (what a caller pacing other sequences reads).
+    raw_bets: npt.NDArray[np.float64] = field(init=False, repr=False, default_factory=lambda: np.zeros(0))
     _log_term: float = field(init=False, repr=False, default=0.0)
 
     def __post_init__(self) -> None:
@@ -178,7 +182,8 @@ class BoundedMeanSequence:
             raise ValueError("alpha and truncation must lie in (0, 1)")
         self._log_term = math.log(2 / self.alpha)  # each side at α/2
 
-    def extend(self, values: npt.ArrayLike) -> BoundedMeanSequence:
+    def extend(self, values: npt.ArrayLike, bets: npt.ArrayLike | None = None) -> BoundedMeanSequence:
+        """Observations in arrival order; `bets`: the caller's predictable λ_i (one per value), else plug-in."""
         x = np.asarray(values, dtype=np.float64)
         if x.size == 0:
             return self
@@ -189,7 +194,12 @@ class BoundedMeanSequence:
         mean_before = np.concatenate(([(0.5 + self.total) / (self.n + 1)], mean_after[:-1]))  # μ̂_{i−1}
         spread_after = self.spread + np.cumsum((x - mean_after) ** 2)
         var_before = (0.25 + np.concatenate(([self.spread], spread_after[:-1]))) / i  # σ̂²_{i−1}
-        lam = np.minimum(np.sqrt(2 * self._log_term / (var_before * i * np.log1p(i))), self.truncation)
+        self.raw_bets = np.sqrt(2 * self._log_term / (var_before * i * np.log1p(i)))
+        lam = np.minimum(self.raw_bets, self.truncation)
+        if bets is not None:
+            lam = np.asarray(bets, dtype=np.float64)
+            if lam.shape != x.shape or not ((lam >= 0) & (lam <= self.truncation)).all():
+                raise ValueError(f"bets must be one per value, each in [0, {self.truncation}]")
         psi = -np.log1p(-lam) - lam
         self.n += int(x.size)
         self.total += float(x.sum())
@@ -212,6 +222,16 @@ class BoundedMeanSequence:
         lower = self.bet_upper / self.bets - margin
         upper = 1 - (self.bet_lower / self.bets - margin)
         return max(0.0, lower), min(1.0, upper)
+
+
+def stretched(sequence: BoundedMeanSequence, stretch: float) -> tuple[float, float]:
+    """`sequence`'s interval with each side moved away from its mean by the factor `stretch` (≥ 1: e.g. √ of a
+    design effect), clipped to [0, 1]; (0, 1) before any observation."""
+    lower, upper = sequence.interval()
+    if sequence.n == 0:
+        return lower, upper
+    mean = sequence.mean
+    return (max(0.0, mean - max(0.0, mean - lower) * stretch), min(1.0, mean + max(0.0, upper - mean) * stretch))
 
 
 def difference_interval(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:

@@ -115,11 +115,11 @@ def rollout(rng: np.random.Generator, **world: Any) -> StepStats:
 
 def looks(rng: np.random.Generator, *, calls: int, rows_per_call: int, fraction: float, users: int,
           canary_error: float = 0.002, champion_error: float = 0.002, canary_noise: float = 0.6,
-          shared_label: bool = False, entity_noise: bool = True, rows: dict[str, int] | None = None
-          ) -> Iterator[StepStats]:
+          shared_label: bool = False, entity_noise: bool = True, rows: dict[str, int] | None = None,
+          threshold: float = THRESHOLD) -> Iterator[StepStats]:
     """One step of a rollout, fed in batches of 250 calls as the judge would see it: the evidence after each
     batch. `rows`, when given, collects row-level counts (rows and failed rows per arm) for comparison."""
-    stats = StepStats(SETTINGS, THRESHOLD)
+    stats = StepStats(SETTINGS, threshold)
     counts = rows if rows is not None else {}
     risk = rng.normal(0, 0.8, users)
     route = rng.random(users)
@@ -220,11 +220,15 @@ def test_too_little_data_holds_never_passes() -> None:
     assert small.outcome == "hold" and all(g.status == "wait" for g in small.guardrails)
     empty = judge(StepStats(SETTINGS, THRESHOLD), 0.05)
     assert empty.outcome == "hold" and "no traffic" in empty.reason
-    no_reference = rollout(rng, calls=20_000, rows_per_call=1, fraction=0.5, users=400_000)
-    no_reference.latency_threshold_ms = math.nan
-    no_reference.champion.latency_threshold_ms = no_reference.canary.latency_threshold_ms = math.nan
-    latency = next(g for g in judge(no_reference, 0.5).guardrails if g.name == "latency_p99")
-    assert latency.status == "wait" and "reference" in latency.reason
+    # Without a reference p99 from before the rollout, latency waits until the champion has made its first
+    # chunk of calls in the step, then judges on the champion's recent p99.
+    early = rollout(rng, calls=400, rows_per_call=5, fraction=0.5, users=400_000, threshold=math.nan)
+    latency = next(g for g in judge(early, 0.5).guardrails if g.name == "latency_p99")
+    assert latency.status == "wait" and "no reference" in latency.reason
+    later = rollout(rng, calls=20_000, rows_per_call=1, fraction=0.5, users=400_000, threshold=math.nan)
+    latency = next(g for g in judge(later, 0.5).guardrails if g.name == "latency_p99")
+    assert latency.status == "pass" and math.isnan(latency.statistics["reference_ms"])
+    assert 3 < latency.statistics["threshold_ms"] < 20
 
 
 def test_fail_needs_the_whole_interval_beyond_half_the_floor() -> None:
@@ -267,7 +271,7 @@ def test_a_slow_canary_fails_against_the_fixed_reference_threshold() -> None:
     latency = np.where(canary, rng.lognormal(np.log(12), 0.3, n), rng.lognormal(np.log(3), 0.3, n))
     stats.add_served(users, users, canary, np.full(n, 0.1), np.zeros(n, bool), latency)
     result = next(g for g in judge(stats, 0.5).guardrails if g.name == "latency_p99")
-    assert result.status == "fail" and result.statistics["threshold_ms"] == threshold
+    assert result.status == "fail" and result.statistics["reference_ms"] == threshold
 
 
 def test_sample_ratio_mismatch_halts() -> None:

@@ -95,7 +95,9 @@ def test_a_failed_champion_call_logs_every_routed_row_and_the_judge_counts_them(
                          "label": np.nan, "ts": pd.Timestamp("2026-01-01", tz="UTC")})
     stats = step_evidence(rows, SETTINGS, THRESHOLD, ["user_id"])
     assert (stats.canary.entities, stats.canary.calls, stats.canary.rows) == (2, 0, 0)
-    assert (stats.champion.entities, stats.champion.calls, stats.champion.errors.total) == (2, 1, 1.0)
+    # One failed champion call of two rows: both rows failed, one failed call per two rows.
+    assert (stats.champion.entities, stats.champion.calls, stats.champion.failed_rows) == (2, 1, 2)
+    assert stats.champion.errors.total == 0.5
 
 
 # ----- 3. repeat users -----
@@ -192,12 +194,11 @@ def test_half_a_floor_of_score_shift_does_not_fail() -> None:
 
 def test_a_score_shift_that_cannot_be_bounded_does_not_block_a_promotion_and_is_not_a_pass() -> None:
     # An equivalent model that disagrees row by row (noise 0.1 per score: mean |Δ| ≈ 0.08, above the floor)
-    # can never pass on the paired bound, and at 5k rows per arm the DKW bands are wider than the floor. The
+    # can never pass on the paired bound, and at 15k rows per arm the DKW bands are wider than the floor. The
     # score shift is rollback-only: recorded as "wait" with its interval, and the step advances.
     settings = JudgeSettings(require_labels=False)
-    stats = StepStats(settings, THRESHOLD)
-    source = shift_step(np.random.default_rng(35), shift=0.0, rows=10_000, noise=0.1)
-    stats.champion, stats.canary = source.champion, source.canary
+    stats = shift_step(np.random.default_rng(35), shift=0.0, rows=30_000, noise=0.1)
+    stats.settings = settings  # same α: only whether labels are required differs
     verdict = judge(stats, 0.5)
     shift = next(g for g in verdict.guardrails if g.name == "score_shift")
     assert shift.status == "wait" and shift.statistics["upper"] >= settings.score_shift_floor

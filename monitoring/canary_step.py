@@ -1,0 +1,244 @@
+"""One canary step's evidence, accumulated batch by batch: `StepStats` holds both arms' `ArmStats` and the
+same-time comparisons (`quiver.monitoring.concurrent`) the judge (`quiver.monitoring.canary_stats`) decides
+on. No I/O: arrays in; `quiver.monitoring.canary_evidence` builds the arrays from serving logs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from quiver.monitoring.canary_settings import JudgeSettings
+from quiver.monitoring.clustered import CallSequence, ClusteredMean
+from quiver.monitoring.concurrent import ConcurrentDifference, LatencyThreshold
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+# Log-spaced latency bins, 0.01 ms … 100 s, ~6 % wide: reported p99s from mergeable counts.
+LATENCY_EDGES_MS = np.geomspace(0.01, 100_000.0, 281)
+SCORE_BINS = 1000  # equal-width score bins on [0, 1]: W1 from counts, within 1/SCORE_BINS
+
+
+def _grow(array: FloatArray, size: int) -> FloatArray:
+    if size <= len(array):
+        return array
+    return np.concatenate([array, np.zeros(max(size, 2 * len(array)) - len(array))])
+
+
+@dataclass
+class ArmStats:
+    """One arm's evidence in one step, accumulated call by call (see `StepStats`)."""
+
+    alpha: float  # α of each per-arm confidence sequence (half a guardrail's α)
+    rows: int = 0
+    calls: int = 0
+    failed_rows: int = 0  # rows of failed calls
+    errors: CallSequence = field(init=False)  # per call: failed / rows of the call
+    slow: CallSequence = field(init=False)  # per call with a threshold: slower than it
+    brier: CallSequence = field(init=False)  # per-call mean Brier (unpaired comparison)
+    paired_brier: CallSequence = field(init=False)  # per-call mean (Δ + 1) / 2, canary rows only
+    # Score shift on canary rows the champion also scored: per-call mean |Δ| and (Δ + 1) / 2,
+    # Δ = canary − champion.
+    shift_abs: CallSequence = field(init=False)
+    shift_signed: CallSequence = field(init=False)
+    log_loss: ClusteredMean = field(default_factory=ClusteredMean)
+    paired_log_loss: ClusteredMean = field(default_factory=ClusteredMean)
+    labeled: int = 0
+    labeled_calls: int = 0
+    paired: int = 0
+    latency_counts: IntArray = field(default_factory=lambda: np.zeros(len(LATENCY_EDGES_MS) + 1, np.int64))
+    score_counts: IntArray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
+    entity_rows: FloatArray = field(default_factory=lambda: np.zeros(0))
+    entities: int = 0  # distinct routing units the router sent here, served or not (the sample-ratio unit)
+    _rows_squared: float = 0.0  # Σ over entities of (rows)², for the Kish size
+    _routed: BoolArray = field(default_factory=lambda: np.zeros(0, bool))
+
+    def __post_init__(self) -> None:
+        for name in ("errors", "slow", "brier", "paired_brier"):
+            setattr(self, name, CallSequence(self.alpha))
+        for name in ("shift_abs", "shift_signed"):  # the score shift's α is split four ways, not two
+            setattr(self, name, CallSequence(self.alpha / 2))
+
+    @property
+    def effective_size(self) -> float:
+        """Kish effective size of the scored rows over entities (see `kish_effective_size`)."""
+        return self.rows * self.rows / self._rows_squared if self._rows_squared else 0.0
+
+    def add_served(self, entity: IntArray, call: IntArray, score: FloatArray, failed: BoolArray,
+                   latency_ms: FloatArray, paired_score: FloatArray | None, threshold_ms: FloatArray) -> None:
+        if entity.size == 0:
+            return
+        codes, first, inverse, sizes = np.unique(call, return_index=True, return_inverse=True, return_counts=True)
+        call_failed = np.bincount(inverse, weights=failed.astype(np.float64)) > 0
+        self.rows += int(entity.size)
+        self.calls += len(codes)
+        self.failed_rows += int(call_failed[inverse].sum())
+        # A failure is the call's, spread over its rows: failed calls per row (see the module docstring).
+        self.errors.extend((call_failed / sizes)[inverse], entity, call)
+        judged = np.isfinite(threshold_ms)
+        slow = (latency_ms[first] > threshold_ms[first])[inverse].astype(np.float64)
+        self.slow.extend(slow[judged], entity[judged], call[judged])
+        call_latency = latency_ms[first]
+        which = np.searchsorted(LATENCY_EDGES_MS, call_latency, side="right")
+        self.latency_counts += np.bincount(which, minlength=len(self.latency_counts))
+        ok = ~failed & np.isfinite(score)
+        bins = np.minimum((np.clip(score[ok], 0.0, 1.0) * SCORE_BINS).astype(np.int64), SCORE_BINS - 1)
+        self.score_counts += np.bincount(bins, minlength=SCORE_BINS)
+        self.entity_rows = _grow(self.entity_rows, int(entity.max()) + 1)
+        touched, counts = np.unique(entity, return_counts=True)
+        before = self.entity_rows[touched]
+        after = before + counts
+        self.add_routed(touched)
+        self._rows_squared += float(np.dot(after, after) - np.dot(before, before))
+        self.entity_rows[touched] = after
+        if paired_score is not None:
+            both = ok & np.isfinite(paired_score)
+            delta = np.clip(score[both], 0.0, 1.0) - np.clip(paired_score[both], 0.0, 1.0)
+            self.shift_abs.extend(np.abs(delta), entity[both], call[both])
+            self.shift_signed.extend((delta + 1) / 2, entity[both], call[both])
+
+    def add_routed(self, entity: IntArray) -> None:
+        """Routing units sent to this arm (whether or not its model ran for them)."""
+        if entity.size == 0:
+            return
+        top = int(entity.max()) + 1
+        if top > len(self._routed):
+            self._routed = np.concatenate([self._routed, np.zeros(max(top, 2 * len(self._routed)) - len(self._routed),
+                                                                   bool)])
+        fresh = np.unique(entity[~self._routed[entity]])
+        self.entities += len(fresh)
+        self._routed[fresh] = True
+
+    def add_labelled(self, entity: IntArray, call: IntArray, score: FloatArray, label: FloatArray,
+                     paired_score: FloatArray | None) -> None:
+        from quiver.monitoring.evaluation import brier_losses, log_losses
+
+        if entity.size == 0:
+            return
+        self.labeled += int(entity.size)
+        self.log_loss.extend(log_losses(score, label), entity, call)
+        self.labeled_calls += len(np.unique(call))
+        self.brier.extend(brier_losses(score, label), entity, call)
+        if paired_score is None:
+            return
+        has = np.isfinite(paired_score)
+        if not has.any():
+            return
+        e, c, s, y, p = entity[has], call[has], score[has], label[has], paired_score[has]
+        self.paired += int(has.sum())
+        self.paired_log_loss.extend(log_losses(s, y) - log_losses(p, y), e, c)
+        difference = brier_losses(s, y) - brier_losses(p, y)  # in [−1, 1]
+        self.paired_brier.extend(np.clip((difference + 1) / 2, 0.0, 1.0), e, c)
+
+    def latency_p99_ms(self) -> float:
+        total = int(self.latency_counts.sum())
+        if total == 0:
+            return math.nan
+        index = int(np.searchsorted(np.cumsum(self.latency_counts), 0.99 * total, side="left"))
+        return float(LATENCY_EDGES_MS[index]) if index < len(LATENCY_EDGES_MS) else math.inf
+
+    def summary(self) -> dict[str, Any]:
+        return {"rows": self.rows, "calls": self.calls, "entities": self.entities, "errors": int(self.errors.total),
+                "labeled": self.labeled, "labeled_calls": self.labeled_calls, "paired": self.paired}
+
+
+@dataclass
+class StepStats:
+    """Both arms' evidence in one step. Feed served rows in time order and labelled rows in the order their
+    calls' labels completed; call codes must grow with time and a call's rows come in one batch."""
+
+    settings: JudgeSettings
+    latency_threshold_ms: float  # the pre-rollout reference (NaN: none; the step's first chunk is not judged)
+    champion: ArmStats = field(init=False)
+    canary: ArmStats = field(init=False)
+    # Canary − champion over the same time (see the module docstring), at the guardrail's whole α.
+    failed_rows_difference: ConcurrentDifference = field(init=False)  # share of rows in failed calls
+    error_difference: ConcurrentDifference = field(init=False)  # failed calls per row
+    slow_difference: ConcurrentDifference = field(init=False)
+    brier_difference: ConcurrentDifference = field(init=False)  # unpaired, calls in label order
+    latency: LatencyThreshold = field(init=False)
+
+    def __post_init__(self) -> None:
+        half = self.settings.test_alpha / 2
+        self.champion = ArmStats(half)
+        self.canary = ArmStats(half)
+        for name in ("slow_difference", "brier_difference"):
+            setattr(self, name, ConcurrentDifference(self.settings.test_alpha))
+        for name in ("failed_rows_difference", "error_difference"):  # the error rate reads both, α/2 each
+            setattr(self, name, ConcurrentDifference(self.settings.test_alpha / 2))
+        self.latency = LatencyThreshold(self.latency_threshold_ms, self.settings.latency_p99_floor_ms)
+
+    def add_served(self, entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike,
+                   score: npt.ArrayLike, failed: npt.ArrayLike, latency_ms: npt.ArrayLike,
+                   champion_score: npt.ArrayLike | None = None, ran: npt.ArrayLike | None = None) -> StepStats:
+        """Rows routed in this step: routing unit and call codes, arm, score (NaN on failure), failure and the
+        call's latency, one value per row; `champion_score`: the champion's score of a canary row (paired,
+        NaN where not); `ran`: False for rows whose arm never ran (the request failed first) — they count
+        as routed units for the sample-ratio check and nowhere else."""
+        e, c, arm = _codes(entity, call, on_canary)
+        s, f, lat = (np.asarray(score, np.float64), np.asarray(failed, bool), np.asarray(latency_ms, np.float64))
+        paired = np.full(len(s), np.nan) if champion_score is None else np.asarray(champion_score, np.float64)
+        done = np.ones(len(s), bool) if ran is None else np.asarray(ran, bool)
+        _same_length(e, s, f, lat, paired, done)
+        threshold = np.full(len(s), np.nan)
+        if done.any():
+            order, inverse, first, sizes = _calls_in_order(c[done])
+            call_arm, call_latency = arm[done][first], lat[done][first]
+            call_failed = np.bincount(inverse, weights=f[done].astype(np.float64)) > 0
+            call_threshold = self.latency.thresholds(call_latency[order], call_arm[order])
+            self.failed_rows_difference.extend(call_failed[order].astype(np.float64), call_arm[order], sizes[order])
+            self.error_difference.extend((call_failed / sizes)[order], call_arm[order])
+            judged = np.isfinite(call_threshold)
+            self.slow_difference.extend((call_latency[order] > call_threshold)[judged].astype(np.float64),
+                                        call_arm[order][judged])
+            by_call = np.empty(len(sizes))
+            by_call[order] = call_threshold
+            threshold[done] = by_call[inverse]
+        for stats, mask in ((self.champion, ~arm), (self.canary, arm)):
+            stats.add_routed(e[mask])
+            mask = mask & done
+            stats.add_served(e[mask], c[mask], s[mask], f[mask], lat[mask], paired[mask], threshold[mask])
+        return self
+
+    def add_labelled(self, entity: npt.ArrayLike, call: npt.ArrayLike, on_canary: npt.ArrayLike,
+                     score: npt.ArrayLike, label: npt.ArrayLike,
+                     champion_score: npt.ArrayLike | None = None) -> StepStats:
+        """Successfully scored rows whose label arrived, with (canary rows) the champion's score of the same
+        row when it was paired, NaN where not."""
+        e, c, arm = _codes(entity, call, on_canary)
+        s, y = np.asarray(score, np.float64), np.asarray(label, np.float64)
+        paired = np.asarray(champion_score, dtype=np.float64) if champion_score is not None else None
+        _same_length(e, s, y, *([paired] if paired is not None else []))
+        if e.size:
+            from quiver.monitoring.evaluation import brier_losses
+
+            order, inverse, first, sizes = _calls_in_order(c)
+            call_brier = np.bincount(inverse, weights=brier_losses(s, y)) / sizes
+            self.brier_difference.extend(np.clip(call_brier[order], 0.0, 1.0), arm[first][order])
+        self.champion.add_labelled(e[~arm], c[~arm], s[~arm], y[~arm], None)
+        self.canary.add_labelled(e[arm], c[arm], s[arm], y[arm], paired[arm] if paired is not None else None)
+        return self
+
+
+def _codes(entity: npt.ArrayLike, call: npt.ArrayLike,
+           on_canary: npt.ArrayLike) -> tuple[IntArray, IntArray, BoolArray]:
+    e, c, arm = np.asarray(entity, np.int64), np.asarray(call, np.int64), np.asarray(on_canary, bool)
+    _same_length(e, c, arm)
+    return e, c, arm
+
+
+def _calls_in_order(call: IntArray) -> tuple[IntArray, IntArray, IntArray, FloatArray]:
+    """A batch's calls: their order by first row (time), each row's call index, each call's first row and
+    its number of rows."""
+    _, first, inverse, sizes = np.unique(call, return_index=True, return_inverse=True, return_counts=True)
+    return (np.argsort(first, kind="stable").astype(np.int64), inverse.astype(np.int64), first.astype(np.int64),
+            sizes.astype(np.float64))
+
+
+def _same_length(first: npt.NDArray[Any], *others: npt.NDArray[Any]) -> None:
+    if first.ndim != 1 or any(o.shape != first.shape for o in others):
+        raise ValueError("every column of a batch must be 1-d with one value per row")

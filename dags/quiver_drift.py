@@ -5,6 +5,10 @@ Runs after each materialization (Asset `quiver://offline/features`) and daily. F
 with the champion arm's serving logs of the run's day (features and scores, PSI / KS), records the run in the
 registry and raises alerts. On dataset drift it emits the Asset `quiver://drift/<model>` carrying the drift
 run id and window; `quiver_retrain` is scheduled on it. The work lives in `quiver.pipelines.loop_drift`.
+
+Beside it, `check_consistency` replays the same day's serving logs through the point-in-time engine and
+compares the served feature values with the offline ones (`quiver consistency`); features over their
+threshold raise `consistency` alerts, and the canary waits while one its candidate reads stays inconsistent.
 """
 
 from __future__ import annotations
@@ -58,7 +62,14 @@ def quiver_drift() -> None:
         outlet_events[DRIFT].extra = extra
         return extra
 
+    @task
+    def check_consistency(data_interval_start: Any = None, data_interval_end: Any = None) -> dict[str, Any]:
+        from quiver.pipelines.loop import consistency_step
+
+        return consistency_step(S.config_path, S.model, data_interval_start, data_interval_end)
+
     emit_drift(check_drift())
+    check_consistency()
 
 
 quiver_drift()

@@ -8,6 +8,8 @@ one holding the defaults). Every key and sink option is described in docs/config
     quarantine_dir: data/offline/_quarantine/batches          # default: <offline_root>/_quarantine/batches
     expectations_dir: feature_defs/expectations               # default: <catalog>/expectations
     on_failure: continue                                      # or stop
+    consistency_threshold: 0.001                              # share of served values that may be wrong
+    consistency_thresholds: {"user_spend:amount_sum_1h": 0.01}  # per feature (view:feature)
 
 `QUIVER_ALERT_WEBHOOK_URL` adds a webhook sink without a file. Relative paths resolve against the project root.
 """
@@ -25,7 +27,8 @@ from quiver.catalog.errors import QuiverError
 from quiver.config import Config
 
 SETTINGS_FILE = "monitoring.yaml"
-_KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure"}
+_KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure", "consistency_threshold",
+         "consistency_thresholds"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class MonitoringSettings:
     quarantine_dir: Path = Path("data/offline/_quarantine/batches")
     expectations_dir: Path = Path("feature_defs/expectations")
     on_failure: str = "continue"
+    consistency_threshold: float = 0.001  # `quiver consistency`: share of served values that may be wrong
+    consistency_thresholds: dict[str, float] = field(default_factory=dict)  # view:feature → its own
 
 
 def load_settings(config: Config) -> MonitoringSettings:
@@ -65,11 +70,20 @@ def load_settings(config: Config) -> MonitoringSettings:
     on_failure = str(values.get("on_failure", "continue"))
     if on_failure not in ("continue", "stop"):
         raise QuiverError(f"{path}: on_failure must be continue or stop, got {on_failure!r}")
+    thresholds = values.get("consistency_thresholds") or {}
+    try:
+        threshold = float(values.get("consistency_threshold", 0.001))
+        per_feature = {str(k): float(v) for k, v in dict(thresholds).items()}
+    except (TypeError, ValueError):
+        raise QuiverError(f"{path}: consistency_threshold must be a number and consistency_thresholds a "
+                          f"mapping of view:feature to numbers") from None
     return MonitoringSettings(
         alert_sinks=sinks,
         quarantine_dir=directory("quarantine_dir", config.offline_dir / "_quarantine" / "batches"),
         expectations_dir=directory("expectations_dir", config.catalog_dir / "expectations"),
         on_failure=on_failure,
+        consistency_threshold=threshold,
+        consistency_thresholds=per_feature,
     )
 
 

@@ -1,7 +1,8 @@
 """The closed loop's entry points, one per DAG task: each takes plain values and returns a JSON-ready summary.
 
     quiver_materialize  quality gate → backfill → materialize              (quiver.pipelines.scheduled)
-    quiver_drift        champion reference vs serving logs → Asset quiver://drift/<model>   (loop_drift)
+    quiver_drift        champion reference vs serving logs → Asset quiver://drift/<model>   (loop_drift);
+                        served values vs point-in-time values        (monitoring.consistency_job)
     quiver_retrain      sliding-window training set → train (gpu queue) → challenger gate  (loop_retrain)
     quiver_shadow_eval  challenger → shadow → wait for labels → verdict → Asset canary      (loop_shadow)
     quiver_canary       one judge step (or watch look) per run → promote / continue / roll back  (loop_rollout)
@@ -87,6 +88,15 @@ def drift_step(config_path: str | None, model: str, start: datetime | None, end:
     project = Project.load(config_path)
     project.alerts.redeliver()
     return check_serving_drift(project, model, begin, stop, run=run)
+
+
+def consistency_step(config_path: str | None, model: str, start: datetime | None,
+                     end: datetime | None) -> dict[str, Any]:
+    """Online/offline consistency of what `model` was served over the run's window (one day)."""
+    from quiver.monitoring.consistency_job import check_window
+
+    begin, stop = run_window(start, end, days=1.0)
+    return check_window(Project.load(config_path), model, begin, stop)
 
 
 def drift_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:

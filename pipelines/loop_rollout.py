@@ -1,7 +1,8 @@
 """The canary, as idempotent steps over the registry (aliases, rollouts, decisions).
 
 `start_canary` opens a rollout for the challenger once its shadow verdict is in favour (or for a version an
-operator names), `canary_step` judges the running rollout's current step once — or, after a promotion, takes
+operator names) and no feature it reads is inconsistent online vs offline (its newest consistency check over
+threshold; a running canary holds while one is), `canary_step` judges the running rollout's current step once — or, after a promotion, takes
 one look of the post-promotion watch — through `quiver.monitoring.canary_judge`, which records the decision
 and applies it in one transaction (aliases, rollout, alert). Every step first redelivers alerts a crashed
 attempt left pending.
@@ -82,10 +83,24 @@ def start_canary(project: Project, model: str, *, version: int | None = None, at
         reason = f"shadow verdict {decision.outcome} (decision #{decision.id})"
     else:
         reason = f"started by hand for {model}:{version}"
+    blocked = inconsistent_inputs(project, model, version)
+    if blocked:
+        return {"model": model, "status": "waiting", "started": False, "challenger": version,
+                "reason": f"{model}:{version} reads {blocked}: serving would not feed it what it was trained on"}
     rollout = canary_judge.start_canary(project.config, model, version, settings=canary_settings(project),
                                         by="quiver_canary", reason=reason, at=at, again=again)
     return {"model": model, "status": "started", "rollout_id": rollout.id, "step": rollout.step,
             "fraction": rollout.fraction, "canary": f"{model}:{version}", "started": True, "reason": reason}
+
+
+def inconsistent_inputs(project: Project, model: str, version: int) -> str:
+    """The features `model:version` reads whose newest consistency check (`quiver consistency`, the drift
+    DAG's daily task) found served values differing from offline beyond their threshold; "" when none."""
+    from quiver.monitoring.consistency_records import inconsistent_features
+
+    found = inconsistent_features(project.registry, project.models.get(model, version).features)
+    return ", ".join(f"{r['feature']} ({r['wrong_rate']:.2%} wrong in consistency run #{r['run_id']})"
+                     for r in found)
 
 
 def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any]:
@@ -107,6 +122,10 @@ def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any
             return {"kind": "watch", **canary_judge.watch_step(project.config, model, as_of=moment,
                                                               by="quiver_canary")}
         return {"model": model, "outcome": "none", "reason": "no running rollout"}
+    running = rollouts.active_rollout(project.registry, model)
+    blocked = inconsistent_inputs(project, model, running.canary_version) if running is not None else ""
+    if running is not None and blocked:
+        return _hold_inconsistent(project, running, blocked, moment)
     outcome = canary_judge.judge_step(project.config, model, as_of=moment, by="quiver_canary")
     verdict, rollout = outcome.verdict, outcome.rollout
     assert outcome.decision is not None
@@ -116,6 +135,30 @@ def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any
             "fraction": rollout.fraction, "canary": f"{model}:{rollout.canary_version}",
             "champion_before": f"{model}:{rollout.champion_version}", "actions": list(outcome.actions),
             "as_of": iso(moment)}
+
+
+def _hold_inconsistent(project: Project, rollout: Any, blocked: str, moment: datetime) -> dict[str, Any]:
+    """A running canary holds without a look while a feature it reads is inconsistent online vs offline (its
+    evidence would judge a model fed values it was not trained on); the hold is a decision that says why,
+    recorded once per rollout step and set of inconsistent features."""
+    from quiver.monitoring import canary_judge
+    from quiver.monitoring.evaluation import idempotency_key
+    from quiver.registry import rollouts
+
+    model = rollout.model
+    reason = f"holding: {model}:{rollout.canary_version} reads {blocked}"
+    decision = rollouts.record_decision(
+        project.registry, model, kind="canary_step", outcome="hold",
+        statistics={"outcome": "hold", "reason": reason, "fraction": rollout.fraction, "inconsistent": blocked},
+        idempotency_key=idempotency_key("inconsistent inputs", rollout.id, rollout.step, blocked),
+        rollout_id=rollout.id, step=rollout.step, fraction=rollout.fraction,
+        champion_version=f"{model}:{rollout.champion_version}", candidate_version=f"{model}:{rollout.canary_version}",
+        by="quiver_canary", at=moment)
+    actions = canary_judge.apply_decision(project.config, decision, by="quiver_canary", at=moment)
+    return {"kind": "step", "model": model, "outcome": "hold", "reason": reason, "decision_id": decision.id,
+            "new_decision": bool(decision.created), "rollout_id": rollout.id, "status": rollout.status,
+            "step": rollout.step, "fraction": rollout.fraction, "canary": f"{model}:{rollout.canary_version}",
+            "champion_before": f"{model}:{rollout.champion_version}", "actions": list(actions), "as_of": iso(moment)}
 
 
 def _decided_at(project: Project, model: str, moment: datetime) -> Any:

@@ -461,7 +461,8 @@ def _register_optional_commands() -> None:
 
     for module in ("quiver.offline.cli", "quiver.online.cli", "quiver.monitoring_cli", "quiver.offline.training_cli",
                    "quiver.streaming_cli", "quiver.models.cli", "quiver.serving.predict_cli", "quiver.redis_cli",
-                   "quiver.decisions_cli", "quiver.labels_cli", "quiver.ui.cli", "quiver.serving.replay_cli"):
+                   "quiver.decisions_cli", "quiver.labels_cli", "quiver.ui.cli", "quiver.serving.replay_cli",
+                   "quiver.consistency_cli"):
         try:
             importlib.import_module(module).register(app)
         except ModuleNotFoundError as exc:

@@ -1,0 +1,218 @@
+"""The consistency job on a real small project: events backfilled (DuckDB), materialized into a real Redis,
+served by the real prediction service (which writes the serving logs), then replayed through the
+point-in-time engine. A healthy world shows no difference; then one failure of each kind is injected — a
+value corrupted in Redis, an entity missing online, a late event after serving — and each is reported under
+its own cause, with only the late event left out of the wrong count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import redis
+
+from quiver.config import Config, load_config
+from tests.cli_runs import done, quiver
+
+pytestmark = pytest.mark.integration
+
+USERS = 40
+LATE_USER, CORRUPT_USER, MISSING_USER = 5, 7, 9
+DEFINITIONS = '''
+from quiver import Aggregation, Entity, FeatureService, FeatureView, Field, Float64, Int64, Source, String
+
+user = Entity(name="user", join_keys=["user_id"], dtype=Int64)
+tx = Source(name="tx", path="data/events/tx", timestamp_field="event_ts")
+stats = FeatureView(name="stats", entities=[user], source=tx, ttl="2h",
+                    schema=[Field("f0", Float64), Field("f1", Float64), Field("category", String)])
+spend = FeatureView(name="spend", entities=[user], source=tx, tile="10m",
+                    aggregations=[Aggregation("f0", "sum", "1h"), Aggregation("f0", "count", "1h")])
+fraud = FeatureService(name="fraud", features=[stats])
+'''
+
+
+@dataclass
+class World:
+    root: Path
+    config: Config
+    t0: datetime  # the materialization's data time; requests come after it
+    catalog: Any
+
+
+def _events(t0: datetime) -> pa.Table:
+    """Two events per user, 100 and 50 minutes before t0 (inside the 2 h TTL at every request)."""
+    rng = np.random.default_rng(3)
+    users = np.tile(np.arange(USERS), 2)
+    times = [t0 - timedelta(minutes=100 if i < USERS else 50, seconds=int(u)) for i, u in enumerate(users)]
+    return pa.table({"user_id": pa.array(users, pa.int64()), "event_ts": pa.array(times, pa.timestamp("us", tz="UTC")),
+                     "f0": rng.normal(size=2 * USERS), "f1": rng.normal(size=2 * USERS),
+                     "category": rng.choice(["a", "b"], 2 * USERS)})
+
+
+def _backfill(world: World) -> None:
+    from quiver.offline.backfill import backfill
+
+    backfill(world.config, world.catalog, (world.t0 - timedelta(days=1)).date(), world.t0.date())
+
+
+def _serve(world: World, minutes: range, tag: str) -> None:
+    """Every user at each of `minutes` after t0, through the real prediction service and serving logger."""
+    from quiver.monitoring.serving_log import ServingLogger, log_schema
+    from quiver.registry import Registry
+    from quiver.registry.models import ModelRegistry
+    from quiver.serving.prediction import PredictionService
+    from quiver.serving.store import FeatureStore
+    from tests.integration.test_prediction_service import MODEL
+
+    registry = Registry(world.config.registry, project=world.config.project)
+    with FeatureStore(config=world.config) as store, \
+            ServingLogger(world.config.offline_dir, schema=log_schema(store.catalog)) as logger, \
+            PredictionService(store, MODEL, models=ModelRegistry(registry), logger=logger) as service:
+        for minute in minutes:
+            at = world.t0 + timedelta(minutes=minute)
+            service.predict([{"request_id": f"{tag}{minute}-{u}", "entities": {"user_id": u}, "at": at}
+                             for u in range(USERS)])
+    registry.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path, redis_url: str) -> World:
+    from quiver.artifacts import ArtifactStore
+    from quiver.online.materialize import materialize
+    from quiver.registry import Registry
+    from quiver.registry.models import ModelRegistry
+    from quiver.registry.repository import load_applied_catalog
+    from tests.integration.test_online_materialize import write_source
+    from tests.integration.test_prediction_service import MODEL, register
+
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "quiver.yaml").write_text(f"project: cons\nregistry_url: sqlite:///{root}/registry.db\n"
+                                      f"redis_url: {redis_url}\noffline_root: data/offline\n")
+    # Data times two days back: the late-event file written during the test is then dated after them.
+    t0 = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    write_source(root, _events(t0))
+    (root / "feature_defs").mkdir()
+    (root / "feature_defs" / "definitions.py").write_text(DEFINITIONS)
+    done(quiver("apply", cwd=root))
+    config = load_config(root / "quiver.yaml")
+    world = World(root, config, t0, load_applied_catalog(config).catalog)
+    _backfill(world)
+    materialize(config, world.catalog, int(t0.timestamp() * 1_000_000))
+    registry = Registry(config.registry, project=config.project)
+    models = ModelRegistry(registry, ArtifactStore.from_config(config))
+    version = register(models, root / ".quiver" / "models", seed=1)
+    models.set_alias(MODEL, "champion", version, expected=None, reason="first")
+    registry.close()
+    return world
+
+
+def _window(world: World) -> list[str]:
+    return ["--start", world.t0.isoformat(), "--end", (world.t0 + timedelta(hours=1)).isoformat()]
+
+
+def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(world: World) -> None:
+    import json
+
+    from quiver.monitoring import canary_judge
+    from quiver.monitoring.consistency_records import consistency_results_of
+    from quiver.monitoring.repository import list_alerts
+    from quiver.offline import layout
+    from quiver.online.redis_store import RedisOnlineStore
+    from quiver.pipelines.loop import consistency_step
+    from quiver.pipelines.loop_common import Project
+    from quiver.pipelines.loop_rollout import canary_step, inconsistent_inputs, start_canary
+    from quiver.registry import Registry, rollouts
+    from quiver.streaming.late import late_dir
+    from tests.integration.test_prediction_service import MODEL, register
+
+    _serve(world, range(1, 11), "a")
+    healthy = json.loads(done(quiver("consistency", "--model", "fraud", *_window(world), "--json", cwd=world.root)))
+    assert healthy["rows_logged"] == healthy["rows_compared"] == 10 * USERS
+    assert {f["feature"] for f in healthy["features"]} == {"stats:f0", "stats:f1", "stats:category"}
+    for feature in healthy["features"]:
+        assert (feature["compared"], feature["equal"], feature["status"]) == (10 * USERS, 10 * USERS, "ok")
+    by_service = json.loads(done(quiver("consistency", "--service", "fraud", *_window(world), "--json",
+                                        cwd=world.root)))
+    assert [f["feature"] for f in by_service["features"]] == ["stats:f0", "stats:f1", "stats:category"]
+    assert not by_service["inconsistent"]
+    project = Project(world.config)
+    candidate = register(project.models, world.root / ".quiver" / "models", seed=2)
+    assert inconsistent_inputs(project, MODEL, candidate) == ""
+    assert start_canary(project, MODEL, version=candidate)["started"]  # consistent: it may start
+
+    # A value corrupted in Redis (same event time, another amount), an entity gone from Redis.
+    view = world.catalog.views["stats"]
+    with RedisOnlineStore(world.config.redis_url, world.config.project) as online:
+        last = pq.read_table(layout.view_dir(world.config.offline_dir, "stats", layout.LAST_VALUES)).to_pandas()
+        row = last[last["user_id"] == CORRUPT_USER].sort_values("event_ts").tail(1).assign(f0=-1234.5)
+        online.write_last_values(view, pa.Table.from_pandas(row[["user_id", "event_ts", "f0", "f1", "category"]],
+                                                            preserve_index=False))
+    client = redis.Redis.from_url(world.config.redis_url)
+    assert client.delete(*client.keys(f"q:cons:stats:*:{MISSING_USER}")) == 1
+    client.close()
+    _serve(world, range(30, 35), "b")
+    # A late event, after serving: dated 10 minutes before t0, it reaches offline through the late-event store
+    # and the next backfill; serving could not have had it.
+    late = late_dir(world.config.offline_dir) / "tx" / f"date={world.t0.date()}"
+    late.mkdir(parents=True)
+    pq.write_table(pa.table({"user_id": pa.array([LATE_USER], pa.int64()),
+                             "event_ts": pa.array([world.t0 - timedelta(minutes=10)], pa.timestamp("us", tz="UTC")),
+                             "f0": [999.0], "f1": [999.0], "category": ["z"]}), late / "upto-late.parquet")
+    _backfill(world)
+
+    result = quiver("consistency", "--model", "fraud", *_window(world), "--json", cwd=world.root)
+    report = json.loads(done(result, code=1))  # features over their threshold: exit 1
+    by = {f["feature"]: f for f in report["features"]}
+    rounds, second = 15, 5  # requests per user: all, after the injections
+    f0 = by["stats:f0"]
+    assert f0["compared"] == 15 * USERS
+    assert f0["causes"] == {"late_event": rounds, "ttl_boundary": 0, "stream_lag": 0,
+                            "materialization_gap": second, "unexplained": second}
+    assert (f0["late"], f0["wrong"], f0["mismatched"], f0["missing_online"]) == \
+        (rounds, 2 * second, rounds + second, second)
+    assert f0["smape"] is not None and f0["status"] == "alert"
+    unexplained = [e for e in f0["examples"] if e["cause"] == "unexplained"]
+    assert unexplained and all(e["keys"] == {"user_id": CORRUPT_USER} and e["served"] == -1234.5
+                               for e in unexplained)
+    for name in ("stats:f1", "stats:category"):
+        assert by[name]["causes"] == {"late_event": rounds, "ttl_boundary": 0, "stream_lag": 0,
+                                      "materialization_gap": second, "unexplained": 0}, name
+    assert report["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
+
+    registry = Registry(world.config.registry, project="cons")
+    stored = {r["feature"]: r for r in consistency_results_of(registry, report["run_id"])}
+    assert stored["stats:f0"]["wrong"] == 2 * second and stored["stats:f0"]["late"] == rounds
+    assert stored["stats:f0"]["causes"]["unexplained"] == second
+    alerts = {a.subject: a for a in list_alerts(registry, "open", "consistency")}
+    assert set(alerts) == {"stats:f0", "stats:f1", "stats:category"}
+    registry.close()
+    # The running canary holds, without a look, and the decision says why (once per step and set of features).
+    held = canary_step(project, MODEL, world.t0 + timedelta(hours=2))
+    assert held["outcome"] == "hold" and "stats:f0" in held["reason"] and held["new_decision"]
+    assert canary_step(project, MODEL, world.t0 + timedelta(hours=3))["decision_id"] == held["decision_id"]
+    decision = rollouts.get_decision(project.registry, held["decision_id"])
+    assert decision.outcome == "hold" and "stats:f0" in decision.statistics["inconsistent"]
+    assert rollouts.active_rollout(project.registry, MODEL) is not None  # held, not stopped
+    # A canary does not start while a feature its candidate reads is inconsistent.
+    canary_judge.rollback(world.config, MODEL, reason="test: make room for the next candidate")
+    other = register(project.models, world.root / ".quiver" / "models", seed=3)
+    waiting = start_canary(project, MODEL, version=other)
+    assert waiting["status"] == "waiting" and not waiting["started"]
+    assert "stats:f0" in waiting["reason"] and f"consistency run #{report['run_id']}" in waiting["reason"]
+
+    table = done(quiver("consistency", "--model", "fraud", *_window(world), "--no-record", cwd=world.root), code=1)
+    assert "stats:f0" in table and "inconsistent" in table
+
+    # The drift DAG's daily task: the same check over the run's window, summarized for the task log.
+    daily = consistency_step(str(world.root / "quiver.yaml"), MODEL, world.t0, world.t0 + timedelta(hours=1))
+    assert daily["status"] == "inconsistent" and daily["rows_compared"] == 15 * USERS
+    assert daily["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
+    unknown = consistency_step(str(world.root / "quiver.yaml"), "nobody", world.t0, world.t0 + timedelta(hours=1))
+    assert unknown["status"] == "unavailable" and "nobody" in unknown["reason"]

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.harness
+from tests.harness import SparkStandalone, free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["Cluster", "Executors", "free_port", "settled_stage_totals"]
 
 
 def _json(url: str) -> Any:
@@ -28,65 +24,12 @@ def _json(url: str) -> Any:
         return json.load(response)
 
 
-class Cluster:
-    """`with Cluster(folder, workers=2, cores=1, memory="2g") as c:` … `c.url` is the master."""
+class Cluster(SparkStandalone):
+    """`with Cluster(folder, workers=2, cores=1, memory="2g") as c:` … `c.url` is the master (the tests'
+    `SparkStandalone`, two workers by default)."""
 
     def __init__(self, folder: Path, workers: int = 2, cores: int = 1, memory: str = "2g") -> None:
-        self.folder, self.workers, self.cores, self.memory = folder, workers, cores, memory
-        self.port, self.web = free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def __enter__(self) -> Cluster:
-        import pyspark
-
-        home = Path(pyspark.__file__).parent
-        spark_class = str(home / "bin" / "spark-class")
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"}
-        self.folder.mkdir(parents=True, exist_ok=True)
-        commands = [[spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                     str(self.port), "--webui-port", str(self.web)]]
-        commands += [[spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores",
-                      str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir",
-                      str(self.folder / f"worker{i}"), self.url] for i in range(self.workers)]
-        try:
-            for i, command in enumerate(commands):
-                with (self.folder / f"daemon{i}.log").open("wb") as log:
-                    self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                       start_new_session=True))
-                want = 0 if i == 0 else i
-                self._wait(lambda w=want: self.status()["aliveworkers"] >= w)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def status(self) -> dict[str, Any]:
-        return dict(_json(f"http://127.0.0.1:{self.web}/json/"))
-
-    def _wait(self, check: Any, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"a Spark daemon exited; logs in {self.folder}")
-            try:
-                if check():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"the cluster did not come up in {timeout:.0f} s; logs in {self.folder}")
-
-    def __exit__(self, *_: Any) -> None:
-        for proc in reversed(self.procs):  # workers first: they stop their executors
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        super().__init__(folder, workers=workers, cores=cores, memory=memory)
 
 
 class Executors:

@@ -1,4 +1,5 @@
-"""Throwaway Redis and PostgreSQL servers for tests (stdlib + redis only).
+"""Throwaway servers for tests and benchmarks: Redis, PostgreSQL, an S3 endpoint, a Spark standalone cluster
+(stdlib + redis only; pyspark and moto where those run).
 
 Each server gets its own free port on 127.0.0.1 and its own directory, so tests never touch a
 developer's services and parallel workers (pytest-xdist) never collide.
@@ -18,6 +19,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -250,3 +252,80 @@ class S3Server:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+class SparkStandalone:
+    """A Spark standalone cluster on 127.0.0.1 from the scripts bundled with pyspark: a master and `workers`
+    workers (`cores` and `memory` each), each with its own work folder under `folder`, where the daemons' logs
+    go too. The daemons inherit this process's environment (S3 credentials, say), and so do their executors;
+    `cwd` is theirs (default `folder`). `with SparkStandalone(folder) as cluster:` … `cluster.url`."""
+
+    def __init__(self, folder: Path, workers: int = 1, cores: int = 1, memory: str = "2g",
+                 cwd: Path | None = None) -> None:
+        self.folder, self.workers, self.cores, self.memory = folder, workers, cores, memory
+        self.cwd = cwd or folder
+        self.port, self.web = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> SparkStandalone:
+        import pyspark
+
+        home = Path(pyspark.__file__).parent
+        spark_class = str(home / "bin" / "spark-class")
+        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        commands = [[spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                     str(self.port), "--webui-port", str(self.web)]]
+        commands += [[spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores",
+                      str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir",
+                      str(self.folder / f"worker{i}"), self.url] for i in range(self.workers)]
+        try:
+            for i, command in enumerate(commands):
+                with self._log(i).open("wb") as log:
+                    self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                       start_new_session=True, cwd=self.cwd))
+                if i == 0:
+                    self._wait("the master", lambda: self.status()["status"] == "ALIVE")
+            self._wait(f"{self.workers} workers", lambda: self.status()["aliveworkers"] >= self.workers)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _log(self, i: int) -> Path:
+        return self.folder / ("master.log" if i == 0 else f"worker{i - 1}.log")
+
+    def status(self) -> dict[str, Any]:
+        """The master's JSON status (workers, applications)."""
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.web}/json/", timeout=10) as response:
+            return dict(json.load(response))
+
+    def _wait(self, what: str, check: Any, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.procs):
+                break
+            try:
+                if check():
+                    return
+            except OSError:  # the master's web UI is not up yet
+                pass
+            time.sleep(0.5)
+        logs = "\n".join(f"--- {self._log(i).name}\n{_tail(self._log(i))}" for i in range(len(self.procs)))
+        state = "a Spark daemon exited" if any(p.poll() is not None for p in self.procs) else "timed out"
+        raise ServiceError(f"waiting for {what}: {state}\n{logs}")
+
+    def __exit__(self, *_: Any) -> None:
+        for proc in reversed(self.procs):  # workers first: they stop their executors
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -8,9 +8,6 @@ Kept small (2 days, 40 users): benchmarks/pit_scale.py carries the sizes.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,8 +20,9 @@ from quiver.offline.backfill import backfill
 from quiver.offline.engines import spark_session, stop_spark
 from quiver.offline.pit import get_historical_features
 from quiver.offline.store import store_for
+from tests.harness import SparkStandalone
 from tests.integration.object_store_support import listing, s3_config, s3_rows
-from tests.integration.test_backfill_spark_standalone import _free_port, _status, _wait
+from tests.integration.test_backfill_spark_standalone import _status
 from tests.integration.test_backfill_support import assert_rows_equal, store_rows
 from tests.integration.test_pit_backfill import FIRST, LAST, _demo_project
 
@@ -35,46 +33,15 @@ WORKERS = 2
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Iterator[tuple[str, int]]:
     """(master URL, master web port) of a running cluster; started after s3_server put the credentials in
-    this process's environment, which the daemons (and so their executors) inherit."""
-    import pyspark
-
+    this process's environment, which the daemons (and so their executors) inherit. Each worker has its own
+    folder; they share the bucket, and the source events' folder: catalog sources are still folders, read at
+    the same path by every executor (docs/operations.md)."""
     stop_spark()  # a local session of an earlier module would hold the JVM
-    home = Path(pyspark.__file__).parent
-    spark_class = str(home / "bin" / "spark-class")
-    work = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1"}
-    port, web = _free_port(), _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    logs = [work / "master.log", *(work / f"worker{i}.log" for i in range(WORKERS))]
-    procs: list[subprocess.Popen[bytes]] = []
     try:
-        with logs[0].open("wb") as log:
-            procs.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                 "--webui-port", str(web)], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        _wait("the master", lambda: _status(web)["status"] == "ALIVE", procs, logs)
-        for i in range(WORKERS):
-            # Each worker its own folder. They share the bucket, and the source events' folder: catalog
-            # sources are still folders, read at the same path by every executor (docs/operations.md).
-            folder = work / f"worker{i}"
-            with logs[i + 1].open("wb") as log:
-                procs.append(subprocess.Popen(
-                    [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-                     "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(folder), url],
-                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=work))
-        _wait("two workers", lambda: _status(web)["aliveworkers"] >= WORKERS, procs, logs)
-        yield url, web
+        with SparkStandalone(tmp_path_factory.mktemp("cluster"), workers=WORKERS, cores=1, memory="1g") as running:
+            yield running.url, running.web
     finally:
         stop_spark()
-        for proc in reversed(procs):  # workers first: they stop their executors
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def test_cluster_backfill_and_join_on_s3_equal_duckdb(cluster: tuple[str, int], s3_server: Any,

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -243,29 +244,60 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
     return sent
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """partition → the offset after its last record."""
-    from confluent_kafka import Consumer, TopicPartition
+class TopicOffsets:
+    """A topic's end offsets and a consumer group's committed offsets, read through one consumer kept open (a
+    status pass once a second would otherwise connect to every broker anew each time). It never subscribes
+    or commits, so it never joins the group it reads; calls from several threads take turns."""
 
-    consumer = Consumer({**admin_config(bootstrap), "group.id": f"quiver-offsets-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    def __init__(self, bootstrap: str, topic: str, group: str | None = None) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        self._lock = threading.Lock()
+        self._consumer = Consumer({**admin_config(bootstrap), "enable.auto.commit": False,
+                                   "group.id": group or f"quiver-offsets-{uuid.uuid4().hex}"})
+
+    def _partitions(self) -> list[int]:
+        return sorted(self._consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
+
+    def ends(self) -> dict[int, int]:
+        """partition → the offset after its last record."""
+        from confluent_kafka import TopicPartition
+
         def end(partition: int) -> int:
-            return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
-        return {p: _retrying(functools.partial(end, p)) for p in sorted(parts)}
+            return int(self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=10)[1])
+
+        with self._lock:
+            return {p: _retrying(functools.partial(end, p)) for p in self._partitions()}
+
+    def committed(self) -> dict[int, int]:
+        """partition → the offset the group committed (-1 where none): a Flink Kafka source commits on
+        checkpoints."""
+        from confluent_kafka import TopicPartition
+
+        with self._lock:
+            parts = [TopicPartition(self.topic, p) for p in self._partitions()]
+            got = _retrying(lambda: self._consumer.committed(parts, timeout=10))
+        return {tp.partition: tp.offset for tp in got}
+
+    def close(self) -> None:
+        with self._lock:
+            self._consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition → the offset after its last record (one query; `TopicOffsets` for repeated ones)."""
+    offsets = TopicOffsets(bootstrap, topic)
+    try:
+        return offsets.ends()
     finally:
-        consumer.close()
+        offsets.close()
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """partition → the offset `group` committed (-1 where none): a Flink Kafka source commits on checkpoints."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**admin_config(bootstrap), "group.id": group, "enable.auto.commit": False})
+    """partition → the offset `group` committed (-1 where none; one query, `TopicOffsets` for repeated ones)."""
+    offsets = TopicOffsets(bootstrap, topic, group)
     try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        got = _retrying(lambda: consumer.committed([TopicPartition(topic, p) for p in sorted(parts)], timeout=10))
-        return {tp.partition: tp.offset for tp in got}
+        return offsets.committed()
     finally:
-        consumer.close()
+        offsets.close()

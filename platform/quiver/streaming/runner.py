@@ -268,6 +268,8 @@ class StreamRunner:
             self._write(loader)
             if self._store is None:
                 store.close()
+            if self.topics is not None:
+                self.topics.close()
         return code
 
     def _watch(self, running: RunningJob, feeder: Feeder, loader: Loader) -> str:

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.compile.flink import kafka_group
-from quiver.streaming.kafka_broker import committed_offsets, end_offsets
+from quiver.streaming.kafka_broker import TopicOffsets
 
 
-def _ask(topic: Topic, query: Callable[[str, str], dict[int, int]]) -> dict[int, int]:
+def _ask(topic: Topic, query: Callable[[], dict[int, int]]) -> dict[int, int]:
     from confluent_kafka import KafkaException
 
     try:
-        return query(topic.bootstrap, topic.topic)
+        return query()
     except KafkaException as exc:
         raise QuiverError(f"source {topic.source!r}: Kafka at {topic.bootstrap} (topic {topic.topic!r}) did not "
                           f"answer: {exc.args[0] if exc.args else exc}; set kafka_bootstrap in quiver.yaml") from None
@@ -36,7 +36,8 @@ class Topic:
 
 
 class TopicProgress:
-    """The topics of `sources`, the ends a bounded run must reach, and the job's committed offsets."""
+    """The topics of `sources`, the ends a bounded run must reach, and the job's committed offsets; one
+    consumer per topic, opened on first use and kept until `close`."""
 
     def __init__(self, catalog: Catalog, sources: Sequence[str], bootstrap: str = "") -> None:
         self.topics: list[Topic] = []
@@ -46,16 +47,21 @@ class TopicProgress:
             servers = bootstrap or stream.kafka_bootstrap_servers or "localhost:9092"
             self.topics.append(Topic(source, stream.kafka_topic, servers, kafka_group(source)))
         self.goal: dict[str, dict[int, int]] = {}
+        self._offsets: dict[str, TopicOffsets] = {}
+
+    def _of(self, topic: Topic) -> TopicOffsets:
+        if topic.source not in self._offsets:
+            self._offsets[topic.source] = TopicOffsets(topic.bootstrap, topic.topic, topic.group)
+        return self._offsets[topic.source]
 
     def mark_ends(self) -> dict[str, int]:
         """Remember every partition's end now (what a bounded run reads); returns records per source."""
-        self.goal = {t.source: _ask(t, end_offsets) for t in self.topics}
+        self.goal = {t.source: _ask(t, self._of(t).ends) for t in self.topics}
         return {source: sum(ends.values()) for source, ends in self.goal.items()}
 
     def committed(self) -> dict[str, dict[int, int]]:
         # A partition the group never committed reads as a negative sentinel: nothing read yet.
-        return {t.source: {p: max(o, 0) for p, o in committed_offsets(t.bootstrap, t.group, t.topic).items()}
-                for t in self.topics}
+        return {t.source: {p: max(o, 0) for p, o in self._of(t).committed().items()} for t in self.topics}
 
     def caught_up(self) -> bool:
         """True once the job has committed every partition up to the ends `mark_ends` saw."""
@@ -67,8 +73,13 @@ class TopicProgress:
         done = self.committed()
         out: dict[str, dict[str, object]] = {}
         for t in self.topics:
-            ends = end_offsets(t.bootstrap, t.topic)
+            ends = self._of(t).ends()
             read = sum(min(done[t.source].get(p, 0), end) for p, end in ends.items())
             out[t.source] = {"topic": t.topic, "end": sum(ends.values()), "committed": read,
                              "lag": sum(ends.values()) - read}
         return out
+
+    def close(self) -> None:
+        for offsets in self._offsets.values():
+            offsets.close()
+        self._offsets.clear()

@@ -10,6 +10,7 @@ one holding the defaults). Every key and sink option is described in docs/config
     on_failure: continue                                      # or stop
     consistency_threshold: 0.001                              # share of served values that may be wrong
     consistency_thresholds: {"user_spend:amount_sum_1h": 0.01}  # per feature (view:feature)
+    consistency_gate: false                                   # true: canaries wait on inconsistent inputs
 
 `QUIVER_ALERT_WEBHOOK_URL` adds a webhook sink without a file. Relative paths resolve against the project root.
 """
@@ -28,7 +29,7 @@ from quiver.config import Config
 
 SETTINGS_FILE = "monitoring.yaml"
 _KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure", "consistency_threshold",
-         "consistency_thresholds"}
+         "consistency_thresholds", "consistency_gate"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class MonitoringSettings:
     on_failure: str = "continue"
     consistency_threshold: float = 0.001  # `quiver consistency`: share of served values that may be wrong
     consistency_thresholds: dict[str, float] = field(default_factory=dict)  # view:feature → its own
+    # Off by default: an online store refreshed by batch materialization serves values hours behind the
+    # point-in-time ones by design, and gating would then stop every canary (see docs/consistency.md).
+    consistency_gate: bool = False
 
 
 def load_settings(config: Config) -> MonitoringSettings:
@@ -77,6 +81,9 @@ def load_settings(config: Config) -> MonitoringSettings:
     except (TypeError, ValueError):
         raise QuiverError(f"{path}: consistency_threshold must be a number and consistency_thresholds a "
                           f"mapping of view:feature to numbers") from None
+    gate = values.get("consistency_gate", False)
+    if not isinstance(gate, bool):
+        raise QuiverError(f"{path}: consistency_gate must be true or false, got {gate!r}")
     return MonitoringSettings(
         alert_sinks=sinks,
         quarantine_dir=directory("quarantine_dir", config.offline_dir / "_quarantine" / "batches"),
@@ -84,6 +91,7 @@ def load_settings(config: Config) -> MonitoringSettings:
         on_failure=on_failure,
         consistency_threshold=threshold,
         consistency_thresholds=per_feature,
+        consistency_gate=gate,
     )
 
 

@@ -1,8 +1,9 @@
 """The canary, as idempotent steps over the registry (aliases, rollouts, decisions).
 
 `start_canary` opens a rollout for the challenger once its shadow verdict is in favour (or for a version an
-operator names) and no feature it reads is inconsistent online vs offline (its newest consistency check over
-threshold; a running canary holds while one is), `canary_step` judges the running rollout's current step once — or, after a promotion, takes
+operator names) and, where the project gates on it (`consistency_gate`), no feature it reads is inconsistent
+online vs offline (its newest consistency check over threshold; a running canary holds while one is),
+`canary_step` judges the running rollout's current step once — or, after a promotion, takes
 one look of the post-promotion watch — through `quiver.monitoring.canary_judge`, which records the decision
 and applies it in one transaction (aliases, rollout, alert). Every step first redelivers alerts a crashed
 attempt left pending.
@@ -95,8 +96,13 @@ def start_canary(project: Project, model: str, *, version: int | None = None, at
 
 def inconsistent_inputs(project: Project, model: str, version: int) -> str:
     """The features `model:version` reads whose newest consistency check (`quiver consistency`, the drift
-    DAG's daily task) found served values differing from offline beyond their threshold; "" when none."""
+    DAG's daily task) found served values differing from offline beyond their threshold; "" when none, or
+    when the project does not gate canaries on consistency (`consistency_gate` in monitoring.yaml)."""
     from quiver.monitoring.consistency_records import inconsistent_features
+    from quiver.monitoring.settings import load_settings
+
+    if not load_settings(project.config).consistency_gate:
+        return ""
 
     found = inconsistent_features(project.registry, project.models.get(model, version).features)
     return ", ".join(f"{r['feature']} ({r['wrong_rate']:.2%} wrong in consistency run #{r['run_id']})"

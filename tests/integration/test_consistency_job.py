@@ -95,6 +95,7 @@ def world(tmp_path: Path, redis_url: str) -> World:
     root.mkdir()
     (root / "quiver.yaml").write_text(f"project: cons\nregistry_url: sqlite:///{root}/registry.db\n"
                                       f"redis_url: {redis_url}\noffline_root: data/offline\n")
+    (root / "monitoring.yaml").write_text("consistency_gate: true\n")  # canaries wait on inconsistent inputs
     # Data times two days back: the late-event file written during the test is then dated after them.
     t0 = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
     write_source(root, _events(t0))
@@ -205,6 +206,10 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
     other = register(project.models, world.root / ".quiver" / "models", seed=3)
     waiting = start_canary(project, MODEL, version=other)
     assert waiting["status"] == "waiting" and not waiting["started"]
+    # Without the gate (the default) the report still alerts, but canaries do not wait on it.
+    (world.root / "monitoring.yaml").write_text("consistency_gate: false\n")
+    assert inconsistent_inputs(project, MODEL, other) == ""
+    (world.root / "monitoring.yaml").write_text("consistency_gate: true\n")
     assert "stats:f0" in waiting["reason"] and f"consistency run #{report['run_id']}" in waiting["reason"]
 
     table = done(quiver("consistency", "--model", "fraud", *_window(world), "--no-record", cwd=world.root), code=1)

@@ -62,14 +62,18 @@ class Rows:
 
 
 def point_in_time(config: Config, catalog: Catalog, refs: Sequence[FeatureRef], rows: Rows,
-                  engine: str = "duckdb", ttl_shift_us: int = 0) -> dict[tuple[str, str], Values]:
+                  engine: str = "duckdb", ttl_shift_us: int = 0, window_shift_us: int = 0,
+                  ) -> dict[tuple[str, str], Values]:
     """Each ref's value as of each row's time, by the point-in-time engine. `ttl_shift_us` lengthens (or,
-    negative, shortens) the TTL of last-value views: the TTL-edge evidence."""
+    negative, shortens) the TTL of last-value views: the TTL-edge evidence. `window_shift_us` does the same
+    to every window (never below 0), for `read_before`."""
     from quiver.offline.pit import plan_requests
 
     requests = plan_requests(catalog, config, list(refs))
     if ttl_shift_us:
         requests = [dataclasses.replace(r, view=_shifted_ttl(r.view, ttl_shift_us)) for r in requests]
+    if window_shift_us:
+        requests = [dataclasses.replace(r, view=_shifted_windows(r.view, window_shift_us)) for r in requests]
     labels = LabelSet(rows.t_us, rows.keys)
     if engine == "spark":
         from quiver.offline import pit_spark
@@ -86,6 +90,52 @@ def _shifted_ttl(view: ViewSpec, shift_us: int) -> ViewSpec:
     if view.kind != "last" or not view.ttl_us:
         return view
     return dataclasses.replace(view, ttl_us=max(1, view.ttl_us + shift_us))
+
+
+def _shifted_windows(view: ViewSpec, shift_us: int) -> ViewSpec:
+    aggregations = tuple(dataclasses.replace(a, window_us=max(0, a.window_us + shift_us)) for a in view.aggregations)
+    return dataclasses.replace(view, aggregations=aggregations)
+
+
+def read_before(config: Config, catalog: Catalog, view: ViewSpec, refs: Sequence[FeatureRef], rows: Rows,
+                cutoff_us: np.ndarray, engine: str = "duckdb") -> dict[tuple[str, str], Values]:
+    """Each ref of `view` as an online read at each row's time returns it from a store that took no event
+    from `cutoff_us` (at or before the row's time) on: what a lagging stream or a stale materialization serves.
+
+    Last values are the point-in-time values at the cutoff. Windows are not: the online reader anchors a
+    window at the request, tiles from floor_g(t) − w on, so a stale store yields the events in
+    [floor_g(t) − w, cutoff). That is the engine's window of length w − (floor_g(t) − floor_g(cutoff)) read
+    at the cutoff, or an empty window where that length is negative.
+    """
+    if view.kind == "last" or not view.tile_us:
+        return point_in_time(config, catalog, refs, rows.at(cutoff_us), engine)
+    tile = int(view.tile_us)
+    shift = (rows.t_us - rows.t_us % tile) - (cutoff_us - cutoff_us % tile)
+    window = {(r.view, r.feature): a.window_us for r in refs for a in view.aggregations if a.name == r.feature}
+    parts: dict[tuple[str, str], list[tuple[np.ndarray, Values]]] = {k: [] for k in window}
+    for d in np.unique(shift).tolist():
+        group = np.flatnonzero(shift == d)
+        at_cutoff = rows.take(group).at(cutoff_us[group])
+        reaching = [r for r in refs if window[(r.view, r.feature)] >= d]
+        if reaching:
+            for key, values in point_in_time(config, catalog, reaching, at_cutoff, engine, window_shift_us=-d).items():
+                parts[key].append((group, values))
+        beyond = [r for r in refs if window[(r.view, r.feature)] < d]
+        if beyond:  # the window starts after the cutoff: nothing in it. Keys no entity has read exactly that.
+            no_entity = Rows(at_cutoff.t_us, {k: pa.nulls(len(group), v.type) for k, v in at_cutoff.keys.items()})
+            for key, values in point_in_time(config, catalog, beyond, no_entity, engine).items():
+                parts[key].append((group, values))
+    return {key: _scatter(len(rows.t_us), pieces) for key, pieces in parts.items()}
+
+
+def _scatter(n: int, pieces: Sequence[tuple[np.ndarray, Values]]) -> Values:
+    first = pieces[0][1]
+    values = np.empty(n, dtype=first.values.dtype)
+    missing = np.ones(n, dtype=bool)
+    for index, piece in pieces:
+        values[index] = piece.values
+        missing[index] = piece.missing
+    return Values(values, missing, first.numeric)
 
 
 def earlier_moments(t_us: np.ndarray, max_lag_s: float, materialized_us: np.ndarray | None) -> list[np.ndarray]:

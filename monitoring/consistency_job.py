@@ -298,9 +298,9 @@ def _evidence(config: Config, catalog: Catalog, view: Any, refs: list[FeatureRef
         evidence[m]["gap"] = spread(online_empty & ~offline_empty)
     materialized = ev.last_materialization(registry, view.name, sub.t_us) if registry is not None else None
     moments = ev.earlier_moments(sub.t_us, settings.max_lag_s, materialized)
-    if moments:  # every earlier moment in one engine call: the rows repeated, one copy per moment
-        stacked = sub.repeat(len(moments)).at(np.concatenate(moments))
-        earlier = ev.point_in_time(config, catalog, refs, stacked, settings.engine)
+    if moments:  # every earlier moment in one replay: the rows repeated, one copy per moment
+        stacked = sub.repeat(len(moments))
+        earlier = ev.read_before(config, catalog, view, refs, stacked, np.concatenate(moments), settings.engine)
         k = len(index)
         for m, r in zip(names, refs, strict=True):
             column = earlier[(r.view, r.feature)]

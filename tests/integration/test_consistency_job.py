@@ -221,3 +221,40 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
     assert daily["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
     unknown = consistency_step(str(world.root / "quiver.yaml"), "nobody", world.t0, world.t0 + timedelta(hours=1))
     assert unknown["status"] == "unavailable" and "nobody" in unknown["reason"]
+
+
+def test_a_stale_store_is_replayed_as_the_online_reader_reads_it(world: World) -> None:
+    """A window served from a store last fed at M is anchored at the request: the events of
+    [floor(t) − w, M), not the window as of M. Replayed that way it equals Redis's answer row for row, so
+    staleness is reported as stream lag, never as a wrong value."""
+    from quiver.catalog.references import resolve_features
+    from quiver.monitoring import consistency as cons
+    from quiver.monitoring import consistency_evidence as ev
+    from quiver.online.materialize import materialize
+    from quiver.serving.store import FeatureStore
+
+    cutoff = world.t0 - timedelta(minutes=60)  # between the events 100 and 50 minutes before t0
+    client = redis.Redis.from_url(world.config.redis_url)
+    client.delete(*client.keys("q:cons:*"))
+    client.close()
+    materialize(world.config, world.catalog, int(cutoff.timestamp() * 1_000_000), full=True)
+
+    users = np.repeat(np.arange(USERS), 9)
+    at = np.tile([cutoff + timedelta(minutes=m) for m in (0, 3, 9, 11, 29, 45, 58, 61, 75)], USERS)
+    t_us = np.array([int(a.timestamp() * 1_000_000) for a in at], dtype=np.int64)
+    refs = resolve_features(world.catalog, ["spend:f0_sum_1h", "spend:f0_count_1h"], False)
+    with FeatureStore(config=world.config) as store:
+        served = store.get_online_features(["spend:f0_sum_1h", "spend:f0_count_1h"],
+                                           {"user_id": users.tolist()}, at=t_us.tolist()).to_arrow()
+    rows = ev.Rows(t_us, {"user_id": pa.array(users, pa.int64())})
+    view = world.catalog.views["spend"]
+    cut_us = np.full_like(t_us, int(cutoff.timestamp() * 1_000_000))
+    replayed = ev.read_before(world.config, world.catalog, view, refs, rows, cut_us)
+    as_of_cutoff = ev.point_in_time(world.config, world.catalog, refs, rows.at(cut_us))
+    as_of_request = ev.point_in_time(world.config, world.catalog, refs, rows)
+    for ref in refs:
+        online = cons.as_values(served[ref.feature])
+        key = (ref.view, ref.feature)
+        assert cons.equal(online, replayed[key]).all(), ref
+        assert not cons.equal(online, as_of_cutoff[key]).all(), ref  # the window as of M is another window
+        assert not cons.equal(online, as_of_request[key]).all(), ref  # the 50-minute events are offline only

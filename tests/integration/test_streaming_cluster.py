@@ -101,8 +101,7 @@ def test_a_lost_taskmanager_is_recovered_from_the_checkpoint(
                 return jobs[0] if jobs and loaded else None
 
             job_id = wait_for(running_job, 300, "the job running on the cluster with a checkpoint loaded")
-            holders = sorted(cluster.job_taskmanagers(job_id))
-            assert holders, "the job runs on no TaskManager?"
+            holders = wait_for(lambda: sorted(cluster.job_taskmanagers(job_id)), 60, "the job's TaskManagers")
             victim = holders[0]
             checkpoint_before = latest_checkpoint(paths.checkpoints)
             loaded_before = loaded_events()

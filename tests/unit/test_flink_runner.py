@@ -100,6 +100,23 @@ def test_the_local_session_cluster_binds_loopback(tmp_path: Path) -> None:
         SessionCluster(tmp_path / "x", taskmanagers=0, home=home)
 
 
+def test_subtasks_not_yet_deployed_name_no_taskmanager(tmp_path: Path) -> None:
+    """Flink's REST answers "(unassigned)" for a subtask still being scheduled: that is no machine to kill."""
+    from quiver.streaming.cluster import SessionCluster
+
+    answers = {
+        "/jobs/j": {"vertices": [{"id": "v1"}, {"id": "v2"}]},
+        "/jobs/j/vertices/v1/taskmanagers": {"taskmanagers": [{"taskmanager-id": "(unassigned)"}]},
+        "/jobs/j/vertices/v2/taskmanagers": {"taskmanagers": [{"taskmanager-id": "tm1"}, {"taskmanager-id": ""}]},
+        "/taskmanagers": {"taskmanagers": [{"id": "tm0"}, {"id": "tm1"}]},
+    }
+    cluster = SessionCluster(tmp_path / "cluster", taskmanagers=2, home=tmp_path)
+    cluster.rest = lambda path, method="GET": answers[path]  # type: ignore[method-assign]
+    assert cluster.job_taskmanagers("j") == {"tm1"}
+    answers["/jobs/j/vertices/v2/taskmanagers"] = {"taskmanagers": [{"taskmanager-id": "(unassigned)"}]}
+    assert cluster.job_taskmanagers("j") == set()
+
+
 def test_a_java_error_is_summarised_by_its_cause_chain() -> None:
     from quiver.streaming.job import is_java_error, java_error_summary
 

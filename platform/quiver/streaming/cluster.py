@@ -199,12 +199,15 @@ class SessionCluster:
         return dict(self.rest(f"/jobs/{job_id}"))
 
     def job_taskmanagers(self, job_id: str) -> set[str]:
-        """Resource ids of the TaskManagers running a part of the job now."""
+        """Resource ids of the TaskManagers running a part of the job now.
+
+        Subtasks not yet deployed report the placeholder "(unassigned)"; only registered TaskManagers count.
+        """
         used: set[str] = set()
         for vertex in self.job(job_id).get("vertices", []):
             detail = self.rest(f"/jobs/{job_id}/vertices/{vertex['id']}/taskmanagers")
             used.update(t.get("taskmanager-id", "") for t in detail.get("taskmanagers", []))
-        return {u for u in used if u}
+        return used & set(self.taskmanager_ids())
 
     def kill_taskmanager(self, index: int) -> int:
         """SIGKILL TaskManager `index` (its JVM and the shell that started it): a machine lost. Returns its pid."""

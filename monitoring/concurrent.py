@@ -134,7 +134,10 @@ class LatencyThreshold:
     floor_ms: float
     chunk: int = 500
     window_chunks: int = 4
-    _history: FloatArray = field(default_factory=lambda: np.zeros(0))  # champion call latencies, in order
+    # The champion's call latencies in order, from its call number `_kept_from` on: only the chunks a later
+    # threshold can still read are kept, so a long step holds ~window_chunks × chunk values, not every call.
+    _history: FloatArray = field(default_factory=lambda: np.zeros(0))
+    _kept_from: int = 0
     _champion_calls: int = 0
 
     def thresholds(self, latency_ms: npt.ArrayLike, on_canary: npt.ArrayLike) -> FloatArray:
@@ -149,6 +152,10 @@ class LatencyThreshold:
         out = np.empty(len(latency))
         for index in np.unique(chunk):
             out[chunk == index] = self._of_chunk(int(index))
+        needed = max(0, (self._champion_calls // self.chunk - self.window_chunks) * self.chunk)
+        if needed > self._kept_from:
+            self._history = self._history[needed - self._kept_from:]
+            self._kept_from = needed
         return out
 
     def current_ms(self) -> float:
@@ -158,6 +165,7 @@ class LatencyThreshold:
     def _of_chunk(self, index: int) -> float:
         if index == 0:
             return self.reference_ms
-        window = self._history[max(0, (index - self.window_chunks) * self.chunk): index * self.chunk]
+        start = max(0, (index - self.window_chunks) * self.chunk) - self._kept_from
+        window = self._history[start: index * self.chunk - self._kept_from]
         window = window[np.isfinite(window)]
         return float(np.quantile(window, 0.99)) + self.floor_ms if window.size else math.nan

@@ -100,6 +100,25 @@ def test_the_latency_threshold_is_the_reference_until_a_chunk_then_the_champions
     assert threshold.current_ms() == 52.0
 
 
+def test_the_latency_threshold_keeps_only_the_chunks_it_can_still_read() -> None:
+    """A long step's threshold holds ~window_chunks × chunk latencies, and answers as if it kept every call."""
+    rng = np.random.default_rng(4)
+    threshold = LatencyThreshold(reference_ms=9.0, floor_ms=2.0, chunk=100, window_chunks=2)
+    every: list[float] = []
+    for _ in range(60):
+        n = int(rng.integers(1, 400))
+        latency, on_canary = rng.gamma(2.0, 5.0, n), rng.random(n) < 0.1
+        got = threshold.thresholds(latency, on_canary)
+        for value, canary, limit in zip(latency, on_canary, got, strict=True):
+            chunk = len(every) // 100
+            window = every[max(0, (chunk - 2) * 100): chunk * 100]
+            assert limit == (9.0 if chunk == 0 else float(np.quantile(window, 0.99)) + 2.0)
+            if not canary:
+                every.append(float(value))
+        assert len(threshold._history) <= 3 * 100
+    assert len(every) > 5_000
+
+
 def row_failure_step(rng: np.random.Generator, *, requests: int, canary_hazard: float,
                      champion_hazard: float) -> StepStats:
     """20-user requests at a 5 % step; a call fails with 1 − (1 − h)^rows: each row may break it."""

@@ -7,7 +7,9 @@ import pytest
 from quiver import Aggregation, Entity, FeatureView, Field, Float64, Source, StreamBinding
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.validate import build_catalog
-from quiver.compile.flink import FlinkTarget, _interval, _parse, compile_flink, state_ttl_ms, streamed_views
+from quiver.compile.flink import FlinkTarget, compile_flink, state_ttl_ms, streamed_views
+from quiver.compile.flink_sources import _parse
+from quiver.compile.flink_sql import interval
 
 COLUMNS = {"user_id": "int64", "amount": "float64", "ts": "timestamp", "ts_ms": "int64", "__x": "float64",
            "flag": "bool"}
@@ -99,10 +101,10 @@ def test_state_ttl_covers_the_longest_window_and_the_lateness() -> None:
 
 
 def test_intervals_are_day_to_second_literals() -> None:
-    assert _interval(2_000_000) == "INTERVAL '0 00:00:02.000' DAY TO SECOND(3)"
-    assert _interval((86_400 + 3_723) * 1_000_000 + 456_000) == "INTERVAL '1 01:02:03.456' DAY TO SECOND(3)"
+    assert interval(2_000_000) == "INTERVAL '0 00:00:02.000' DAY TO SECOND(3)"
+    assert interval((86_400 + 3_723) * 1_000_000 + 456_000) == "INTERVAL '1 01:02:03.456' DAY TO SECOND(3)"
     with pytest.raises(QuiverError, match="too long"):
-        _interval(100 * 86_400 * 1_000_000)
+        interval(100 * 86_400 * 1_000_000)
 
 
 def test_reserved_stream_names_are_refused() -> None:

@@ -86,6 +86,25 @@ def point_in_time(config: Config, catalog: Catalog, refs: Sequence[FeatureRef], 
     return {key: as_values(array) for key, array in arrays.items()}
 
 
+def on_demand_offline(config: Config, catalog: Catalog, refs: Sequence[FeatureRef], rows: Rows,
+                      request: Mapping[str, pa.Array], engine: str = "duckdb") -> dict[tuple[str, str], Values]:
+    """On-demand features as a training set of the logged requests holds them: `get_historical_features` on
+    label rows made of the logged keys, request time and request fields (what the request sent), so the same
+    function, input typing and point-in-time inputs as training."""
+    import pandas as pd
+
+    from quiver.offline.pit import get_historical_features
+
+    time_column = "__request_ts"
+    frame = pd.DataFrame({name: array.to_pandas() for name, array in {**rows.keys, **request}.items()})
+    frame[time_column] = pd.to_datetime(rows.t_us, unit="us", utc=True)
+    wanted = [f"{r.view}:{r.feature}" for r in refs]
+    built = get_historical_features(frame, wanted, catalog=catalog, config=config, engine=engine,
+                                    full_feature_names=True, timestamp_column=time_column)
+    return {(r.view, r.feature): as_values(pa.array(built[f"{r.view}__{r.feature}"], from_pandas=True))
+            for r in refs}
+
+
 def _shifted_ttl(view: ViewSpec, shift_us: int) -> ViewSpec:
     if view.kind != "last" or not view.ttl_us:
         return view

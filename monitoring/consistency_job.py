@@ -171,12 +171,12 @@ def _scope(catalog: Catalog, logged: pa.Table, model: str | None, service: str |
         named = next((s for s in service_of if s in catalog.services), None)
         candidates = list(catalog.services[named].features) if named else \
             [f"{v.name}:{f}" for v in catalog.views.values() for f in v.feature_names]
-    refs, skipped = _stored_refs(catalog, candidates)
+    refs, unknown = _known_refs(catalog, candidates)
     bare_count: dict[str, int] = {}
     for ref in refs:
         bare_count[ref.feature] = bare_count.get(ref.feature, 0) + 1
-    if skipped:
-        notes.append(f"not compared: {', '.join(skipped)} (on-demand: computed from the request, not stored)")
+    if unknown:
+        notes.append(f"not compared: {', '.join(unknown)} (not in the applied catalog)")
     columns: dict[str, str] = {}
     reads: dict[str, np.ndarray] = {}
     kept = []
@@ -217,15 +217,16 @@ def _known_versions(registry: Any) -> dict[str, Any]:
     return {v.label: v for v in ModelRegistry(registry).versions()}
 
 
-def _stored_refs(catalog: Catalog, names: Sequence[str]) -> tuple[list[FeatureRef], list[str]]:
-    refs, skipped = [], []
+def _known_refs(catalog: Catalog, names: Sequence[str]) -> tuple[list[FeatureRef], list[str]]:
+    """Refs of the stored and on-demand features among `names`, and the names the catalog does not know."""
+    refs, unknown = [], []
     for name in dict.fromkeys(names):
         view, _, feature = name.partition(":")
-        if view in catalog.views:
+        if view in catalog.views or view in catalog.on_demand:
             refs.append(FeatureRef(view, feature, f"{view}__{feature}"))
         else:
-            skipped.append(name)
-    return refs, skipped
+            unknown.append(name)
+    return refs, unknown
 
 
 def _column(logged: pa.Table, ref: FeatureRef) -> str | None:
@@ -247,10 +248,12 @@ def _compare(config: Config, catalog: Catalog, rows_table: pa.Table, scope: _Sco
     keys = {k: ev.key_array(rows_table[f"key.{k}"] if f"key.{k}" in rows_table.column_names
                             else pa.nulls(len(t_us)), dtype) for k, dtype in key_types.items()}
     rows = ev.Rows(t_us, keys)
-    offline = ev.point_in_time(config, catalog, scope.refs, rows, settings.engine)
+    stored = [r for r in scope.refs if r.view in catalog.views]
+    offline = ev.point_in_time(config, catalog, stored, rows, settings.engine) if stored else {}
     out: list[FeatureConsistency] = []
+    codes_of: dict[str, np.ndarray] = {}  # view:feature → cause code per compared row (EQUAL where not read)
     late_noted = False
-    for view_name in dict.fromkeys(r.view for r in scope.refs):
+    for view_name in dict.fromkeys(r.view for r in stored):
         view = catalog.views[view_name]
         refs = [r for r in scope.refs if r.view == view_name]
         names = [f"{r.view}:{r.feature}" for r in refs]
@@ -268,12 +271,48 @@ def _compare(config: Config, catalog: Catalog, rows_table: pa.Table, scope: _Sco
         for n in names:
             index = np.flatnonzero(here[n])
             codes = cons.classify(same[n][index], **{k: v[index] for k, v in evidence[n].items()})
+            codes_of[n] = np.full(len(t_us), cons.EQUAL, dtype=np.int8)
+            codes_of[n][index] = codes
             s, o = served[n].take(index), off[n].take(index)
             examples = _examples(rows_table, index, s, o, codes, view.key_names)
             out.append(cons.summarize(n, s, o, codes, settings.threshold_of(n), examples))
+    on_demand = [r for r in scope.refs if r.view in catalog.on_demand]
+    if on_demand:
+        out += _compare_on_demand(config, catalog, rows_table, rows, scope, on_demand, chosen, codes_of, settings)
     if late_noted:
         notes.append("late events: arrival read as the time the streaming feeder wrote their late-event file; "
                      "batch source files record no arrival time")
+    return out
+
+
+def _compare_on_demand(config: Config, catalog: Catalog, rows_table: pa.Table, rows: ev.Rows, scope: _Scope,
+                       refs: list[FeatureRef], chosen: np.ndarray, codes_of: Mapping[str, np.ndarray],
+                       settings: ConsistencySettings) -> list[FeatureConsistency]:
+    """On-demand features against a training set's (the logged request fields in, point-in-time inputs). A row
+    that differs takes the cause of a stored input that differs on it (a stale input makes a stale output);
+    with every compared input equal, or none compared, it is unexplained: the function ran differently."""
+    fields = {name for r in refs for name, _ in catalog.on_demand[r.view].request_fields}
+    request = {name: rows_table[f"request.{name}"].combine_chunks() if f"request.{name}" in rows_table.column_names
+               else pa.nulls(rows_table.num_rows) for name in sorted(fields)}
+    offline = ev.on_demand_offline(config, catalog, refs, rows, request, settings.engine)
+    out = []
+    for ref in refs:
+        n = f"{ref.view}:{ref.feature}"
+        served, off = cons.as_values(rows_table[scope.columns[n]]), offline[(ref.view, ref.feature)]
+        index = np.flatnonzero(scope.reads[n][chosen])
+        same = cons.equal(served, off)[index]
+        inputs = [codes_of[f"{v}:{f}"][index] for v, f in catalog.on_demand[ref.view].inputs if f"{v}:{f}" in codes_of]
+        # Evidence per cause: some input differs on the row for that cause. An unexplained input stays unexplained.
+        evidence = {cause: np.zeros(len(index), dtype=bool) for cause in ("late", "ttl", "lag", "gap")}
+        for codes in inputs:
+            for cause, code in (("late", cons.LATE_EVENT), ("ttl", cons.TTL_BOUNDARY), ("lag", cons.STREAM_LAG),
+                                ("gap", cons.MATERIALIZATION_GAP)):
+                evidence[cause] |= codes == code
+        codes = cons.classify(same, **evidence)
+        s, o = served.take(index), off.take(index)
+        keys = sorted({k for v, _ in catalog.on_demand[ref.view].inputs for k in catalog.views[v].key_names})
+        out.append(cons.summarize(n, s, o, codes, settings.threshold_of(n),
+                                  _examples(rows_table, index, s, o, codes, keys)))
     return out
 
 

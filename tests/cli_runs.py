@@ -44,7 +44,6 @@ def quiver(*args: str, cwd: Path, timeout: float = 300,
     if "QUIVER_METRICS_EXPORT" in (env or {}):
         # main() exports when the process ends, which a run in this process never does: say so, never skip it.
         raise ValueError("QUIVER_METRICS_EXPORT acts at process exit: use quiver_process()")
-    from typer.main import get_command
     from typer.testing import CliRunner
 
     from quiver.cli import app
@@ -52,7 +51,7 @@ def quiver(*args: str, cwd: Path, timeout: float = 300,
     _register_commands()
     overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith("QUIVER_")}
     overrides |= {"COLUMNS": COLUMNS, **(env or {})}
-    command = get_command(app)
+    command = command_of(app)
     try:
         with _restored_process_state(cwd, timeout, [str(QUIVER), *args]), \
                 CliRunner().isolation(env=overrides) as (stdout, stderr, _), _fresh_consoles(), _fresh_warnings():
@@ -81,6 +80,20 @@ def done(result: subprocess.CompletedProcess[str], code: int = 0) -> str:
 
 
 _registered = False
+
+
+_COMMANDS: dict[tuple[int, int, int], Any] = {}
+
+
+def command_of(app: Any) -> Any:
+    """The Click command of a Typer app, built once per process and set of commands, as the executable builds it
+    once per run: Typer rebuilds the whole tree (type hints of every command) on each call, ~0.3 s here."""
+    from typer.main import get_command
+
+    key = (id(app), len(app.registered_commands), len(app.registered_groups))
+    if key not in _COMMANDS:
+        _COMMANDS[key] = get_command(app)
+    return _COMMANDS[key]
 
 
 def _register_commands() -> None:

@@ -22,6 +22,19 @@ from tests.harness import (
 if TYPE_CHECKING:
     from quiver.streaming.kafka_broker import KafkaBroker
 
+def _cache_typer_commands() -> None:
+    """Typer's test runner rebuilds the app's whole command tree on every `invoke` (~0.3 s of type-hint
+    evaluation for 50 commands); build it once, as the executable does per run."""
+    import typer.testing
+
+    from tests.cli_runs import command_of
+
+    assert hasattr(typer.testing, "_get_command"), "typer.testing changed: update _cache_typer_commands"
+    typer.testing._get_command = command_of  # type: ignore[attr-defined]
+
+
+_cache_typer_commands()
+
 # py4j's finalizers log "Closing down clientserver connection" at interpreter exit, after pytest has closed
 # the captured streams; logging would print a full traceback for each. They are harmless: stay quiet.
 logging.raiseExceptions = False

@@ -166,9 +166,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "heavy: any of spark, flink, airflow, training, browser")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# The longest modules (a full run's --durations, grouped), longest first. Under xdist (`make test` runs two
+# workers, whole modules each) they are handed out first, so no long module starts last and runs alone.
+LONGEST_FIRST = ("test_loop_airflow", "test_readme", "test_streaming_kafka", "test_streaming_cluster",
+                 "test_loop_celery", "test_streaming_crash", "test_streaming_e2e", "test_loop_standalone",
+                 "test_streaming_unbounded", "test_offline_object_store_cluster", "test_backfill_spark_standalone",
+                 "test_loop_faults", "test_dags", "test_streaming_kafka_sql", "test_redis_sink_jvm")
+
+
+def _module_name(item: pytest.Item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no":
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(_module_name(item), len(rank)))  # stable: the rest keep their order
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+        module = _module_name(item)
         heavy = [name for name, modules in HEAVY_MODULES.items() if module in modules]
         for name in heavy:
             item.add_marker(name)

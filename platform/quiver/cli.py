@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -111,6 +112,17 @@ def _error(message: str) -> None:
     # User text ("[/x]" in a name) must not be read as Rich markup; one problem is one line.
     err_console.print(f"[red]error:[/red] {escape(' '.join(message.splitlines()))}", highlight=False,
                       soft_wrap=True)
+
+
+def option_time(value: str | None, what: str) -> datetime | None:
+    """An ISO date or time given to option `what` (naive: UTC); None when not given."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise QuiverError(f"{what} must be an ISO date or time (e.g. 2026-11-03T12:00), got {value!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def split_names(values: list[str] | None) -> list[str] | None:

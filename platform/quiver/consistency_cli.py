@@ -12,8 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, user_errors
-from quiver.monitoring_cli import _iso_time
+from quiver.cli import ConfigOption, console, option_time, user_errors
 
 _STYLE = {"ok": "green", "alert": "bold red", "no_rows": "dim"}
 
@@ -49,8 +48,8 @@ def consistency(
     if engine not in ENGINES:
         raise QuiverError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     cfg = load_config(config)
-    until = _iso_time(end, "--end") or datetime.now(UTC)
-    since = _iso_time(start, "--start") or until - timedelta(days=1)
+    until = option_time(end, "--end") or datetime.now(UTC)
+    since = option_time(start, "--start") or until - timedelta(days=1)
     settings = ConsistencySettings.of_project(cfg, threshold, max_lag_s=max_lag, ttl_margin_s=ttl_margin,
                                               sample_rows=sample_rows, engine=engine)
     project = Project(cfg)  # the registry also says which model version read which feature

@@ -12,18 +12,8 @@ import typer
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, user_errors
+from quiver.cli import ConfigOption, console, option_time, user_errors
 from quiver.config import load_config
-
-
-def _time(value: str | None, what: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise QuiverError(f"{what} must be an ISO date or time (e.g. 2026-11-03T12:00), got {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _say(written: Any) -> None:
@@ -68,7 +58,7 @@ def register(app: typer.Typer) -> None:
                               f"labels)")
         values = label * len(request_id) if len(label) == 1 else label
         cfg = load_config(config)
-        _say(write_labels(cfg.offline_dir, request_id, [_label(v) for v in values], _time(arrived_at, "--arrived-at")))
+        _say(write_labels(cfg.offline_dir, request_id, [_label(v) for v in values], option_time(arrived_at, "--arrived-at")))
 
     @labels_app.command("import")
     @user_errors
@@ -95,7 +85,7 @@ def register(app: typer.Typer) -> None:
             if any(t is None for t in when):
                 raise QuiverError(f"{path}: column {arrived_at!r} has empty arrival times")
         else:
-            when = _time(arrived_at, "--arrived-at")
+            when = option_time(arrived_at, "--arrived-at")
         cfg = load_config(config)
         _say(write_labels(cfg.offline_dir, table[request_id].to_pylist(), table[label].to_pylist(), when))
 
@@ -115,7 +105,7 @@ def register(app: typer.Typer) -> None:
         from quiver.monitoring.labels import QUARANTINE_DIR, read_labels
 
         cfg = load_config(config)
-        table = read_labels(cfg.offline_dir, _time(as_of, "--as-of"))
+        table = read_labels(cfg.offline_dir, option_time(as_of, "--as-of"))
         if request_id:
             table = table.filter(pc.is_in(table["request_id"], pa.array(request_id)))
         quarantined = sum(1 for _ in (cfg.offline_dir / QUARANTINE_DIR).glob("date=*/part-*.parquet"))

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, user_errors
+from quiver.cli import ConfigOption, console, option_time, user_errors
 from quiver.config import CONFIG_FILE, NoProjectError, find_config, load_config, no_project_message
 
 DEFAULT_SAMPLE_ROWS = 20_000  # = quiver.monitoring.evidently_ref.DEFAULT_SAMPLE_ROWS (not imported: keeps the CLI light)
@@ -177,7 +177,7 @@ def _model_drift(model: str, version: str | None, arm: str, start: str | None, e
 
     cfg, _ = _project(config)
     project = Project(cfg)
-    begin, until = _iso_time(start, "--start"), _iso_time(end, "--end")
+    begin, until = option_time(start, "--start"), option_time(end, "--end")
     inputs = serving_drift_inputs(project, model, version=version, arm=arm, start=begin, end=until)
     label = inputs.version.label
     first, last = inputs.first_served, inputs.last_served
@@ -218,18 +218,6 @@ def _model_drift(model: str, version: str | None, arm: str, start: str | None, e
         console.print(f"wrote {evidently.path} (Evidently) and {summary} (summary)", highlight=False)
     if fail_on_drift and check.report.dataset_drift:
         raise typer.Exit(1)
-
-
-def _iso_time(value: str | None, what: str) -> Any:
-    from datetime import UTC, datetime
-
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise QuiverError(f"{what} must be an ISO date or time (e.g. 2026-11-03T12:00), got {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _catalog(cfg: Any, directory: Path | None = None) -> Any:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -12,23 +11,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.cli import ConfigOption, console, open_registry, option_time, user_errors
 from quiver.config import load_config
 
 ModelArg = Annotated[str, typer.Argument(help="model name")]
 AsOf = Annotated[str | None, typer.Option("--as-of", help="judge with the logs and labels known at this ISO "
                                                           "time (default: now); replaying gives the same result")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="print the full result as JSON")]
-
-
-def _time(value: str | None, what: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise QuiverError(f"{what} must be an ISO date or time (e.g. 2026-11-03T12:00), got {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _steps(text: str) -> tuple[float, ...]:
@@ -119,8 +108,8 @@ def register(app: typer.Typer) -> None:
             settings = ShadowSettings(metric=metric, margin=margin, min_pairs=min_pairs)
         except ValueError as exc:
             raise QuiverError(str(exc)) from None
-        result = evaluate_shadow(load_config(config), model, start=_time(start, "--start"),
-                                 as_of=_time(as_of, "--as-of"), settings=settings)
+        result = evaluate_shadow(load_config(config), model, start=option_time(start, "--start"),
+                                 as_of=option_time(as_of, "--as-of"), settings=settings)
         if as_json:
             console.print_json(json.dumps({**result.to_dict(), "decision_id": result.decision_id}))
             return
@@ -157,7 +146,7 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise QuiverError(str(exc)) from None
         rollout = start_canary(load_config(config), model, version, settings=settings, again=again,
-                               by="quiver canary start", at=_time(at, "--at"))
+                               by="quiver canary start", at=option_time(at, "--at"))
         console.print(f"rollout #{rollout.id}: {model}:{rollout.canary_version} gets canary share "
                       f"{rollout.fraction:g} of traffic against champion {model}:{rollout.champion_version} "
                       f"(steps {', '.join(f'{s:g}' for s in settings.steps)})")
@@ -211,7 +200,7 @@ def register(app: typer.Typer) -> None:
         """Judge the current step once: advance, hold, promote, roll back or halt (recorded, idempotent)."""
         from quiver.monitoring.canary_judge import judge_step
 
-        outcome = judge_step(load_config(config), model, as_of=_time(as_of, "--as-of"), by="quiver canary step",
+        outcome = judge_step(load_config(config), model, as_of=option_time(as_of, "--as-of"), by="quiver canary step",
                              dry_run=dry_run)
         if as_json:
             console.print_json(json.dumps({"verdict": outcome.verdict.to_dict(),
@@ -256,8 +245,8 @@ def register(app: typer.Typer) -> None:
         the units that were randomised) and the window the numbers cover."""
         from quiver.monitoring.evaluation_window import evaluate_window
 
-        result = evaluate_window(load_config(config), model, start=_time(start, "--start"), end=_time(end, "--end"),
-                                 as_of=_time(as_of, "--as-of"))
+        result = evaluate_window(load_config(config), model, start=option_time(start, "--start"), end=option_time(end, "--end"),
+                                 as_of=option_time(as_of, "--as-of"))
         if as_json:
             console.print_json(json.dumps(result.to_dict(), default=str).replace("NaN", "null"))
             return

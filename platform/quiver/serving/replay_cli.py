@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, user_errors
+from quiver.cli import ConfigOption, console, option_time, user_errors
 from quiver.config import load_config
 
 
@@ -32,11 +32,10 @@ def register(app: typer.Typer) -> None:
         from quiver.pipelines.replay import replay
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry
-        from quiver.serving.predict_cli import _time
         from quiver.serving.prediction import PredictionService
 
         cfg = load_config(config)
-        begin, until = _time(start, "--start"), _time(end, "--end")
+        begin, until = option_time(start, "--start"), option_time(end, "--end")
         assert begin is not None and until is not None
         if until <= begin:
             raise QuiverError(f"--end {end} must be after --start {start}")

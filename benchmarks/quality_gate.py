@@ -1,10 +1,11 @@
 """How fast is the Great Expectations gate? Times `QualityGate.validate` on transaction-like batches.
 
-    .venv/bin/python -m quiver.monitoring.quality_speed [--rows 1000000] [--bad 0.0,0.01,0.1]
+    python benchmarks/quality_gate.py [--quick] [--rows 1000000] [--bad 0.0,0.01,0.1]
 
 For each bad-row share it prints GE's wall time (median of 3), rows/s, and the time of the same checks
-written directly in pandas/numpy (a floor), so GE's own overhead is visible. Not a benchmark of Quiver
-against a peer (GE is the chosen suite engine); a measurement to size batches by.
+written directly in pandas/numpy (a floor), so GE's own overhead is visible; both must flag the same rows.
+Not Quiver against a peer (GE is the chosen suite engine): a measurement to size batches by.
+Last line: RESULT quality_gate ratio=<GE / floor at the largest bad share> ge=<s> floor=<s>
 """
 
 from __future__ import annotations
@@ -60,9 +61,11 @@ def floor(frame: pd.DataFrame) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=None, help="rows per batch (default 1,000,000; --quick 100,000)")
     parser.add_argument("--bad", default="0.0,0.01,0.1")
+    parser.add_argument("--quick", action="store_true", help="100,000 rows")
     args = parser.parse_args()
+    args.rows = args.rows or (100_000 if args.quick else 1_000_000)
     gate = QualityGate(quarantine_dir="/nonexistent", extra={"tx": SUITE})
     gate.validate(batch(1_000, 0.0), "tx")  # import + context warm-up
     for share in (float(s) for s in args.bad.split(",")):
@@ -80,6 +83,7 @@ def main() -> None:
         ge, base = float(np.median(ge_times)), float(np.median(floor_times))
         print(f"rows {args.rows:>10,}  bad {share:>5.1%}  GE {ge:6.2f} s ({args.rows / ge:>11,.0f} rows/s)  "
               f"pandas floor {base:5.2f} s  GE/floor {ge / base:5.1f}×  passed={ok}  bad rows={len(flagged):,}")
+    print(f"RESULT quality_gate ratio={ge / base:.1f} ge={ge:.3f}s floor={base:.3f}s")
 
 
 if __name__ == "__main__":

@@ -51,3 +51,27 @@ def test_view_lookup_names_known_views(tmp_path: Path) -> None:
     catalog = _load(tmp_path, "")
     with pytest.raises(KeyError, match="unknown feature view 'nope'; known: good"):
         catalog.view("nope")
+
+
+def test_one_view_selection_for_every_command(tmp_path: Path) -> None:
+    from quiver.catalog.errors import QuiverError
+
+    catalog = _load(tmp_path, 'cold = FeatureView("cold", [user], tx, schema=[Field("category", String)], '
+                              'ttl="1d", online=False)\n'
+                              'live_tx = Source("live_tx", "data/tx", stream=StreamBinding(path="data/stream"))\n'
+                              'live = FeatureView("live", [user], live_tx, schema=[Field("amount", Float64)], '
+                              'ttl="1d")\n')
+    names = lambda views: [v.name for v in views]  # noqa: E731
+    assert names(catalog.select_views()) == ["cold", "good", "live"]
+    assert names(catalog.select_views(need="online")) == ["good", "live"]
+    assert names(catalog.select_views(need="streamed")) == ["live"]
+    assert names(catalog.select_views(["live", "good", "live"])) == ["live", "good"]  # as given, once each
+    with pytest.raises(QuiverError, match=r"unknown feature view\(s\) 'godo' \(did you mean 'good'\?\); known: "
+                                          r"cold, good, live"):
+        catalog.select_views(["godo"])
+    with pytest.raises(QuiverError, match=r"unknown feature view\(s\) 'x', 'y'; known"):
+        catalog.select_views(["good", "x", "y"])  # every unknown name in one error
+    with pytest.raises(QuiverError, match="'cold' is offline-only"):
+        catalog.select_views(["cold"], need="online")
+    with pytest.raises(QuiverError, match="source 'tx' has no stream binding"):
+        catalog.select_views(["good"], need="streamed")

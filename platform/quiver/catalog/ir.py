@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,6 +243,34 @@ class Catalog:
             return self.views[name]
         except KeyError:
             raise KeyError(f"unknown feature view {name!r}; known: {', '.join(sorted(self.views))}") from None
+
+    def select_views(self, names: Sequence[str] | None = None, *, need: str = "") -> list[ViewSpec]:
+        """The feature views a command acts on: `names` in the order given, each once, or (None) every view
+        that qualifies, sorted by name. `need`: "" (any view), "online", or "streamed" (online, and its source
+        has a stream binding). Every unknown name is one error (with the closest match); a named view that
+        does not qualify is an error saying why."""
+        from quiver.catalog.errors import QuiverError, did_you_mean
+
+        def why_not(view: ViewSpec) -> str:
+            if need in ("online", "streamed") and not view.online:
+                return f"feature view {view.name!r} is offline-only (online=False)"
+            if need == "streamed" and self.sources[view.source].stream is None:
+                return (f"{view.location}: feature view {view.name!r}: source {view.source!r} has no stream "
+                        "binding (StreamBinding(path=...) or kafka_topic)")
+            return ""
+
+        if names is None:
+            return [view for _, view in sorted(self.views.items()) if not why_not(view)]
+        unknown = [n for n in dict.fromkeys(names) if n not in self.views]
+        if unknown:
+            hint = did_you_mean(unknown[0], self.views) if len(unknown) == 1 else ""
+            raise QuiverError(f"unknown feature view(s) {', '.join(map(repr, unknown))}{hint}; known: "
+                              f"{', '.join(sorted(self.views))}")
+        chosen = [self.views[n] for n in dict.fromkeys(names)]
+        refused = [why_not(v) for v in chosen if why_not(v)]
+        if refused:
+            raise QuiverError("; ".join(refused))
+        return chosen
 
     def by_kind(self) -> dict[str, Mapping[str, Any]]:
         return {

@@ -98,20 +98,7 @@ class FlinkJob:
 
 def streamed_views(catalog: Catalog, names: Sequence[str] | None = None) -> list[ViewSpec]:
     """Online views whose source has a stream binding (`names` must all qualify), sorted by name."""
-    if names is None:
-        return [v for _, v in sorted(catalog.views.items())
-                if v.online and catalog.sources[v.source].stream is not None]
-    out = []
-    for name in names:
-        try:
-            view = catalog.view(name)
-        except KeyError as exc:
-            raise QuiverError(str(exc.args[0])) from None
-        if catalog.sources[view.source].stream is None:
-            raise QuiverError(f"{view.location}: feature view {name!r}: source {view.source!r} has no stream "
-                              "binding (StreamBinding(path=...) or kafka_topic)")
-        out.append(view)
-    return sorted(out, key=lambda v: v.name)
+    return sorted(catalog.select_views(names, need="streamed"), key=lambda v: v.name)
 
 
 def source_columns(source: SourceSpec, views: Sequence[ViewSpec]) -> list[tuple[str, str]]:

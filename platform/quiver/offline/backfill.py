@@ -113,7 +113,7 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
         raise QuiverError(f"backfill range is empty: end {end} is before start {start}")
     if engine not in ("duckdb", "spark"):
         raise QuiverError(f"engine must be duckdb or spark, got {engine!r}")
-    specs = _select_views(catalog, views)
+    specs = catalog.select_views(views)
     store = store_for(config)  # a bad offline_root (scheme, credentials) fails before any work
     late = _late_event_files(config, specs) if store.is_local else None
     files = check_sources(catalog, specs, config.root, engine, extra=late)
@@ -391,15 +391,6 @@ def _late_event_files(config: Config, views: Sequence[ViewSpec]) -> dict[str, li
     from quiver.streaming.late import late_event_files
 
     return {s: late_event_files(config.offline_dir, s) for s in sorted({v.source for v in views})}
-
-
-def _select_views(catalog: Catalog, names: Sequence[str] | None) -> list[ViewSpec]:
-    if names is None:
-        return [catalog.views[name] for name in sorted(catalog.views)]
-    unknown = [n for n in names if n not in catalog.views]
-    if unknown:
-        raise QuiverError(f"unknown feature view(s) {', '.join(unknown)}; known: {', '.join(sorted(catalog.views))}")
-    return [catalog.views[name] for name in dict.fromkeys(names)]
 
 
 def _columns_differ(schemas: list[pa.Schema]) -> bool:

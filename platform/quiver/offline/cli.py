@@ -47,10 +47,8 @@ def register(app: typer.Typer) -> None:
         if kind not in ("main", "quarantine", "stats", "all"):
             raise QuiverError(f"--kind must be main, quarantine, stats or all, got {kind!r}")
         _, cat = open_project(config, catalog)
-        names = [view] if view else sorted(cat.views)
+        names = [v.name for v in cat.select_views([view] if view else None)]
         for name in names:
-            if name not in cat.views:
-                raise QuiverError(f"unknown feature view {name!r}; known: {', '.join(sorted(cat.views))}")
             queries = compile_view(dialect_for(target), cat.views[name])
             wanted = {"main": [main_kind(cat.views[name])], "all": list(queries)}.get(kind, [kind])
             for query_kind in wanted:

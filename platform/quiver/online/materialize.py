@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.compile.aggregations import TILE_START
 from quiver.config import Config
@@ -91,7 +90,7 @@ def materialize(config: Config, catalog: Catalog, end: Any = None, views: Sequen
     """
     began = time.perf_counter()
     end_us = now_us() if end is None else timestamp_us(end)
-    specs = _select(catalog, views)
+    specs = catalog.select_views(views or None, need="online")
     own_store = store is None
     if store is None:
         from quiver.online.embedded import ensure_redis
@@ -281,18 +280,6 @@ def _day_of(us: int) -> date:
 def _day_overlaps(day: date, lo_us: int, hi_us: int) -> bool:
     start = (day - date(1970, 1, 1)).days * _US_PER_DAY
     return start < hi_us and start + _US_PER_DAY > lo_us
-
-
-def _select(catalog: Catalog, names: Sequence[str] | None) -> list[ViewSpec]:
-    if not names:
-        return [v for _, v in sorted(catalog.views.items()) if v.online]
-    out = []
-    for name in names:
-        try:
-            out.append(catalog.view(name))
-        except KeyError as exc:
-            raise QuiverError(str(exc.args[0])) from None
-    return out
 
 
 class _NullProgress:

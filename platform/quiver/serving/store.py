@@ -100,12 +100,7 @@ def resolve(catalog: Catalog, features: Features, full_feature_names: bool = Fal
 
 
 def _view(catalog: Catalog, name: str) -> ViewSpec:
-    view = catalog.views.get(name)
-    if view is None:
-        raise QuiverError(f"unknown feature view {name!r}; known: {', '.join(sorted(catalog.views))}")
-    if not view.online:
-        raise QuiverError(f"feature view {name!r} is offline-only (online=False)")
-    return view
+    return catalog.select_views([name], need="online")[0]
 
 
 def entity_columns(plan: ReadPlan, entity_rows: EntityRows) -> dict[str, np.ndarray]:

@@ -319,6 +319,7 @@ def test_tls_via_rediss_url(cat, tmp_path):
         with RedisOnlineStore(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}", "t") as tls:
             tls.write_last_values(last, rows(last, user_id=[1], event_ts=[T0], amount=[6.0]))
             assert read(tls, last, ["amount"], [1], T0 + 1)["amount"] == [6.0]
+            assert tls.async_fetch() is None  # the asyncio client speaks no TLS: servers read on their threads
         with RedisOnlineStore(f"redis://127.0.0.1:{port}/0", "t", timeout_s=1.0) as plain, \
                 pytest.raises(OnlineStoreError):
             plain.ping()  # plain TCP to a TLS port never gets an answer

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, NamedTuple
@@ -207,6 +207,11 @@ class OnlineStore(abc.ABC):
         """The Batch of a fetched read (no I/O)."""
         result: Batch = fetched
         return result
+
+    def async_fetch(self) -> Callable[[Any], Awaitable[Any]] | None:
+        """`fetch` as a coroutine function a server awaits on its event loop, or None (the default): the
+        server then runs `fetch` on its worker threads."""
+        return None
 
     @abc.abstractmethod
     def freshness(self, views: Sequence[str], *, timeout_s: float | None = None) -> dict[str, int | None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -359,6 +359,10 @@ class RedisOnlineStore(OnlineStore):
         """The blocking part of a read: its MGET round trip (and nothing else, so a server can run just this
         on a worker thread while the decoding stays on its event loop)."""
         return list(self._call([pending.command])[0]) if pending.command else []
+
+    def async_fetch(self) -> Callable[[Any], Awaitable[list[bytes | None]]] | None:
+        # The asyncio client speaks no TLS: rediss:// reads go through the server's worker threads.
+        return None if self.url.startswith("rediss://") else self.fetch_async
 
     async def fetch_async(self, pending: Any) -> list[bytes | None]:
         """`fetch` from a coroutine, on one pipelined asyncio connection (`online/redis_async.py`): no worker

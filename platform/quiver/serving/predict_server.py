@@ -148,9 +148,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
         if key and not (given and hmac.compare_digest(given.encode(), key.encode())):
             raise HTTPException(401, "missing or wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
 
-    fetch_async = getattr(service.store.online, "fetch_async", None)
-    if str(getattr(service.store.online, "url", "")).startswith("rediss://"):
-        fetch_async = None  # the asyncio client speaks no TLS: rediss:// reads go through the worker threads
+    fetch_async = service.store.online.async_fetch()
 
     async def score(rows: list[dict[str, Any]], explain_missing: bool) -> list[Any]:
         # Only the store round trip leaves the loop (the asyncio client, else a worker thread). A small

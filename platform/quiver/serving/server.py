@@ -141,9 +141,7 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
                    "entities": entities, "features": lists, "status": status}
         return json_bytes(payload)
 
-    fetch_async = getattr(store.online, "fetch_async", None) if store_io == "async" else None
-    if str(getattr(store.online, "url", "")).startswith("rediss://"):
-        fetch_async = None  # the asyncio client speaks no TLS: rediss:// reads go through the worker threads
+    fetch_async = store.online.async_fetch() if store_io == "async" else None
 
     async def online(body: OnlineRequest, scope: Any = None) -> bytes:
         # Only the store round trip leaves the loop, on a worker thread (or the asyncio client); planning and

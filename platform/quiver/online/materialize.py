@@ -93,10 +93,9 @@ def materialize(config: Config, catalog: Catalog, end: Any = None, views: Sequen
     specs = catalog.select_views(views or None, need="online")
     own_store = store is None
     if store is None:
-        from quiver.online.embedded import ensure_redis
-        from quiver.online.redis_store import RedisOnlineStore
+        from quiver.online.factory import open_online_store
 
-        store = RedisOnlineStore(ensure_redis(config), config.project, timeout_s=max(config.redis_timeout_s, 5.0))
+        store = open_online_store(config, writer=True)
     if registry is None:
         from quiver.registry import Registry
 

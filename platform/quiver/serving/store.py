@@ -224,11 +224,9 @@ class FeatureStore:
     def online(self) -> OnlineStore:
         """The online store (connects on first use: the configured Redis, else an embedded one)."""
         if self._online is None:
-            from quiver.online.embedded import ensure_redis
-            from quiver.online.redis_store import RedisOnlineStore
+            from quiver.online.factory import open_online_store
 
-            self._online = RedisOnlineStore(ensure_redis(self.config), self.config.project,
-                                            timeout_s=self.config.redis_timeout_s)
+            self._online = open_online_store(self.config)
         return self._online
 
     def plan(self, features: Features, full_feature_names: bool = False) -> ReadPlan:

@@ -339,11 +339,9 @@ class StreamRunner:
             shutil.rmtree(late_dir(self.config.offline_dir) / source, ignore_errors=True)
 
     def _open_store(self) -> OnlineStore:
-        from quiver.online.embedded import ensure_redis
-        from quiver.online.redis_store import RedisOnlineStore
+        from quiver.online.factory import open_online_store
 
-        return RedisOnlineStore(ensure_redis(self.config), self.config.project,
-                                timeout_s=max(self.config.redis_timeout_s, 5.0))
+        return open_online_store(self.config, writer=True)
 
     def _feed_loop(self, feeder: Feeder) -> None:
         pause = max(self.options.monitor_interval_ms / 2000, 0.02)

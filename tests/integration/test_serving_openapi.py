@@ -69,7 +69,8 @@ def _prediction_spec() -> dict:
 
     arms = ArmSet(Arm(1, f"{MODEL}:1", None))
     fake = SimpleNamespace(model_name=MODEL, arms=arms, logger=None,
-                           store=SimpleNamespace(config=Config(project="p"), online=None))
+                           store=SimpleNamespace(config=Config(project="p"),
+                                                 online=SimpleNamespace(async_fetch=lambda: None)))
     return create_predict_app(fake, api_key=KEY).openapi()  # type: ignore[arg-type]
 
 

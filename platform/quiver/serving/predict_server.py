@@ -33,9 +33,7 @@ from quiver.serving.edge import (
     COMMON_RESPONSES,
     Busy,
     ClientCounts,
-    ClientLimit,
     FairSlots,
-    LeanPost,
     client_key,
     create_fastapi,
     json_bytes,
@@ -43,7 +41,7 @@ from quiver.serving.edge import (
 from quiver.serving.prediction import PredictionService
 from quiver.serving.runtime import ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
 from quiver.serving.schemas import IDENT, KEYS_SCHEMA, Int64, KeyValue
-from quiver.serving.server import MAX_BODY_BYTES, BodyLimit, Observe
+from quiver.serving.server import MAX_BODY_BYTES, install_edge
 from quiver.serving.times import EpochOrIso, iso_time_us
 
 log = logging.getLogger(__name__)
@@ -266,16 +264,9 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
         refused.set(client_counts.refused)
         return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(LeanPost, path="/predict", model=PredictRequest, handler=predict_json, api_key=key)
-    app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency, paths=frozenset({"/predict"}),
-                       client_header=limits.client_header, counts=client_counts)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(Observe, latency=latency, requests=requests,
-                       routes=frozenset({"/predict", "/health", "/metrics"}))
-    app.state.api_key_required = bool(key)
-    app.state.gate = gate
-    if not key:
-        log.warning("prediction server runs without an API key: set QUIVER_API_KEY to require X-API-Key")
+    install_edge(app, path="/predict", model=PredictRequest, handler=predict_json, api_key=key, limits=limits,
+                 client_counts=client_counts, max_body_bytes=max_body_bytes, latency=latency, requests=requests,
+                 gate=gate, what="prediction server")
     return app
 
 

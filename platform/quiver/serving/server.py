@@ -194,17 +194,27 @@ def create_app(store: FeatureStore, api_key: str | None = None, *, max_body_byte
         await gate.health()  # refreshes the gauges; never waits on a stalled store
         return Response(metrics_text(metrics), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(LeanPost, path="/features/online", model=OnlineRequest, handler=online, api_key=key)
-    app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency,
-                       paths=frozenset({"/features/online"}), client_header=limits.client_header, counts=client_counts)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(Observe, latency=latency, requests=requests,
-                       routes=frozenset({"/features/online", "/health", "/metrics"}))
-    app.state.api_key_required = bool(key)
-    app.state.gate = gate
-    if not key:
-        log.warning("feature server runs without an API key: set QUIVER_API_KEY to require X-API-Key")
+    install_edge(app, path="/features/online", model=OnlineRequest, handler=online, api_key=key, limits=limits,
+                 client_counts=client_counts, max_body_bytes=max_body_bytes, latency=latency, requests=requests,
+                 gate=gate, what="feature server")
     return app
+
+
+def install_edge(app: FastAPI, *, path: str, model: Any, handler: Any, api_key: str, limits: ServerLimits,
+                 client_counts: ClientCounts, max_body_bytes: int, latency: Any, requests: Any, gate: Any,
+                 what: str) -> None:
+    """The edge both servers (this one and the prediction server) put in front of their one hot route `path`,
+    innermost first: the lean JSON path (LeanPost), the per-client limit, the body limit, then metrics around
+    everything. Also the state the routes read, and a warning when no API key is set ("" is none)."""
+    app.add_middleware(LeanPost, path=path, model=model, handler=handler, api_key=api_key)
+    app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency, paths=frozenset({path}),
+                       client_header=limits.client_header, counts=client_counts)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(Observe, latency=latency, requests=requests, routes=frozenset({path, "/health", "/metrics"}))
+    app.state.api_key_required = bool(api_key)
+    app.state.gate = gate
+    if not api_key:
+        log.warning("%s runs without an API key: set QUIVER_API_KEY to require X-API-Key", what)
 
 
 def check_request_columns(request: Mapping[str, Sequence[Any]], fields: dict[str, str], n: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,12 @@ class DriftCheck:
     report: DriftReport
     run_id: int | None
     alerts: list[Any]
+
+
+def report_name(model: str, version: int, arm: str, start: datetime, end: datetime) -> str:
+    """File stem of a serving-drift report (the drift DAG writes it, the console links it): model, version, arm
+    and the data window it covers."""
+    return f"drift-{model}-v{version}-{arm}-{start:%Y%m%dT%H%M}-{end:%Y%m%dT%H%M}"
 
 
 def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:

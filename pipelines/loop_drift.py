@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from quiver.monitoring.checks import report_name
 from quiver.pipelines.loop_common import CHAMPION, Project, iso
 
 SCORE = "score"
@@ -95,11 +96,6 @@ def serving_drift_inputs(project: Project, model: str, *, version: str | int | N
     bounds = pc.min_max(logged["ts"]).as_py()
     return ServingDriftInputs(chosen, arm, features, reference.select(features), align_current(logged, features),
                               bounds["min"], bounds["max"])
-
-
-def report_name(model: str, version: int, arm: str, start: datetime, end: datetime) -> str:
-    """File stem of a serving-drift report: model, version, arm and the data window it covers."""
-    return f"drift-{model}-v{version}-{arm}-{start:%Y%m%dT%H%M}-{end:%Y%m%dT%H%M}"
 
 
 def check_serving_drift(project: Project, model: str, start: datetime, end: datetime, *,

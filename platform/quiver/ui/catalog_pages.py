@@ -179,7 +179,7 @@ def drift_page(console: Console) -> str:
 def _report_link(console: Console, kind: str, name: str, run: dict[str, Any]) -> str:
     if kind != "model":
         return "–"
-    from quiver.pipelines.loop_drift import report_name
+    from quiver.monitoring.checks import report_name
 
     start, end, _ = data_window(run)
     reference = str(run.get("reference", ""))

@@ -71,7 +71,7 @@ def test_no_stale_golden_files() -> None:
 
 
 def test_golden_catalog_covers_every_fn_input_type_and_view_shape() -> None:
-    from quiver.compile.aggregations import AGG_FUNCTIONS
+    from quiver.catalog.aggregations import AGG_FUNCTIONS
 
     catalog = golden_catalog()
     aggs = [a for v in catalog.views.values() for a in v.aggregations]

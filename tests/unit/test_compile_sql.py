@@ -1,5 +1,5 @@
 """The SQL compiler: its tables cover the fn table, dialects quote, and merge/finalize mean what the
-docstring of compile/aggregations.py says (run on DuckDB, the embedded engine)."""
+docstring of catalog/aggregations.py says (run on DuckDB, the embedded engine)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import duckdb
 import pytest
 
+from quiver.catalog.aggregations import AGG_FUNCTIONS, PARTIALS, PartialColumn, view_partials
 from quiver.catalog.definitions import Location
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import AggSpec, FieldSpec, ViewSpec
 from quiver.compile import dialect_for
-from quiver.compile.aggregations import AGG_FUNCTIONS, PARTIALS, PartialColumn, view_partials
 from quiver.compile.duckdb import DUCKDB, compile_duckdb
 from quiver.compile.spark import SPARK, compile_spark
 from quiver.compile.sql import (

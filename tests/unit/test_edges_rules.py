@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from quiver import Entity, FeatureView, Field, Float64, Source
+from quiver.catalog.aggregations import AGG_FUNCTIONS
 from quiver.catalog.validate import build_catalog
-from quiver.compile.aggregations import AGG_FUNCTIONS
 from quiver.offline.pit_plan import ascending_order, timestamps_us
 from quiver.offline.pit_ranges import merge_identity, range_merge
 from quiver.online.codec import newest_per_entity

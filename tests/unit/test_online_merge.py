@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from quiver import Aggregation, Entity, FeatureView, Source
+from quiver.catalog.aggregations import AGG_FUNCTIONS
 from quiver.catalog.validate import build_catalog
-from quiver.compile.aggregations import AGG_FUNCTIONS
 from quiver.offline.layout import tile_schema
 from quiver.online.codec import TileCodec
 from quiver.online.merge import FINALIZE, Segments, merge_partial

@@ -26,15 +26,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from quiver import Aggregation, Bool, Entity, FeatureView, Field, Float64, Int64, Source, String
-from quiver.catalog.ir import Catalog, ViewSpec
-from quiver.catalog.validate import build_catalog
-from quiver.compile.aggregations import (
+from quiver.catalog.aggregations import (
     AGG_FUNCTIONS,
     EVENTS_COLUMN,
     TILE_START,
     last_ts_column,
     view_partials,
 )
+from quiver.catalog.ir import Catalog, ViewSpec
+from quiver.catalog.validate import build_catalog
 from quiver.config import Config
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, last_values_schema, partition_dir, tile_schema
 

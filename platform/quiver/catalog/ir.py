@@ -158,7 +158,7 @@ class ViewSpec:
         for f in self.fields:
             if f.name == feature:
                 return f.dtype
-        from quiver.compile.aggregations import output_dtype  # the fn table owns result types
+        from quiver.catalog.aggregations import output_dtype  # the fn table owns result types
 
         for agg in self.aggregations:
             if agg.name == feature:

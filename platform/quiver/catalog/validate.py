@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from quiver.catalog.aggregations import AGG_FUNCTIONS, accepts
 from quiver.catalog.contracts import contract_spec
 from quiver.catalog.definitions import (
     Aggregation,
@@ -39,7 +40,6 @@ from quiver.catalog.ir import (
 from quiver.catalog.on_demand import on_demand_spec, request_source_spec
 from quiver.catalog.schema import read_source_schema
 from quiver.catalog.types import DTYPES, duration_label, is_identifier, parse_duration, to_micros
-from quiver.compile.aggregations import AGG_FUNCTIONS, accepts
 
 SchemaReader = Callable[[Source], dict[str, str | None]]
 # Columns the stores add beside features (offline/layout.py: tiles and last values); catalog/ may not import it.

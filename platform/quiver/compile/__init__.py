@@ -1,5 +1,6 @@
-"""Catalog IR → engines: one table of aggregation fns (`aggregations`), one shared SQL compiler (`sql`), and
-one thin module per target holding only its dialect table (`duckdb`, `spark`) or its streaming job (`flink`).
+"""Catalog IR → engines: one shared SQL compiler (`sql`) over the catalog's table of aggregation fns
+(`quiver.catalog.aggregations`), and one thin module per target holding only its dialect table (`duckdb`,
+`spark`) or its streaming job (`flink`).
 
 `dialect_for` lives here, not in `sql`, so the shared compiler never imports its own dialects (the dialect
 modules import `sql`; the arrow points one way).

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from quiver.catalog.ir import ViewSpec
-from quiver.compile.aggregations import (
+from quiver.catalog.aggregations import (
     EVENTS_COLUMN,
     TILE_START,
     PartialColumn,
     last_ts_column,
     view_partials,
 )
+from quiver.catalog.ir import ViewSpec
 from quiver.compile.flink_sql import (
     BATCH_FIELD,
     NEWEST,

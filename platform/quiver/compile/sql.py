@@ -1,6 +1,6 @@
 """The SQL compiler shared by every SQL target: IR view → tile, last-value, quarantine and stats queries.
 
-This module is the ONLY place that maps the fn table of `compile/aggregations.py` to SQL: `TILE_OPS`
+This module is the ONLY place that maps the fn table of `catalog/aggregations.py` to SQL: `TILE_OPS`
 (per-event partials), `MERGE_OPS` (partials across tiles) and `FINALIZE` (merged partials → value). A target
 (`compile/duckdb.py`, `compile/spark.py`) is a `Dialect`: quoting, types, epoch-µs conversion, structs,
 parameter markers, output ordering. Nothing here imports an engine.
@@ -28,10 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from quiver.catalog.errors import QuiverError
-from quiver.catalog.ir import AggSpec, CheckSpec, ViewSpec
-from quiver.catalog.types import Int64
-from quiver.compile.aggregations import (
+from quiver.catalog.aggregations import (
     AGG_FUNCTIONS,
     EVENTS_COLUMN,
     PARTIALS,
@@ -42,6 +39,9 @@ from quiver.compile.aggregations import (
     partial_column,
     view_partials,
 )
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import AggSpec, CheckSpec, ViewSpec
+from quiver.catalog.types import Int64
 from quiver.compile.contracts import NOW_PARAM, reason_sql
 
 START_PARAM: Final = "start_us"

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from quiver.catalog.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column, view_partials
 from quiver.catalog.ir import ViewSpec
-from quiver.compile.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column, view_partials
 
 TILES = "tiles"
 LAST_VALUES = "last_values"

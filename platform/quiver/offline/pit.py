@@ -6,7 +6,7 @@ For each label row (join keys, timestamp t) every requested feature is its value
   else null;
 * windowed aggregates over ``[floor_g(t) - w, t)``: the whole tiles of ``<offline>/<view>/tiles`` with
   ``tile_start`` in ``[floor_g(t) - w, floor_g(t))``, merged with the raw "head" events of the view's source
-  with ``event_ts`` in ``[floor_g(t), t)``, merged by ``compile.aggregations.PARTIALS`` and finalized by
+  with ``event_ts`` in ``[floor_g(t), t)``, merged by ``catalog.aggregations.PARTIALS`` and finalized by
   ``compile.sql.FINALIZE`` (an empty window gives count 0 and sum 0, null otherwise).
 
 The result keeps every label row — duplicates included — with all label columns, **in the input order and

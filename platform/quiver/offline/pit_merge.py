@@ -1,7 +1,7 @@
 """Merged window partials per label row, and their finalization — by the project's one rule set.
 
 Both PIT engines end here: each produces `Merged` partials for the whole tiles of a window and for its
-head events, `combine` merges the two by `PARTIALS[kind].merge_op` (compile.aggregations), and `finalize`
+head events, `combine` merges the two by `PARTIALS[kind].merge_op` (catalog.aggregations), and `finalize`
 evaluates compile.sql's FINALIZE expressions (the SQL the backfill and the online reader share) in DuckDB.
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.catalog.aggregations import AGG_FUNCTIONS, PARTIALS, output_dtype, partial_column
 from quiver.catalog.ir import AggSpec
-from quiver.compile.aggregations import AGG_FUNCTIONS, PARTIALS, output_dtype, partial_column
 from quiver.offline.layout import arrow_type
 
 

@@ -5,7 +5,7 @@ Why numpy rather than DuckDB SQL here: on this machine a DuckDB ASOF join for la
 labels × 10M rows against 2.3 s for sort + searchsorted, and windows as a DuckDB range join took 16 s against
 2.7–4 s for per-entity row ranges (docs/architecture.md, "Online read path"); `benchmarks/pit_join.py` re-times the DuckDB ASOF join
 beside this engine on every run. Results are exact: ranges select exactly the rows the as-of rule admits,
-and merges follow compile.aggregations (see pit_ranges and pit_merge).
+and merges follow catalog.aggregations (see pit_ranges and pit_merge).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from quiver.catalog.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
 from quiver.catalog.errors import QuiverError
-from quiver.compile.aggregations import PARTIALS, TILE_START, last_ts_column, partial_column
 from quiver.compile.contracts import violations
 from quiver.offline.layout import EVENT_TS, LAST_VALUES, TILES, arrow_type
 from quiver.offline.pit_merge import Merged, combine, finalize, partial_kinds

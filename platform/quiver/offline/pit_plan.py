@@ -133,7 +133,7 @@ def timestamps_us(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.nd
 def ascending_order(table: pa.Table, names: list[str]) -> pa.Array:
     """Row indices sorting `table` ascending by `names`, null lowest and NaN greatest (above every number).
 
-    The project's value order for ties (compile.aggregations); pyarrow alone would sort NaN with the nulls.
+    The project's value order for ties (catalog.aggregations); pyarrow alone would sort NaN with the nulls.
     """
     keys: dict[str, pa.Array | pa.ChunkedArray] = {}
     for i, name in enumerate(names):

@@ -4,7 +4,7 @@ A `Timeline` keeps rows sorted by (entity code, time) and answers (code, time) q
 so "the events of entity c in [a, b)" is the row range [search(c, a), search(c, b)). Queries are expected
 in (code, time) order: sorted queries make searches cache-friendly and bound the range scans below.
 
-Range merges implement the merge ops of `quiver.compile.aggregations.PARTIALS` over [s, e):
+Range merges implement the merge ops of `quiver.catalog.aggregations.PARTIALS` over [s, e):
 `sum`, `min`, `max` scan the ranges with `ufunc.reduceat` (a sequential sum, like an SQL engine's); when
 the ranges together cover far more rows than the table holds, sums switch to long-double prefix sums and
 min/max to a block sparse table, so the cost stays O(rows + queries). `last` uses a forward-filled index of

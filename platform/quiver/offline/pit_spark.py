@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.catalog.aggregations import TILE_START, PartialColumn, last_ts_column, view_partials
 from quiver.compile import dialect_for
-from quiver.compile.aggregations import TILE_START, PartialColumn, last_ts_column, view_partials
 from quiver.compile.contracts import reason_sql
 from quiver.compile.sql import MERGE_OPS, tile_exprs
 from quiver.config import Config

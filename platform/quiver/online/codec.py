@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.catalog.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
 from quiver.catalog.ir import ViewSpec
-from quiver.compile.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
 from quiver.offline.layout import EVENT_TS
 from quiver.offline.pit_plan import ascending_order
 from quiver.online.base import Batch, Column, Key, timestamp_us

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from quiver.catalog.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
 from quiver.catalog.ir import ViewSpec
-from quiver.compile.aggregations import EVENTS_COLUMN, TILE_START, last_ts_column
 from quiver.compile.flink import BATCH_FIELD, NEWEST
 from quiver.offline.layout import EVENT_TS
 from quiver.online.layout import (

@@ -25,7 +25,7 @@ Last-value view, one record per entity (the newest event written)::
 Aggregation view, the live tiles of one entity, sorted by tile_start, one fixed-width record per tile::
 
     tile_start i8 | n_events i8 | one slot per partial column [| var_len u4 | UTF-8 bytes]
-    slots in ``view_partials`` order (compile/aggregations.py); ``<col>__last`` is followed by
+    slots in ``view_partials`` order (catalog/aggregations.py); ``<col>__last`` is followed by
     ``<col>__last_ts`` i8. cnt i8; sum / sumsq f8; min / max / last in the partial's dtype (int64 and
     timestamp i8, float64 f8, string u4 length with its bytes after the record, var_len = their total).
     A partial whose column had no non-null value in the tile (cnt = 0) is stored as 0 and read as null.
@@ -65,8 +65,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from quiver.catalog.aggregations import view_partials
 from quiver.catalog.ir import ViewSpec
-from quiver.compile.aggregations import view_partials
 
 KEY_PREFIX: Final = "q"
 INT64_MIN: Final = np.iinfo(np.int64).min

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from quiver.catalog.aggregations import TILE_START
 from quiver.catalog.ir import Catalog, ViewSpec
-from quiver.compile.aggregations import TILE_START
 from quiver.config import Config
 from quiver.offline import layout
 from quiver.online.base import OnlineStore, now_us, timestamp_us

@@ -1,4 +1,4 @@
-"""Merge tile partials into window values with numpy, following the one table in compile/aggregations.py.
+"""Merge tile partials into window values with numpy, following the one table in catalog/aggregations.py.
 
 The table names the partials of each fn, their `merge_op` and the `finalize` rule; this module only says
 how each named op runs on arrays. Records arrive grouped by entity (`seg`: the entity of each record,
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from quiver.catalog.aggregations import AGG_FUNCTIONS, PARTIALS, last_ts_column, output_dtype, partial_column
 from quiver.catalog.ir import AggSpec, ViewSpec
-from quiver.compile.aggregations import AGG_FUNCTIONS, PARTIALS, last_ts_column, output_dtype, partial_column
 from quiver.online.base import Column
 
 _INT_MIN = np.iinfo(np.int64).min
@@ -65,7 +65,7 @@ def merge_partial(op: str, segs: Segments, values: np.ndarray, mask: np.ndarray,
                   ts: np.ndarray | None = None) -> np.ndarray:
     """Merge one partial column over the masked records of each entity with the table's `merge_op`.
 
-    NaN is the greatest value (compile.aggregations): `max` propagates it (np.maximum), `min` skips it
+    NaN is the greatest value (catalog.aggregations): `max` propagates it (np.maximum), `min` skips it
     unless every value is NaN — np.fmin with NaN, not +inf, for the masked-out records, so a NaN-only
     window stays NaN.
     """

@@ -63,8 +63,8 @@ def apply_catalog(config: Config) -> Catalog:
 def run_backfill(config: Config, catalog: Catalog, days: int, engine: str) -> None:
     from rich.table import Table
 
+    from quiver.cli.offline import refused_text
     from quiver.offline.backfill import backfill
-    from quiver.offline.cli import refused_text
 
     report = backfill(config, catalog, START, START + timedelta(days=days - 1), engine=engine)
     table = Table("view", "kind", "events read", "rows written", "null keys", "no time", "refused by contract")

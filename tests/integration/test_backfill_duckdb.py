@@ -221,7 +221,7 @@ def test_unknown_view_and_empty_range_are_user_errors(tmp_path: Path) -> None:
 
 def test_cli_compile_prints_the_golden_sql_and_backfill_writes(tmp_path: Path) -> None:
     from quiver.cli import app
-    from quiver.offline.cli import register
+    from quiver.cli.offline import register
 
     if not any(c.name == "backfill" for c in app.registered_commands):
         register(app)

@@ -89,7 +89,7 @@ def test_did_you_mean() -> None:
 
 
 def test_percentage_steps_are_refused_with_the_fractions_they_meant() -> None:
-    from quiver.serving.predict_cli import _steps
+    from quiver.cli.predict import _steps
 
     assert _steps("0.05,0.25,0.5,1") == (0.05, 0.25, 0.5, 1.0)
     with pytest.raises(QuiverError, match=r"did you mean 0.05,0.25,0.5,1\?"):
@@ -98,7 +98,7 @@ def test_percentage_steps_are_refused_with_the_fractions_they_meant() -> None:
 
 def test_evaluate_prints_a_dash_where_an_arm_has_no_figure() -> None:
     # Before: an arm without labelled rows printed "nan" in the ECE column.
-    from quiver.serving.predict_cli import _number, _with_ci
+    from quiver.cli.predict import _number, _with_ci
 
     assert _number(float("nan")) == "-" and _number(0.01234) == "0.0123" and _number(2.5, ".2f") == "2.50"
     assert _with_ci(float("nan"), (0.0, 1.0)) == "-"

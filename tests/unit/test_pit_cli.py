@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from quiver.offline import training_cli
+from quiver.cli import training as training_cli
 from tests.unit.test_pit_reference import World, assert_same, make_world, reference_features
 
 CATALOG = '''

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
 from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.cli.decisions import short
 from quiver.config import load_config
-from quiver.decisions_cli import short
 
 
 def register(app: typer.Typer) -> None:

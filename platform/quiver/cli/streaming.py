@@ -32,7 +32,7 @@ def stream_python(config: Config) -> str:
     explicit = os.environ.get("QUIVER_STREAM_PYTHON")
     if explicit:
         return explicit
-    here = Path(__file__).resolve().parents[2]  # the checkout: platform/quiver/streaming_cli.py
+    here = Path(__file__).resolve().parents[3]  # the checkout: platform/quiver/cli/streaming.py
     for base in (Path(config.root), here):
         candidate = base / ".venv-stream" / "bin" / "python"
         if candidate.exists():

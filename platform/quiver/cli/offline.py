@@ -38,8 +38,8 @@ def register(app: typer.Typer) -> None:
         from quiver.compile import dialect_for
         from quiver.compile.sql import compile_view, main_kind
 
-        if target == "flink":  # one streaming job for all streamed views (quiver.streaming_cli)
-            from quiver.streaming_cli import print_flink_job
+        if target == "flink":  # one streaming job for all streamed views (quiver.cli.streaming)
+            from quiver.cli.streaming import print_flink_job
 
             return print_flink_job(config, catalog, view, plain)
         if target not in ("spark", "duckdb"):

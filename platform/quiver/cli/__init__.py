@@ -468,18 +468,27 @@ def _micros_label(value: int | None) -> str:
 
 
 def _register_optional_commands() -> None:
-    # Batch, online and streaming commands live beside their code; absent modules simply add nothing.
-    import importlib
+    # Every command group, named here once. Registered on start rather than at import: `quiver --version`
+    # and the commands above stay fast, and the modules below import this one for its helpers.
+    from quiver.cli import (
+        consistency,
+        decisions,
+        embedded_redis,
+        labels,
+        models,
+        monitoring,
+        offline,
+        online,
+        predict,
+        replay,
+        streaming,
+        training,
+        ui,
+    )
 
-    for module in ("quiver.offline.cli", "quiver.online.cli", "quiver.monitoring_cli", "quiver.offline.training_cli",
-                   "quiver.streaming_cli", "quiver.models.cli", "quiver.serving.predict_cli", "quiver.redis_cli",
-                   "quiver.decisions_cli", "quiver.labels_cli", "quiver.ui.cli", "quiver.serving.replay_cli",
-                   "quiver.consistency_cli"):
-        try:
-            importlib.import_module(module).register(app)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    for module in (offline, online, monitoring, training, streaming, models, predict, embedded_redis, decisions,
+                   labels, ui, replay, consistency):
+        module.register(app)
 
 
 def main() -> None:
@@ -505,6 +514,3 @@ def _export_metrics() -> None:
     except (OSError, ValueError) as exc:
         _error(f"could not export metrics to {destination}: {exc}")
 
-
-if __name__ == "__main__":
-    main()

@@ -4,6 +4,10 @@ SHELL := /bin/bash
 
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+# Two pytest-xdist workers, whole modules each (module fixtures are built once), the longest handed out first
+# (tests/conftest.py): 42 min against 50 serially on 2 cores. TEST_WORKERS=0 runs in this one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # Spark otherwise binds to whatever the hostname resolves to, which breaks in containers and CI.
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
@@ -25,10 +29,10 @@ airflow-stop:  ## stop `make airflow` (every process it started) from another te
 	$(PY) -m quiver.pipelines.loop_airflow stop .
 
 test: setup  ## run the whole test suite, every real part (extra args: PYTEST_ARGS="-k foo -x")
-	$(PY) -m pytest tests --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest tests --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 test-fast: setup  ## the inner loop: unit, golden and integration tests without Spark, Flink, Airflow, training, browser
-	$(PY) -m pytest tests -m "not heavy" $(PYTEST_ARGS)
+	$(PY) -m pytest tests -m "not heavy" $(XDIST) $(PYTEST_ARGS)
 
 lint: setup  ## ruff + mypy (strict, platform/quiver)
 	.venv/bin/ruff check platform pipelines monitoring dags benchmarks tests

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +23,14 @@ from tests.harness import (
 
 if TYPE_CHECKING:
     from quiver.streaming.kafka_broker import KafkaBroker
+
+# pytest-xdist's workers inherit COLUMNS=80 and LINES=24 from execnet; a serial run has neither. Rich reads
+# COLUMNS when a console is made (quiver.cli's, at import), so drop them: a worker then sees what a serial run
+# sees, and the CLI's tables keep their full width.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 
 def _cache_typer_commands() -> None:
     """Typer's test runner rebuilds the app's whole command tree on every `invoke` (~0.3 s of type-hint
@@ -110,8 +120,6 @@ def registry_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A private S3-compatible server (moto) with its credentials in this process's environment."""
-    import os
-
     server = S3Server(tmp_path_factory.mktemp("s3"))
     try:
         server.start()
@@ -119,6 +127,11 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         pytest.fail(str(e), pytrace=False)
     saved = {k: os.environ.get(k) for k in server.env}
     os.environ.update(server.env)
+    # Quiver never puts credentials in Spark's settings: each JVM reads its own environment, so a Spark driver
+    # JVM started earlier in this process (by another module) cannot see these. End it; the next job starts one.
+    engines = sys.modules.get("quiver.offline.engines")
+    if engines is not None:
+        engines.stop_spark(jvm=True)
     yield server
     for key, value in saved.items():
         if value is None:
@@ -179,7 +192,7 @@ def _module_name(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no":
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # workers collect; the controller hands out their modules in order
         rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
         items.sort(key=lambda item: rank.get(_module_name(item), len(rank)))  # stable: the rest keep their order
     for item in items:

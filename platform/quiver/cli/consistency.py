@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, option_time, user_errors
+from quiver.cli.common import ConfigOption, console, option_time, user_errors
 
 _STYLE = {"ok": "green", "alert": "bold red", "no_rows": "dim"}
 

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.cli.common import ConfigOption, console, open_registry, user_errors
 from quiver.config import load_config
 
 

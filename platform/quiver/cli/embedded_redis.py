@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from quiver.cli import ConfigOption, console, user_errors
+from quiver.cli.common import ConfigOption, console, user_errors
 from quiver.config import load_config
 
 redis_app = typer.Typer(help="The project's embedded Redis: status and stop.", no_args_is_help=True)

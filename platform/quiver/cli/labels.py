@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, option_time, user_errors
+from quiver.cli.common import ConfigOption, console, option_time, user_errors
 from quiver.config import load_config
 
 

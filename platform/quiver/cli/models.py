@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, open_registry, user_errors
+from quiver.cli.common import ConfigOption, console, open_registry, user_errors
 from quiver.cli.decisions import short
 from quiver.config import load_config
 

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, option_time, user_errors
+from quiver.cli.common import ConfigOption, console, option_time, user_errors
 from quiver.config import CONFIG_FILE, NoProjectError, find_config, load_config, no_project_message
 
 DEFAULT_SAMPLE_ROWS = 20_000  # = quiver.monitoring.evidently_ref.DEFAULT_SAMPLE_ROWS (not imported: keeps the CLI light)

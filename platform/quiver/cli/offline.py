@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import (
+from quiver.cli.common import (
     CatalogOption,
     ConfigOption,
     ViewsOption,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from quiver.cli import (
+from quiver.cli.common import (
     CatalogOption,
     ConfigOption,
     ViewsOption,

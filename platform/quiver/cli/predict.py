@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, open_registry, option_time, user_errors
+from quiver.cli.common import ConfigOption, console, open_registry, option_time, user_errors
 from quiver.config import load_config
 
 ModelArg = Annotated[str, typer.Argument(help="model name")]

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import ConfigOption, console, option_time, user_errors
+from quiver.cli.common import ConfigOption, console, option_time, user_errors
 from quiver.config import load_config
 
 

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import CatalogOption, ConfigOption, ViewsOption, console, split_names, user_errors
+from quiver.cli.common import CatalogOption, ConfigOption, ViewsOption, console, split_names, user_errors
 from quiver.config import Config, load_config
 
 StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="default: <project>/.quiver/stream")]
@@ -65,7 +65,7 @@ def print_flink_job(config_path: Path | None, catalog_dir: Path | None, view: st
     """`quiver compile --target flink`: the streaming job's Flink SQL for the project's state directory."""
     from rich.syntax import Syntax
 
-    from quiver.cli import open_project
+    from quiver.cli.common import open_project
     from quiver.compile.flink import FlinkTarget, compile_flink, streamed_views
     from quiver.streaming.paths import StreamPaths
 

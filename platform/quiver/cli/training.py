@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli import CatalogOption, ConfigOption, console, open_project, user_errors
+from quiver.cli.common import CatalogOption, ConfigOption, console, open_project, user_errors
 
 
 def register(app: typer.Typer) -> None:

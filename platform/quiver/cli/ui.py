@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from quiver.cli import ConfigOption, console, user_errors
+from quiver.cli.common import ConfigOption, console, user_errors
 
 
 def register(app: typer.Typer) -> None:

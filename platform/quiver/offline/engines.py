@@ -9,6 +9,7 @@ Both write to a local folder or, for an object-store offline root (quiver.offlin
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -210,12 +211,26 @@ def _set_hadoop(session: Any, conf: Mapping[str, str]) -> None:
             hadoop.set(key[len("spark.hadoop."):], value)
 
 
-def stop_spark() -> None:
-    """Stop the process's SparkSession, if any."""
+def stop_spark(*, jvm: bool = False) -> None:
+    """Stop the process's SparkSession, if any. `jvm`: also end the driver JVM that PySpark keeps between
+    sessions, so the next session starts one that reads the environment as it is then (credentials set since:
+    Quiver never puts them in Spark's settings, each JVM finds its own)."""
     global _session
     if _session is not None:
         _session.stop()
         _session = None
+    if jvm and "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            gateway.shutdown()
+            process = getattr(gateway, "proc", None)
+            if process is not None:  # the JVM ends when its stdin closes
+                process.stdin.close()
+                process.wait(timeout=30)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
 
 
 def _literal(text: str) -> str:

@@ -302,7 +302,7 @@ def _compare_on_demand(config: Config, catalog: Catalog, rows_table: pa.Table, r
         index = np.flatnonzero(scope.reads[n][chosen])
         same = cons.equal(served, off)[index]
         inputs = [codes_of[f"{v}:{f}"][index] for v, f in catalog.on_demand[ref.view].inputs if f"{v}:{f}" in codes_of]
-        # Evidence per cause: some input differs on the row for that cause. An unexplained input stays unexplained.
+        # Evidence per cause: an input differs on the row for that cause (an unexplained input gives none).
         evidence = {cause: np.zeros(len(index), dtype=bool) for cause in ("late", "ttl", "lag", "gap")}
         for codes in inputs:
             for cause, code in (("late", cons.LATE_EVENT), ("ttl", cons.TTL_BOUNDARY), ("lag", cons.STREAM_LAG),

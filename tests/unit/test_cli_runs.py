@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from quiver import cli
+from quiver.cli import common
 from tests.cli_runs import done, quiver
 
 
@@ -34,7 +35,7 @@ def probe(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
     def load_config(*_args: Any, **_kwargs: Any) -> Any:
         return action()
 
-    monkeypatch.setattr(cli, "load_config", load_config)
+    monkeypatch.setattr(common, "load_config", load_config)  # what `quiver list` opens its project with
 
 
 def test_a_run_sees_the_project_folder_and_a_clean_environment(project: Path, monkeypatch: pytest.MonkeyPatch,

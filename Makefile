@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 # Two pytest-xdist workers, whole modules each (module fixtures are built once), the longest handed out first
-# (tests/conftest.py): 42 min against 50 serially on 2 cores. TEST_WORKERS=0 runs in this one process.
+# (tests/conftest.py): 38 min against 50 serially on 2 cores. TEST_WORKERS=0 runs in this one process.
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # Spark otherwise binds to whatever the hostname resolves to, which breaks in containers and CI.

@@ -191,7 +191,7 @@ def _module_name(item: pytest.Item) -> str:
     return item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):  # workers collect; the controller hands out their modules in order
         rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
         items.sort(key=lambda item: rank.get(_module_name(item), len(rank)))  # stable: the rest keep their order

@@ -82,7 +82,7 @@ def done(result: subprocess.CompletedProcess[str], code: int = 0) -> str:
 _registered = False
 
 
-_COMMANDS: dict[tuple[int, int, int], Any] = {}
+_COMMANDS: dict[tuple[Any, int, int], Any] = {}
 
 
 def command_of(app: Any) -> Any:
@@ -90,7 +90,9 @@ def command_of(app: Any) -> Any:
     once per run: Typer rebuilds the whole tree (type hints of every command) on each call, ~0.3 s here."""
     from typer.main import get_command
 
-    key = (id(app), len(app.registered_commands), len(app.registered_groups))
+    # The app itself in the key (by identity), not id(app): a test's throwaway app, once collected, could
+    # leave its id to a new app and hand that one the old app's commands.
+    key = (app, len(app.registered_commands), len(app.registered_groups))
     if key not in _COMMANDS:
         _COMMANDS[key] = get_command(app)
     return _COMMANDS[key]

@@ -32,6 +32,7 @@ from quiver.config import Config
 from quiver.monitoring import consistency as cons
 from quiver.monitoring import consistency_evidence as ev
 from quiver.monitoring.consistency import FeatureConsistency, Values
+from quiver.monitoring.serving_log_read import logged_column, rows_reading, version_rows
 
 ANSWERING_ARMS = ("champion", "canary")
 ALERT_KIND = "consistency"
@@ -180,26 +181,20 @@ def _scope(catalog: Catalog, logged: pa.Table, model: str | None, service: str |
     columns: dict[str, str] = {}
     reads: dict[str, np.ndarray] = {}
     kept = []
-    rows_of = {label: labels == label for label in wanted}
+    in_wanted = np.isin(labels, list(wanted))
+    answering = logged.filter(pa.array(in_wanted))  # rows of the model's versions
+    groups = version_rows(answering)
     for ref in refs:
         name = f"{ref.view}:{ref.feature}"
-        column = _column(logged, ref)
+        column = logged_column(logged, ref.view, ref.feature)
         if column is None:
             continue
         if bare_count[ref.feature] > 1 and column == f"feature.{ref.feature}":
             # Two views with a feature of this name, logged under the bare name: which one was served is unknown.
             notes.append(f"not compared: {name} (logged as {ref.feature!r}, a name other views use too)")
             continue
-        values = logged[column]
         mask = np.zeros(logged.num_rows, dtype=bool)
-        for label, rows in rows_of.items():
-            version = versions.get(label)
-            if version is not None:  # the registry says what this version reads (its input names)
-                reads_it = ref.feature in version.features or name in version.features
-            else:  # a version the registry does not know: the rows say it
-                reads_it = bool(pc.sum(pc.is_valid(values.filter(pa.array(rows)))).as_py() or 0)
-            if reads_it:
-                mask |= rows
+        mask[in_wanted] = rows_reading(answering, column, ref.view, ref.feature, versions, groups)
         if mask.any():
             columns[name], reads[name] = column, mask
             kept.append(ref)
@@ -227,15 +222,6 @@ def _known_refs(catalog: Catalog, names: Sequence[str]) -> tuple[list[FeatureRef
         else:
             unknown.append(name)
     return refs, unknown
-
-
-def _column(logged: pa.Table, ref: FeatureRef) -> str | None:
-    """The logged column of a ref: `feature.view:feature` when it holds values, else the bare name (what a
-    model's input columns are called)."""
-    full, bare = f"feature.{ref.view}:{ref.feature}", f"feature.{ref.feature}"
-    if full in logged.column_names and logged[full].null_count < logged.num_rows:
-        return full
-    return bare if bare in logged.column_names else (full if full in logged.column_names else None)
 
 
 # ----- comparison -----

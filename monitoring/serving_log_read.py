@@ -1,12 +1,16 @@
 """Reading serving logs back: the hourly files (`read_serving_logs`), the quarantine (`read_quarantine`), the
-feature columns (`feature_frame`). Layout and columns: `quiver.monitoring.serving_log`."""
+feature columns (`feature_frame`), and which rows served a catalog feature (`logged_column`, `rows_reading`).
+Layout and columns: `quiver.monitoring.serving_log`."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -119,3 +123,51 @@ def feature_frame(table: pa.Table) -> pa.Table:
     """Only the feature columns, with the `feature.` prefix removed (ready for drift checks)."""
     names = [n for n in table.column_names if n.startswith(FEATURE_PREFIX)]
     return table.select(names).rename_columns([n[len(FEATURE_PREFIX):] for n in names])
+
+
+def logged_column(logged: pa.Table, view: str, feature: str) -> str | None:
+    """The logged column of `view:feature`: `feature.view:feature` when it holds values, else the bare name
+    (what a model's input columns are called), else None."""
+    full, bare = f"{FEATURE_PREFIX}{view}:{feature}", f"{FEATURE_PREFIX}{feature}"
+    if full in logged.column_names and logged[full].null_count < logged.num_rows:
+        return full
+    return bare if bare in logged.column_names else (full if full in logged.column_names else None)
+
+
+def version_rows(logged: pa.Table) -> dict[Any, np.ndarray]:
+    """Model-version label → mask of its logged rows (computed once, read by every `rows_reading`)."""
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(logged["model_version"]).combine_chunks()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    nulls = np.asarray(encoded.is_null()) if encoded.null_count else None
+    out: dict[Any, np.ndarray] = {}
+    for code, label in enumerate(encoded.dictionary.to_pylist()):
+        out[label] = codes == code if nulls is None else (codes == code) & ~nulls
+    if nulls is not None:
+        out[None] = nulls
+    return out
+
+
+def rows_reading(logged: pa.Table, column: str, view: str, feature: str, versions: Mapping[str, Any],
+                 groups: Mapping[Any, np.ndarray] | None = None) -> np.ndarray:
+    """Mask of the logged rows whose model read `view:feature` (logged in `column`): for a version the model
+    registry knows (`versions`: label → ModelVersion), its recorded inputs say; for one it does not, its rows
+    say (some hold a value). A null on such a row is what serving saw: a missing value, not an unlogged one.
+    `groups`: `version_rows(logged)`, when the caller has it already."""
+    import pyarrow.compute as pc
+
+    groups = version_rows(logged) if groups is None else groups
+    valid = None
+    mask = np.zeros(logged.num_rows, dtype=bool)
+    for label, rows in groups.items():
+        version = versions.get(label) if label is not None else None
+        if version is not None:
+            reads = feature in version.features or f"{view}:{feature}" in version.features
+        else:
+            if valid is None:
+                valid = np.asarray(pc.is_valid(logged[column]))
+            reads = bool(valid[rows].any())
+        if reads:
+            mask |= rows
+    return mask

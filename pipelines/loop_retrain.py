@@ -78,7 +78,7 @@ def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
         frame = reference.to_pandas()
         return frame, frame[version.label_column].to_numpy(np.float64)
     from quiver.offline.pit import get_historical_features
-    from quiver.pipelines.training import known_by, window_labels
+    from quiver.pipelines.training_sets import known_by, window_labels
 
     lineage = version.lineage
     boundary = utc(lineage["split"]["boundary"])
@@ -209,7 +209,7 @@ def waiting_for_labels(project: Project, plan: Mapping[str, Any], min_labelled: 
     began = drift_began(project, plan["model"], cutoff)
     if began is None:
         return None
-    from quiver.pipelines.training import DEFAULT_LABELS, known_by, window_labels
+    from quiver.pipelines.training_sets import DEFAULT_LABELS, known_by, window_labels
 
     path = project.config.root / DEFAULT_LABELS
     if not path.exists():

@@ -9,7 +9,6 @@ queue or a Kubernetes pod requesting ``nvidia.com/gpu`` runs it unchanged.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -20,17 +19,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from quiver.artifacts import MODELS
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.types import duration_label, parse_duration
 from quiver.config import Config
+from quiver.pipelines.training_sets import arrival_column, from_label_rows, from_serving_logs
 from quiver.registry.models import AliasMove, ModelRegistry, ModelVersion
 
-DEFAULT_LABELS = "data/labels/labels.parquet"
 # Aliases that route live traffic or record the loop's state: only the loop's gated steps move them.
 LOOP_ALIASES = ("canary", "shadow", "previous")
 
@@ -67,56 +64,14 @@ def parse_cutoff(value: date | datetime | str) -> datetime:
         raise QuiverError(f"cutoff {value!r} is not a date (YYYY-MM-DD) or an ISO timestamp") from None
 
 
-ARRIVAL_COLUMNS = ("label_arrived_at", "arrived_at")  # when a label became known, first found wins
-
-
-def arrival_column(table: pa.Table) -> str | None:
-    """The labels' arrival-time column, if they have one."""
-    return next((c for c in ARRIVAL_COLUMNS if c in table.column_names), None)
-
-
-def known_by(table: pa.Table, cutoff: datetime) -> tuple[pa.Table, int]:
-    """Label rows whose label had arrived by `cutoff` (knowledge time), and how many had not. Labels without
-    an arrival column are all taken as known (there is no way to tell); `run_training` says so."""
-    column = arrival_column(table)
-    if column is None:
-        return table, 0
-    arrived = table[column].cast(pa.timestamp("us", "UTC"))
-    known = pc.fill_null(pc.less_equal(arrived, pa.scalar(cutoff, pa.timestamp("us", "UTC"))), False)
-    kept = table.filter(known)
-    return kept, table.num_rows - kept.num_rows
-
-
-def window_labels(labels: str | Path | pd.DataFrame | pa.Table, window_start: datetime, cutoff: datetime,
-                  timestamp_column: str = "event_ts") -> pa.Table:
-    """The label rows with `timestamp_column` in [window_start, cutoff), sorted by time."""
-    import pyarrow.parquet as pq
-
-    if isinstance(labels, str | Path):
-        path = Path(labels)
-        if not path.exists():
-            raise QuiverError(f"labels file {path} does not exist")
-        table = pq.read_table(path)
-    else:
-        table = labels if isinstance(labels, pa.Table) else pa.Table.from_pandas(labels, preserve_index=False)
-    if timestamp_column not in table.column_names:
-        raise QuiverError(f"labels lack the timestamp column {timestamp_column!r}; columns: "
-                          f"{', '.join(table.column_names)}")
-    ts = table[timestamp_column]
-    utc = pa.timestamp("us", "UTC")
-    keep = pc.and_(pc.greater_equal(ts, pa.scalar(window_start, utc)), pc.less(ts, pa.scalar(cutoff, utc)))
-    window = table.filter(keep)
-    return window.take(pc.sort_indices(window, sort_keys=[(timestamp_column, "ascending")]))
-
-
 def run_training(config: Config, service: str = "fraud_model", window: str | timedelta = "14d",
                  cutoff: date | datetime | str | None = None, *, device: str = "auto", seed: int = 0,
                  model_name: str | None = None, labels: str | Path | pd.DataFrame | None = None,
                  label_column: str = "is_fraud", timestamp_column: str = "event_ts",
                  validation_fraction: float = 0.2, test_fraction: float = 0.2, train_config: Any = None,
                  alias: str | None = None, missing_policy: Any = None,
-                 catalog: Catalog | None = None, engine: str | None = None,
-                 log: Callable[[str], None] = print) -> TrainingResult:
+                 catalog: Catalog | None = None, engine: str | None = None, from_logs: bool = False,
+                 logs_of: str | None = None, log: Callable[[str], None] = print) -> TrainingResult:
     """Train `model_name` (default: the service name) on the labels of [cutoff − window, cutoff) and register
     it. Knowledge time: a label counts only if it had arrived by the cutoff (`label_arrived_at` or
     `arrived_at` of the label rows). The window splits by time into train, validation (early stopping) and
@@ -130,7 +85,6 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     from quiver.models import artifact, data, metrics, train
     from quiver.models import reference as drift_reference
     from quiver.models.network import NetworkConfig
-    from quiver.offline.pit import get_historical_features
     from quiver.registry import Registry
     from quiver.registry.repository import load_applied_catalog
 
@@ -171,32 +125,16 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     refs = resolve_features(catalog, service, full_feature_names=False)
     features = [r.column for r in refs]
 
-    # ----- the training set: labels of the window × features as of each label's time -----
-    labels_source = labels if labels is not None else config.root / DEFAULT_LABELS
-    table = window_labels(labels_source, start, end, timestamp_column)
-    window_times = table[timestamp_column]  # arrived or not: which days the cutoff left partial (reference)
-    table, unknown_yet = known_by(table, end)
-    if arrival_column(table) is None:
-        say("note: the labels carry no arrival time (label_arrived_at / arrived_at): every label of the window is "
-            "taken as known by the cutoff")
-    elif unknown_yet:
-        say(f"left out {unknown_yet:,} label(s) of the window that had not arrived by the cutoff (knowledge time)")
-    if table.num_rows == 0:
-        raise QuiverError(f"no labels with {timestamp_column} in [{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M}) "
-                          f"UTC in {labels_source if not isinstance(labels_source, pd.DataFrame) else 'the frame'}")
-    if label_column not in table.column_names:
-        raise QuiverError(f"labels lack the label column {label_column!r}; columns: {', '.join(table.column_names)}")
-    unlabelled = table[label_column].null_count
-    if unlabelled:
-        say(f"quarantined {unlabelled:,} label row(s) with a null {label_column!r} (not trained on)")
-        table = table.filter(pc.is_valid(table[label_column]))
-    table, refused = refuse_by_request_contracts(catalog, service, table)
-    if refused:
-        say(f"quarantined {sum(refused.values()):,} label row(s) whose request fields fail their contract "
-            f"({', '.join(f'{r} {n:,}' for r, n in sorted(refused.items()))}): serving would refuse them too")
+    # ----- the training set: labels of the window × features as of each label's time (or as served) -----
     started = time.perf_counter()
-    frame = get_historical_features(table, service, catalog=catalog, config=config,
-                                    engine=engine or config.engine, timestamp_column=timestamp_column)
+    if from_logs:
+        built = from_serving_logs(config, catalog, service, start, end, logs_of, label_column, timestamp_column,
+                                   engine, say)
+    else:
+        built = from_label_rows(config, catalog, service, labels, start, end, label_column, timestamp_column,
+                                 engine, say)
+    frame, table, window_times = built.frame, built.labels, built.window_times
+    unknown_yet, unlabelled, refused = built.not_arrived, built.null_labels, built.refused
     say(f"training set: {len(frame):,} labels in [{start:%Y-%m-%d}, {end:%Y-%m-%d}) × {len(features)} features "
         f"({time.perf_counter() - started:.1f} s)")
 
@@ -277,12 +215,13 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
             "refused_by_request_contract": int(sum(refused.values()))}
     lineage_rates = {k: round(v, 6) for k, v in label_rates.items()}
     lineage = {
-        "labels_source": labels_key, "labels_sha256": labels_sha, "labels_origin": _origin(labels_source, config),
+        "labels_source": labels_key, "labels_sha256": labels_sha, "labels_origin": built.origin,
         "rows": rows, "positive_rate": lineage_rates, "service": service,
         "feature_refs": [f"{r.view}:{r.feature}" for r in refs],
         "pit": {"engine": engine or config.engine, "timestamp_column": timestamp_column,
                 "as_of_rule": "features use only events with event_ts < label time",
                 "offline_root": config.offline_root},
+        **({"features_from": built.features_from} if built.features_from else {}),
         "split": {"kind": "time", "validation_fraction": validation_fraction, "test_fraction": test_fraction,
                   "boundary": held.boundary.isoformat(), "validation_boundary": split.boundary.isoformat(),
                   "test_boundary": held.boundary.isoformat(), "metrics_on": "test"},
@@ -316,25 +255,6 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
                           rows, move, lines)
 
 
-def refuse_by_request_contracts(catalog: Catalog, service: str, table: pa.Table) -> tuple[pa.Table, dict[str, int]]:
-    """Label rows without those whose request fields fail their request source's contract (the rows
-    `/predict` refuses), and how many each check refused (`<source>/<rule>:<column>`)."""
-    from quiver.compile.contracts import counts, violations
-    from quiver.serving.store import resolve
-
-    plan = resolve(catalog, service)
-    keep = np.ones(table.num_rows, dtype=bool)
-    refused: dict[str, int] = {}
-    for source, contract in plan.request_contracts:
-        present = [c for c in contract.columns if c in table.column_names]
-        if len(present) < len(contract.columns):
-            continue  # the training set will say which request column the labels lack
-        first = violations(table.select(present), contract, time.time_ns() // 1000)
-        refused.update({f"{source}/{reason}": n for reason, n in counts(first[keep], contract).items()})
-        keep &= first < 0
-    return (table if keep.all() else table.filter(pa.array(keep))), refused
-
-
 def check_training_alias(models: ModelRegistry, name: str, alias: str) -> None:
     """Refuse an alias a training run must not hand out (see `run_training`)."""
     if alias in LOOP_ALIASES:
@@ -344,17 +264,6 @@ def check_training_alias(models: ModelRegistry, name: str, alias: str) -> None:
     if alias == "champion" and champion is not None:
         raise QuiverError(f"--alias champion: {name}:{champion} is the champion; a new version replaces it only "
                           f"through challenger → shadow → canary (train with --alias challenger)")
-
-
-def _origin(labels: str | Path | pd.DataFrame, config: Config) -> str:
-    """Where the labels came from, for lineage: a project-relative path, a file name, or "<DataFrame>"."""
-    if isinstance(labels, pd.DataFrame):
-        return "<DataFrame>"
-    path = Path(os.path.abspath(labels))  # not resolve(): a symlinked data folder is still the project's
-    try:
-        return path.relative_to(config.root).as_posix()
-    except ValueError:
-        return f"<outside the project>/{path.name}"
 
 
 def _score(model: Any, tensors: Any) -> np.ndarray:

@@ -26,6 +26,7 @@ from quiver.catalog.types import Bool, Float64, Int64, String, Timestamp
 from quiver.config import Config, load_config
 
 if _typing.TYPE_CHECKING:
+    from quiver.monitoring.logged_features import get_logged_features
     from quiver.offline.backfill import backfill
     from quiver.offline.pit import get_historical_features
     from quiver.online.materialize import materialize
@@ -37,6 +38,7 @@ _LAZY = {
     "FeatureStore": "quiver.serving.store",
     "backfill": "quiver.offline.backfill",
     "get_historical_features": "quiver.offline.pit",
+    "get_logged_features": "quiver.monitoring.logged_features",
     "materialize": "quiver.online.materialize",
 }
 
@@ -76,6 +78,7 @@ __all__ = [
     "Timestamp",
     "backfill",
     "get_historical_features",
+    "get_logged_features",
     "load_catalog",
     "load_config",
     "materialize",

@@ -105,7 +105,9 @@ def build_world(root: Path, redis_url: str) -> World:
     from quiver.monitoring.canary_judge import judge_step, start_canary, watch_step
     from quiver.monitoring.canary_stats import JudgeSettings
     from quiver.monitoring.checks import run_drift_check
+    from quiver.monitoring.consistency_job import run_consistency
     from quiver.monitoring.evaluation import ShadowSettings, evaluate_shadow
+    from quiver.offline.backfill import backfill
     from quiver.online.redis_store import RedisOnlineStore
     from quiver.pipelines.loop_common import Project
     from quiver.pipelines.loop_drift import check_serving_drift
@@ -180,4 +182,9 @@ def build_world(root: Path, redis_url: str) -> World:
                         registry=project.registry, alerts=project.alerts,
                         reference_label="data/events/transactions/date=2026-11-03",
                         current_label=f"data/events/transactions/date=2026-11-{day}")
+    # The consistency job over the served window: the offline store from the same events the online store holds.
+    backfill(config, catalog, (now - timedelta(hours=1)).date(), now.date())
+    consistent = run_consistency(config, model=MODEL, start=now - timedelta(hours=2), end=now + timedelta(hours=2),
+                                 registry=project.registry)
+    assert consistent.run_id is not None and not consistent.report.inconsistent, consistent.report.to_dict()
     return World(root, config, decisions, rollout.id, v3)

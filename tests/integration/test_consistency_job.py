@@ -34,6 +34,7 @@ stats = FeatureView(name="stats", entities=[user], source=tx, ttl="2h",
 spend = FeatureView(name="spend", entities=[user], source=tx, tile="10m",
                     aggregations=[Aggregation("f0", "sum", "1h"), Aggregation("f0", "count", "1h")])
 fraud = FeatureService(name="fraud", features=[stats])
+fraud_next = FeatureService(name="fraud_next", features=[stats, "spend:f0_sum_1h"])  # one feature more
 '''
 
 

@@ -204,3 +204,21 @@ def test_why_was_fraud_model_3_promoted_is_two_clicks_from_home(browser_page: An
     assert "floor 0.08" in log_loss.inner_html() and log_loss.locator("circle").count() >= 2
     page.screenshot(path=str(shots(world) / "two-clicks-answer.png"), full_page=True)
     assert errors == [], errors
+
+
+def test_the_drift_page_shows_the_consistency_runs_beside_drift(browser_page: Any, console_url: str,
+                                                                  operator_world: Any) -> None:
+    page, errors, _ = browser_page
+    page.goto(console_url + "/drift")
+    section = page.locator("#consistency-model-fraud-model")
+    assert section.inner_text() == "model fraud_model"
+    runs = page.locator("h3#consistency-model-fraud-model + table tr").all_inner_texts()[1:]
+    assert len(runs) == 1 and "\tok\t" in runs[0]
+    logged, compared = (int(c.replace(",", "")) for c in runs[0].split("\t")[2:4])
+    assert compared == logged > 0
+    features = [r.split("\t") for r in page.locator("h4:has-text('per feature') + table tr").all_inner_texts()[1:]]
+    assert {f[0] for f in features} == {"stats:f0", "stats:f1", "stats:category"}
+    assert all(f[1] == "ok" and f[2] == f[3] == f"{compared:,}" and f[-1] == "–" for f in features), features
+    chart = page.locator("svg[aria-label='model fraud_model: wrong share per feature over data time']")
+    assert chart.locator("circle").count() == 3  # one run, a point per feature
+    assert errors == [], errors

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from quiver.catalog.errors import QuiverError
-from quiver.pipelines.training import parse_cutoff, window_labels
+from quiver.pipelines.training import parse_cutoff
+from quiver.pipelines.training_sets import window_labels
 
 
 def test_cutoffs_are_utc_and_a_date_means_its_midnight() -> None:

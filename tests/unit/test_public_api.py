@@ -32,6 +32,7 @@ PUBLIC = [
     "Timestamp",
     "backfill",
     "get_historical_features",
+    "get_logged_features",
     "load_catalog",
     "load_config",
     "materialize",

@@ -38,6 +38,12 @@ def register(app: typer.Typer) -> None:
                                                        "baseline: challenger (starts the loop's gates), any "
                                                        "name of your own, or champion for a model's first "
                                                        "version")] = None,
+        from_logs: Annotated[bool, typer.Option("--from-logs", help="train on the requests served in the window "
+                                                                    "as serving saw them, with the labels that "
+                                                                    "arrived by the cutoff (quiver labels); only "
+                                                                    "features the logs lack are backfilled")] = False,
+        logs_of: Annotated[str | None, typer.Option(help="with --from-logs: only this model's served rows "
+                                                         "(default: every model's)")] = None,
         config: ConfigOption = None,
     ) -> None:
         """Train on the labels of [cutoff − window, cutoff), compare with the baseline, register the version."""
@@ -48,12 +54,17 @@ def register(app: typer.Typer) -> None:
 
         if not cutoff:
             raise QuiverError("give --cutoff YYYY-MM-DD (the end of the training window, exclusive)")
+        if from_logs and labels:
+            raise QuiverError("--from-logs reads the label store (quiver labels); drop --labels")
+        if logs_of and not from_logs:
+            raise QuiverError("--logs-of needs --from-logs")
         if epochs is not None and epochs < 1:
             raise QuiverError(f"--epochs must be at least 1, got {epochs}")
         cfg = load_config(config)
         train_config = replace(TrainConfig(), epochs=epochs) if epochs else None
         result = run_training(cfg, service, window, cutoff, device=device, seed=seed, model_name=name,
                               labels=labels, label_column=label_column, train_config=train_config, alias=alias,
+                              from_logs=from_logs, logs_of=logs_of,
                               log=lambda line: console.print(escape(line), highlight=False))
         table = Table("metric", result.version.label, "baseline (logistic regression)")
         for row in metrics_table(result):

@@ -1,4 +1,5 @@
-"""`quiver training-set`: labels + features → a point-in-time correct training set in Parquet."""
+"""`quiver training-set`: labels + features → a point-in-time correct training set in Parquet; or, with
+`--from-logs`, the served requests of a window as serving saw them, with their labels (log and wait)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli.common import CatalogOption, ConfigOption, console, open_project, user_errors
+from quiver.cli.common import CatalogOption, ConfigOption, console, open_project, option_time, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -18,10 +19,10 @@ def register(app: typer.Typer) -> None:
     @app.command("training-set")
     @user_errors
     def training_set(
-        labels: Annotated[str, typer.Argument(help="labels Parquet file (a path or s3://…): join keys, a "
-                                                    "timestamp, anything else")],
+        labels: Annotated[str | None, typer.Argument(help="labels Parquet file (a path or s3://…): join keys, a "
+                                                           "timestamp, anything else (not with --from-logs)")] = None,
         out: Annotated[str, typer.Option("--out", help="training set to write (Parquet, atomically): a path or "
-                                                      "an object-store URI (s3://…)")],
+                                                      "an object-store URI (s3://…)")] = "",
         features: Annotated[str | None, typer.Option(help="comma-separated view:feature list")] = None,
         service: Annotated[str | None, typer.Option(help="a feature service instead of --features")] = None,
         engine: Annotated[str | None, typer.Option(help="duckdb or spark (default: from config)")] = None,
@@ -30,14 +31,33 @@ def register(app: typer.Typer) -> None:
                                                                   "datetime column)")] = None,
         full_feature_names: Annotated[bool, typer.Option(help="name columns view__feature")] = False,
         assume_utc: Annotated[bool, typer.Option(help="read naive label timestamps as UTC")] = False,
+        from_logs: Annotated[bool, typer.Option("--from-logs", help="the requests served in --start…--end as "
+                                                                    "serving saw them, joined to the label store "
+                                                                    "by request id; features the logs lack are "
+                                                                    "backfilled")] = False,
+        start: Annotated[str | None, typer.Option(help="with --from-logs: serving logs from this ISO time")] = None,
+        end: Annotated[str | None, typer.Option(help="with --from-logs: serving logs until this ISO time "
+                                                     "(exclusive)")] = None,
+        model: Annotated[str | None, typer.Option(help="with --from-logs: only this model's served rows")] = None,
+        labels_as_of: Annotated[str | None, typer.Option(help="with --from-logs: labels that had arrived by this "
+                                                              "ISO time (default: all)")] = None,
         config: ConfigOption = None,
         catalog: CatalogOption = None,
     ) -> None:
-        """Join every label row with its features as of the row's timestamp; write OUT."""
+        """Join every label row with its features as of the row's timestamp; write OUT. With --from-logs, the
+        served requests of the window instead, with the values serving gave the model."""
         from quiver.offline.pit import get_historical_features, write_training_set
 
         if (features is None) == (service is None):
             raise QuiverError("give exactly one of --features view:feature,… or --service NAME")
+        if not out:
+            raise QuiverError("give --out PATH: where to write the training set")
+        if from_logs == (labels is not None):
+            raise QuiverError("give a labels file, or --from-logs --start … --end … (the label store), not both"
+                              if from_logs else "give a labels file, or --from-logs --start … --end …")
+        since, until = option_time(start, "--start"), option_time(end, "--end")
+        if from_logs and (since is None or until is None):
+            raise QuiverError("--from-logs needs --start and --end: the window of served requests")
         from quiver.offline.store import is_remote, open_store
 
         if is_remote(out):
@@ -46,9 +66,26 @@ def register(app: typer.Typer) -> None:
             check_output_path(Path(out))  # before the join: a bad --out must not cost the whole run
         cfg, cat = open_project(config, catalog)
         wanted: str | list[str] = service or [f.strip() for f in (features or "").split(",") if f.strip()]
-        frame = get_historical_features(labels if is_remote(labels) else Path(labels), wanted, catalog=cat, config=cfg, engine=engine or cfg.engine,
-                                        full_feature_names=full_feature_names, timestamp_column=timestamp_column,
-                                        assume_utc=assume_utc)
+        if from_logs and since is not None and until is not None:  # both checked above
+            from quiver.monitoring.logged_features import get_logged_features
+
+            built = get_logged_features(wanted, config=cfg, catalog=cat, start=since, end=until, model=model,
+                                        labels_as_of=option_time(labels_as_of, "--labels-as-of"),
+                                        timestamp_column=timestamp_column or "event_ts",
+                                        full_feature_names=full_feature_names, engine=engine)
+            frame = built.frame
+            rows = built.rows
+            console.print(f"{rows['kept']:,} labelled request(s) of {rows['logged']:,} logged rows "
+                          f"({rows['unlabelled']:,} without a label yet, {rows['errored']:,} failed calls, "
+                          f"{rows['duplicates']:,} repeats); as served: {', '.join(built.logged) or '-'}; "
+                          f"backfilled: {', '.join(built.backfilled) or '-'}"
+                          + "".join(f"; {k} backfilled on {n:,} rows" for k, n in built.mixed.items()),
+                          highlight=False)
+        elif labels is not None:
+            frame = get_historical_features(labels if is_remote(labels) else Path(labels), wanted, catalog=cat,
+                                            config=cfg, engine=engine or cfg.engine,
+                                            full_feature_names=full_feature_names, timestamp_column=timestamp_column,
+                                            assume_utc=assume_utc)
         written = write_training_set(frame, out)
         console.print(f"wrote {written}: {len(frame):,} rows × {len(frame.columns)} columns")
         console.print(frame.head(5).to_string(max_cols=12), highlight=False, soft_wrap=True)

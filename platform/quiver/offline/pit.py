@@ -95,7 +95,7 @@ def get_historical_features(labels: LabelsInput | None = None, features: str | S
     for ref in stored:
         view = catalog.views[ref.view]
         columns[ref.column] = to_pandas(values[(ref.view, ref.feature)], view.feature_dtype(ref.feature),
-                                        nullable=_nullable(view, ref.feature))
+                                        nullable=nullable_feature(view, ref.feature))
     if expanded.on_demand:
         columns.update(_on_demand(catalog, expanded, refs_requested, frame, columns, timestamp_column))
     return pd.concat([frame, pd.DataFrame({r.column: columns[r.column] for r in refs_requested},
@@ -242,7 +242,8 @@ def _label_times(series: pd.Series, name: str, assume_utc: bool) -> np.ndarray:
     return values
 
 
-def _nullable(view: ViewSpec, feature: str) -> bool:
+def nullable_feature(view: ViewSpec, feature: str) -> bool:
+    """Whether a training set's column of `feature` can hold nulls (counts and sums of empty windows are 0)."""
     return not any(a.name == feature and a.fn in _NEVER_NULL for a in view.aggregations)
 
 

@@ -1,5 +1,6 @@
 """Console pages of the feature half and monitoring: catalog (definitions, versions with diffs, freshness,
-lineage) and drift and quality (runs over data time, per-feature PSI/KS, reports, open alerts)."""
+lineage) and drift and quality (runs over data time, per-feature PSI/KS, online/offline consistency, reports,
+open alerts)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from quiver.catalog.types import duration_label
 from quiver.ui.charts import series_chart
+from quiver.ui.consistency_pages import consistency_section
 from quiver.ui.data import Console, data_window, drift_subject, lineage_rows, report_files
 from quiver.ui.html import badge, esc, link, num, page, pvalue, table, when
 
@@ -168,6 +170,7 @@ def drift_page(console: Console) -> str:
     alerts = list_alerts(console.registry, "open")
     body = ("".join(sections) or "<p class='muted'>no drift runs recorded yet (quiver drift … --record, or the drift "
                                  "DAG)</p>")
+    body += consistency_section(console)
     body += "<h2>Reports</h2>" + table(["report", "written"], report_rows, empty="no HTML reports under data/reports")
     body += "<h2 id='alerts'>Open alerts</h2>" + table(
         ["alert", "kind", "subject", "severity", "seen", "last seen", "title"],

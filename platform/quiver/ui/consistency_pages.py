@@ -1,0 +1,70 @@
+"""The console's online/offline consistency section (on the drift and quality page): the consistency job's runs
+per subject over data time, each feature's wrong share against its threshold, and the newest run's
+per-feature counts with the causes of its differences."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from quiver.ui.charts import series_chart
+from quiver.ui.data import Console
+from quiver.ui.html import badge, esc, num, table, when
+
+_CAUSES = {"late_event": "late event", "ttl_boundary": "TTL edge", "stream_lag": "stream lag",
+           "materialization_gap": "materialization gap", "unexplained": "unexplained"}
+
+
+def consistency_section(console: Console) -> str:
+    """Consistency runs grouped by subject (model or service), newest first, with charts and the newest run's
+    per-feature table."""
+    from quiver.monitoring.consistency_records import consistency_results_of, consistency_runs_of
+
+    runs = consistency_runs_of(console.registry, limit=200)
+    body = "<h2 id='consistency'>Online/offline consistency</h2>"
+    if not runs:
+        return body + ("<p class='muted'>no consistency runs recorded yet (quiver consistency --model NAME, or the "
+                       "drift DAG's check_consistency task)</p>")
+    body += ("<p class='muted'>served feature values replayed through the point-in-time engine: rows compared, "
+             "and the share that differ for any reason but a late event (what serving got wrong)</p>")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(str(run["subject"]), []).append(run)
+    for subject, group in sorted(groups.items()):
+        newest = group[0]
+        results = consistency_results_of(console.registry, newest["id"])
+        wrong: dict[str, list[tuple[datetime, float]]] = {}
+        for run in reversed(group[:30]):
+            end = _utc(run["window_end"])
+            for result in consistency_results_of(console.registry, run["id"]):
+                wrong.setdefault(result["feature"], []).append((end, float(result["wrong_rate"] or 0.0)))
+        thresholds = sorted({float(r["threshold"]) for r in results})
+        anchor = "consistency-" + "".join(c if c.isalnum() else "-" for c in subject)
+        body += f"<h3 id='{esc(anchor)}'>{esc(subject or 'all served features')}</h3>"
+        body += table(["run", "data window", "rows logged", "compared", "features", "inconsistent", "status",
+                       "computed at"],
+                      [[num(r["id"]), f"{_utc(r['window_start']):%Y-%m-%d %H:%M} → {_utc(r['window_end']):%Y-%m-%d %H:%M}",
+                        num(r["rows_logged"]), num(r["rows_compared"]), num(r["n_features"]),
+                        num(r["n_inconsistent"]), badge(r["status"]), when(r["finished_at"])] for r in group[:30]],
+                      numeric=(2, 3, 4, 5))
+        body += "<div class='grid'>" + series_chart(
+            f"{subject}: wrong share per feature over data time", wrong,
+            [(t, f"threshold {t:g}") for t in thresholds[:2]], y_label="wrong share") + "</div>"
+        body += f"<h4>Run #{newest['id']}, per feature</h4>" + table(
+            ["feature", "status", "compared", "equal", "mismatched", "missing online", "missing offline", "late",
+             "wrong share", "threshold", "SMAPE", "causes of differences"],
+            [[esc(r["feature"]), badge(r["status"]), num(r["compared"]), num(r["equal"]), num(r["mismatched"]),
+              num(r["missing_online"]), num(r["missing_offline"]), num(r["late"]), num(r["wrong_rate"]),
+              num(r["threshold"]), num(r.get("smape")), esc(_causes(r.get("causes") or {}))] for r in results],
+            numeric=tuple(range(2, 11)))
+    return body
+
+
+def _causes(causes: dict[str, Any]) -> str:
+    named = [f"{_CAUSES.get(k, k)} {int(v):,}" for k, v in causes.items() if v]
+    return ", ".join(named) or "–"
+
+
+def _utc(value: Any) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -242,7 +242,7 @@ class AlertManager:
         """Record the alert (one open per kind+subject), then deliver it when it is new or escalated."""
         record, outcome = repository.open_alert(self.registry, kind, subject, severity, title, message, detail,
                                                 list(self.sinks))
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         metrics.ALERTS.labels(kind=kind, severity=severity, outcome=outcome).inc()
         if outcome != "repeated":
@@ -278,7 +278,7 @@ class AlertManager:
         else:
             repository.record_delivery(self.registry, alert.id, sink.name, True, attempts)
             return True
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         metrics.ALERT_DELIVERY_FAILURES.labels(sink=sink.name).inc()
         return False

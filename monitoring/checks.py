@@ -19,7 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from quiver.monitoring import metrics, repository
+from quiver import metrics
+from quiver.monitoring import repository
 from quiver.monitoring.alerts import AlertManager, RaisedAlert
 from quiver.monitoring.drift import DriftConfig, DriftReport, Frame, compute_drift
 from quiver.registry import Registry

@@ -200,7 +200,7 @@ def late_files(config: Config, view: ViewSpec) -> list[LateFile]:
     """The late-event files of the view's source, oldest arrival first."""
     import pyarrow.parquet as pq
 
-    from quiver.streaming.late import late_event_files
+    from quiver.offline.layout import late_event_files
 
     out = []
     for path in late_event_files(config.offline_dir, view.source):

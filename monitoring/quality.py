@@ -304,7 +304,7 @@ class QualityGate:
 
     def _run(self, batch: str | Path | pd.DataFrame | pa.Table, source: str, batch_id: str | None,
              move_source: bool) -> QualityResult:
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         started = time.perf_counter()
         origin = Path(batch) if isinstance(batch, str | Path) else None

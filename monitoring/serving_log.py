@@ -288,7 +288,7 @@ class ServingLogger:
         return dropped
 
     def _count_dropped(self, reason: str, rows: int) -> None:
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         with self._lock:
             self.dropped_by[reason] += rows
@@ -416,7 +416,7 @@ class ServingLogger:
         return table
 
     def _write_part(self, part: _Part, final: bool) -> int:
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         started = time.perf_counter()
         moment = datetime.fromtimestamp(part.hour * 3600, UTC)
@@ -464,7 +464,7 @@ class ServingLogger:
                                else "unconvertible")
 
     def _quarantine_table(self, table: pa.Table, rows: int, reason: str, kind: str) -> None:
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         ts = table.column("ts").cast(pa.int64())
         table = table.drop_columns(["ts"]).add_column(0, "ts_us", ts)

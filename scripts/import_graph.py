@@ -5,7 +5,8 @@ pipelines/ → quiver.pipelines, monitoring/ → quiver.monitoring).
     python scripts/import_graph.py            # "a -> b  (n module imports)", one line per package edge
     python scripts/import_graph.py --cycles   # groups of packages that import each other
 
-A package is a subpackage (quiver.offline), or, for a module at the top of quiver, the module (quiver.config).
+A package is a subpackage (quiver.offline), or, for a module at the top of quiver, the module (quiver.config);
+the demo (quiver.pipelines.demo) is its own. The layers the edges must follow: tests/unit/test_house_layers.py.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.unit.test_house_imports import cycles, import_graph
-
-
-def package_of(module: str) -> str:
-    return ".".join(module.split(".")[:2])
+from tests.unit.test_house_layers import package_of
 
 
 def package_edges() -> Counter[tuple[str, str]]:

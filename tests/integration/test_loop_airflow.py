@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quiver.pipelines.demo_loop import Story, StoryLog, run_story
+from quiver.pipelines.demo.loop import Story, StoryLog, run_story
 from quiver.pipelines.loop_common import Project, utc
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_feature_server_exposes_the_monitoring_metrics(store):  # noqa: F811
-    from quiver.monitoring import metrics
+    from quiver import metrics
 
     metrics.LATE_EVENTS.labels(source="metrics_export_test").inc(3)
     with Server(create_app(store, api_key=KEY)) as client:
@@ -30,7 +30,7 @@ def test_feature_server_exposes_the_monitoring_metrics(store):  # noqa: F811
 
 
 def test_textfile_for_node_exporter(tmp_path):
-    from quiver.monitoring import metrics
+    from quiver import metrics
 
     metrics.ALERTS.labels(kind="drift", severity="warning", outcome="created").inc()
     path = tmp_path / "quiver.prom"
@@ -53,7 +53,7 @@ def test_pushgateway_push():
         def log_message(self, *args: object) -> None:
             pass
 
-    from quiver.monitoring import metrics
+    from quiver import metrics
 
     metrics.LATE_EVENTS.labels(source="pushed").inc()
     server = HTTPServer(("127.0.0.1", 0), Gateway)

@@ -27,7 +27,7 @@ def test_wheel_holds_only_the_quiver_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert top == {"quiver"}, top
-    for module in ("quiver/pipelines/demo.py", "quiver/monitoring/drift.py", "quiver/models/train.py",
+    for module in ("quiver/pipelines/demo/run.py", "quiver/monitoring/drift.py", "quiver/models/train.py",
                    "quiver/ui/app.py", "quiver/registry/migrations/versions/0004_rollouts.py"):
         assert module in names, module
 

@@ -17,7 +17,7 @@ from quiver.monitoring.evaluation_report import (
     roc_points,
     write_evaluation_report,
 )
-from quiver.pipelines.demo_loop import decision_of
+from quiver.pipelines.demo.loop import decision_of
 
 
 @pytest.fixture

@@ -388,7 +388,7 @@ def _require(store: OfflineStore | None) -> OfflineStore:
 
 def _late_event_files(config: Config, views: Sequence[ViewSpec]) -> dict[str, list[Path]]:
     """Late and future-dated stream events the streaming job set aside for the batch route (streaming/late.py)."""
-    from quiver.streaming.late import late_event_files
+    from quiver.offline.layout import late_event_files
 
     return {s: late_event_files(config.offline_dir, s) for s in sorted({v.source for v in views})}
 

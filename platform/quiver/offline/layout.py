@@ -12,6 +12,8 @@
         field order, so every engine picks the same row.
     <offline_root>/_quarantine/<view>/date=YYYY-MM-DD/…   rows skipped for null join keys, by event date.
     <offline_root>/_quarantine/<view>/no_event_ts/…       rows without an event time (rewritten by every run).
+    <offline_root>/_late_events/<source>/date=YYYY-MM-DD/…  stream events the streaming job did not take on
+        time (`quiver.streaming.late` writes them); the backfill reads them with the source's own files.
 
 Every partition is written to a temp folder beside it and renamed into place, so readers see the old day
 or the new day, never half of one; re-running a date range replaces exactly those dates.
@@ -47,11 +49,25 @@ _ARROW = {
 
 QUARANTINE = "_quarantine"  # folder of the rows a backfill set aside, per view
 NO_EVENT_TS = "no_event_ts"  # quarantine folder for rows without an event time (they have no date)
+LATE_DIR = "_late_events"  # stream events kept for the batch route, per source
 
 
 def arrow_type(dtype: str) -> pa.DataType:
     """Arrow type of a logical dtype."""
     return _ARROW[dtype]
+
+
+def late_dir(offline_root: str | Path) -> Path:
+    """Root of the late-events Parquet of every source."""
+    return Path(offline_root) / LATE_DIR
+
+
+def late_event_files(offline_root: str | Path, source: str) -> list[Path]:
+    """Parquet files of `source`'s late and future-dated stream events, in name order."""
+    folder = late_dir(offline_root) / source
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("date=*/*.parquet") if not p.name.startswith((".", "_")))
 
 
 def view_dir(root: Path, view: str, kind: str) -> Path:

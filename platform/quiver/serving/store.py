@@ -340,7 +340,7 @@ def check_contracts(fields: Mapping[str, Sequence[Any]], plan: ReadPlan, path: F
     refusal = check_request_contracts(fields, dict(plan.request_fields), plan.request_contracts,
                                       path or request_field)
     if refusal.counts:
-        from quiver.monitoring import metrics
+        from quiver import metrics
 
         for (source, reason), n in refusal.counts.items():
             metrics.CONTRACT_REFUSED.labels(source=source, check=reason, path="request").inc(n)

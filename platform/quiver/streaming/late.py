@@ -17,20 +17,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-LATE_DIR = "_late_events"
+# The folder is the offline store's (the backfill reads it); its names are re-exported here for the writers.
+from quiver.offline.layout import LATE_DIR, late_dir, late_event_files
 
-
-def late_dir(offline_root: str | Path) -> Path:
-    """Root of the late-events Parquet of every source."""
-    return Path(offline_root) / LATE_DIR
-
-
-def late_event_files(offline_root: str | Path, source: str) -> list[Path]:
-    """Parquet files of `source`'s late and future-dated stream events, in name order."""
-    folder = late_dir(offline_root) / source
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob("date=*/*.parquet") if not p.name.startswith((".", "_")))
+__all__ = ["LATE_DIR", "late_dir", "late_event_files", "late_events"]
 
 
 def late_events(offline_root: str | Path, source: str) -> pa.Table | None:

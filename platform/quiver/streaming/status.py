@@ -2,7 +2,7 @@
 
 The running job rewrites `<state>/status.json` about once a second and `<state>/metrics.prom` in the
 Prometheus text format (node_exporter's textfile collector reads it; no client library needed in the
-streaming venv). Where `quiver.monitoring.metrics` imports (the main venv), the same counts also go to its
+streaming venv). Where `quiver.metrics` imports (the main venv), the same counts also go to its
 counters, e.g. `quiver_late_events_total{source=…}`.
 """
 
@@ -95,12 +95,12 @@ def prometheus_text(status: Mapping[str, Any]) -> str:
 
 
 class MetricsPublisher:
-    """Pushes count increases to `quiver.monitoring.metrics` when it imports (no-op otherwise)."""
+    """Pushes count increases to `quiver.metrics` when it imports (no-op otherwise)."""
 
     def __init__(self) -> None:
         self._metrics: Any = None
         try:
-            from quiver.monitoring import metrics
+            from quiver import metrics
 
             self._metrics = metrics
         except ImportError:  # the streaming venv has no prometheus_client

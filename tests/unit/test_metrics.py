@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from prometheus_client import REGISTRY
 
-from quiver.monitoring import metrics
+from quiver import metrics
 from quiver.monitoring.drift import compute_drift
 
 

@@ -162,7 +162,7 @@ def _model_aliases(config: Config, name: str) -> dict[str, int]:
 
 @step("7. The closed loop through Airflow: drift → retraining → shadow → canary → promotion, then a rollback")
 def closed_loop(config: Config, days: int, drift_from_day: int) -> None:
-    from quiver.pipelines.demo_loop import tell_story
+    from quiver.pipelines.demo.loop import tell_story
 
     tell_story(config, START, days, drift_from_day, console)
 

@@ -1,10 +1,10 @@
-"""Prometheus metrics of the monitoring loop, in one place (import the objects; never re-create them).
+"""Prometheus metrics of the feature and monitoring paths, in one place (import the objects; never re-create them).
 
 They live in the default `prometheus_client.REGISTRY`, so `prometheus_client.start_http_server(port)` or
 `make_asgi_app()` in the serving process exposes them; `render()` returns the text format.
 
 Other components update them:
-    from quiver.monitoring import metrics
+    from quiver import metrics
     metrics.set_freshness("user_spend", last_event_ts)      # online/offline writers
     metrics.LATE_EVENTS.labels(source="transactions").inc(n) # the streaming job's late-event split
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
@@ -62,11 +63,8 @@ def set_freshness(view: str, last_event: datetime | float, now: float | None = N
     return age
 
 
-def observe_drift(name: str, report: object) -> None:
-    """Publish a `DriftReport`'s scores, verdicts and drift share under `name`."""
-    from quiver.monitoring.drift import DriftReport
-
-    assert isinstance(report, DriftReport)
+def observe_drift(name: str, report: Any) -> None:
+    """Publish a `quiver.monitoring.drift.DriftReport`'s scores, verdicts and drift share under `name`."""
     for f in report.features:
         for method, value in f.scores.items():
             if method != "psi_bins":

@@ -259,3 +259,34 @@ def test_a_stale_store_is_replayed_as_the_online_reader_reads_it(world: World) -
         assert cons.equal(online, replayed[key]).all(), ref
         assert not cons.equal(online, as_of_cutoff[key]).all(), ref  # the window as of M is another window
         assert not cons.equal(online, as_of_request[key]).all(), ref  # the 50-minute events are offline only
+
+
+def test_a_stream_stopped_for_an_hour_is_reported_as_stream_lag_and_holds_the_canary(world: World) -> None:
+    """The online store stops taking events an hour before t0 (as a stopped stream leaves it): every served
+    row differs, each explained as stream lag once lags up to an hour are tried, and the canary waits."""
+    import json
+
+    from quiver.online.materialize import materialize
+    from quiver.pipelines.loop_common import Project
+    from quiver.pipelines.loop_rollout import start_canary
+    from tests.integration.test_prediction_service import MODEL, register
+
+    client = redis.Redis.from_url(world.config.redis_url)
+    client.delete(*client.keys("q:cons:*"))
+    client.close()
+    materialize(world.config, world.catalog, int((world.t0 - timedelta(hours=1)).timestamp() * 1_000_000), full=True)
+    _serve(world, range(1, 6), "s")
+
+    result = quiver("consistency", "--model", "fraud", *_window(world), "--max-lag", "3600", "--json",
+                    cwd=world.root)
+    report = json.loads(done(result, code=1))
+    by = {f["feature"]: f for f in report["features"]}
+    for name in ("stats:f0", "stats:f1", "stats:category"):
+        assert by[name]["compared"] == 5 * USERS and by[name]["equal"] == 0, by[name]
+        assert by[name]["causes"] == {"late_event": 0, "ttl_boundary": 0, "stream_lag": 5 * USERS,
+                                      "materialization_gap": 0, "unexplained": 0}, name
+    assert report["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
+    project = Project(world.config)
+    candidate = register(project.models, world.root / ".quiver" / "models", seed=2)
+    waiting = start_canary(project, MODEL, version=candidate)
+    assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]

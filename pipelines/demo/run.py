@@ -240,7 +240,7 @@ def show(frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m quiver.pipelines.demo", description=__doc__)
     # Sized for the closed loop (step 7) on 2 cores: 15 days of traffic after the drift, 6k requests a day.
     # Labels arrive a day late (knowledge time), so the retrain waits a day or two for labels of the drifted
     # traffic, and shadow, canary and the watch each wait for theirs: 15 days leave room for the bad model's

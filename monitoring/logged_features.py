@@ -74,8 +74,8 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
                         registry: Any = None) -> LoggedFeatures:
     """The labelled requests served in [start, end) with `features` (``["view:feature", …]`` or a feature
     service) as serving saw them, backfilling what the logs lack (see the module docstring). `model`: only its
-    versions' rows (default: every model's). `labels`: rows of (request_id, label[, arrived_at]); default the
-    project's label store (`quiver labels`), as of `labels_as_of` (default: every label so far). `registry`
+    versions' rows (default: every model's). `labels`: rows of (request_id, label[, arrived_at]) (default: the
+    project's label store, `quiver labels`), those arrived by `labels_as_of` (default: every label). `registry`
     says which version read what (default: the project's)."""
     from quiver.monitoring.serving_log import log_schema, read_serving_logs
     from quiver.registry.repository import load_applied_catalog
@@ -103,6 +103,10 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
         raise QuiverError(f"no labelled serving-log rows in [{start.isoformat()}, {end.isoformat()})"
                           + (f" of model {model!r}" if model else "") + f": {rows}")
     base = _base_frame(catalog, logged, label_column, timestamp_column)
+    clashes = [r.column for r in refs if r.column in base.columns]
+    if clashes:
+        raise QuiverError(f"feature column(s) {', '.join(map(repr, clashes))} clash with the label-row columns "
+                          f"({', '.join(base.columns)}); pass full_feature_names=True or another label_column")
     versions = _versions(config, registry)
     groups = version_rows(logged)
     sources: dict[str, tuple[str | None, np.ndarray]] = {}
@@ -140,6 +144,9 @@ def _labels(config: Config, labels: pa.Table | pd.DataFrame | None, as_of: datet
     missing = [c for c in ("request_id", "label") if c not in table.column_names]
     if missing:
         raise QuiverError(f"labels lack column(s) {', '.join(missing)}; columns: {', '.join(table.column_names)}")
+    if as_of is not None and "arrived_at" in table.column_names:  # knowledge time, as for the label store
+        utc = pa.timestamp("us", tz="UTC")
+        table = table.filter(pc.fill_null(pc.less_equal(table["arrived_at"].cast(utc), pa.scalar(as_of, utc)), False))
     return table
 
 

@@ -82,6 +82,16 @@ def test_a_training_set_from_logs_is_what_serving_saw_with_only_the_new_feature_
     with pytest.raises(QuiverError, match="no labelled serving-log rows"):
         get_logged_features(NEXT, config=world.config, start=world.t0, end=world.t0 + timedelta(hours=1),
                             labels_as_of=world.t0 + timedelta(hours=1))  # before any label arrived
+    # Labels given as a table are read as of a moment too; a label column named like a feature is refused.
+    given = pa.table({"request_id": ["b30-0", "b30-1"], "label": [1.0, 0.0],
+                      "arrived_at": pa.array([world.t0 + timedelta(minutes=40), world.t0 + timedelta(hours=3)],
+                                             pa.timestamp("us", tz="UTC"))})
+    few = get_logged_features(NEXT, config=world.config, start=world.t0, end=world.t0 + timedelta(hours=1),
+                              labels=given, labels_as_of=world.t0 + timedelta(hours=1))
+    assert few.frame["request_id"].tolist() == ["b30-0"] and few.rows["unlabelled"] == 25 * USERS - 1
+    with pytest.raises(QuiverError, match="clash with the label-row columns"):
+        get_logged_features(NEXT, config=world.config, start=world.t0, end=world.t0 + timedelta(hours=1),
+                            label_column="f0")
     lineage = built.lineage()
     assert lineage["source"] == "serving_logs" and lineage["backfilled"] == [f"spend:{NEW}"]
     assert lineage["rows"]["unlabelled"] == USERS

@@ -53,6 +53,7 @@ class LoggedFeatures:
     model: str | None = None
 
     feature_columns: tuple[str, ...] = ()  # the frame's feature columns, in request order
+    served_at: Any = None  # request time of every request of the window, labelled or not (Arrow)
 
     @property
     def label_columns(self) -> list[str]:
@@ -97,6 +98,7 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
     rows["errored"] = int(pc.sum(failed).as_py() or 0)
     logged = logged.filter(pc.invert(failed))
     logged, rows["duplicates"] = _first_per_request(logged)
+    served_at = logged["ts"]
     logged, rows["unlabelled"] = _join_labels(logged, _labels(config, labels, labels_as_of))
     rows["kept"] = logged.num_rows
     if logged.num_rows == 0:
@@ -132,7 +134,7 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
     mixed = {name[r.column]: int((~sources[r.column][1]).sum()) for r in refs
              if sources[r.column][1].any() and not sources[r.column][1].all()}
     window = (start.astimezone(UTC).isoformat(), end.astimezone(UTC).isoformat())
-    return LoggedFeatures(frame, logged_all, none, mixed, rows, window, model, tuple(columns))
+    return LoggedFeatures(frame, logged_all, none, mixed, rows, window, model, tuple(columns), served_at)
 
 
 def _labels(config: Config, labels: pa.Table | pd.DataFrame | None, as_of: datetime | None) -> pa.Table:

@@ -165,7 +165,7 @@ def from_serving_logs(config: Config, catalog: Catalog, service: str, start: dat
         + (f"; partly backfilled: {', '.join(f'{k} ({n:,} rows)' for k, n in built.mixed.items())}"
            if built.mixed else ""))
     labels = pa.Table.from_pandas(frame[list(built.label_columns)], preserve_index=False)
-    window_times = pa.chunked_array([pa.array(frame[timestamp_column])])
+    window_times = built.served_at  # every request of the window, its label arrived or not
     return TrainingSet(frame, labels, window_times, f"serving_logs[{built.window[0]},{built.window[1]})",
                        rows["unlabelled"], 0, {}, built.lineage())
 

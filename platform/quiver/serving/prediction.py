@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -66,7 +65,7 @@ from quiver.serving.arms import (
     route_share,
 )
 from quiver.serving.micro_batch import MicroBatcher
-from quiver.serving.off_path import OffPath, score_off_path
+from quiver.serving.off_path import AlertOutbox, OffPath, OffPathQueue
 
 if TYPE_CHECKING:
     from quiver.config import Config
@@ -76,7 +75,6 @@ if TYPE_CHECKING:
     from quiver.serving.store import FeatureStore, OnlineCall
 
 log = logging.getLogger(__name__)
-_SHADOW_BATCH_ROWS = 4096  # rows the shadow worker scores in one call at most
 
 
 @dataclass(frozen=True)
@@ -115,9 +113,7 @@ class PredictionService:
         self.alerts = alerts
         self.routing_key = routing_key
         self.micro_batch = micro_batch
-        self.shadow_linger_s = shadow_linger_s
         self.poll_interval_s = poll_interval_s
-        self.alert_interval_s = alert_interval_s
         self.pair_canary = pair_canary
         self.retry_base_s, self.retry_max_s = retry_base_s, retry_max_s
         self.stats = ServiceStats()
@@ -126,10 +122,10 @@ class PredictionService:
         self._failures: dict[int, tuple[int, float, Arm]] = {}  # version → (failures, next try, failed arm)
         self.champion_fallback: tuple[int, str] | None = None  # (registry champion that cannot load, why)
         self._refresh_lock = threading.Lock()
-        self._shadow_queue: queue.Queue[Any] = queue.Queue(maxsize=shadow_queue_size)
-        self._alert_queue: queue.Queue[tuple[str, str, str] | None] = queue.Queue(maxsize=64)
-        self._last_alert: dict[str, float] = {}
         self._stop = threading.Event()
+        self._off_path_queue = OffPathQueue(self.stats, logger, size=shadow_queue_size, linger_s=shadow_linger_s,
+                                            stopping=self._stop)
+        self._outbox = AlertOutbox(alerts, model_name, alert_interval_s)
         self._threads: list[threading.Thread] = []
         self._owns_logger = False
         self._arms = self._build(first=True)
@@ -139,7 +135,7 @@ class PredictionService:
     def start(self) -> PredictionService:
         """Start the shadow worker, the alert sender and the registry poller (idempotent)."""
         if not self._threads:
-            for target, name in ((self._shadow_worker, "shadow"), (self._alert_worker, "alerts"),
+            for target, name in ((self._off_path_queue.run, "shadow"), (self._outbox.run, "alerts"),
                                  (self._poller, "poller")):
                 thread = threading.Thread(target=target, name=f"quiver-predict-{name}", daemon=True)
                 thread.start()
@@ -170,24 +166,13 @@ class PredictionService:
     def close(self) -> None:
         """Stop the background threads after the queued shadow work is done (and flush an owned logger)."""
         self._stop.set()
-        for pending in (self._shadow_queue, self._alert_queue):
-            with contextlib.suppress(queue.Full):  # a running worker makes room; a stopped one never will
-                pending.put(None, timeout=10 if self._threads else 0)
+        running = bool(self._threads)
+        self._off_path_queue.stop(running)
+        self._outbox.stop(running)
         for thread in self._threads:
             thread.join(10)
         self._threads = []
-        while True:  # never started (or stopped early): score what is still queued, here
-            try:
-                item = self._shadow_queue.get_nowait()
-            except queue.Empty:
-                break
-            try:
-                if item is not None:
-                    score_off_path([item], self.stats, self.logger)
-            except Exception:
-                log.exception("shadow scoring failed")
-            finally:
-                self._shadow_queue.task_done()
+        self._off_path_queue.finish_here()  # never started (or stopped early): score what is still queued
         if self._owns_logger and self.logger is not None:
             self.logger.close()
 
@@ -488,10 +473,7 @@ class PredictionService:
         return missing, flagged, refused, names
 
     def _off_path(self, item: OffPath, dropped: str) -> None:
-        try:
-            self._shadow_queue.put_nowait(item)
-        except queue.Full:
-            self.stats.add(**{dropped: len(item.request_ids)})
+        self._off_path_queue.offer(item, dropped)
 
     def _log(self, request_ids: list[str], entities: Mapping[str, Any], features: Mapping[str, Any], arms: ArmSet,
              scores: np.ndarray, on_canary: np.ndarray, canaries: int, canary_error: str, champion_ms: float,
@@ -514,82 +496,9 @@ class PredictionService:
                               ts_us=logged_at, error=error, rollout=arms.rollout, call_id=call_id,
                               request=request or None, missing=missing)
 
-    def _shadow_worker(self) -> None:
-        while True:
-            first = self._shadow_queue.get()
-            if first is None:
-                return
-            # Nobody waits for the shadow: linger a moment so the requests of the next few milliseconds join
-            # this batch. One scoring call over all their rows costs little more than one over a single row,
-            # so under load the shadow costs a fraction of the champion instead of as much again.
-            if self.shadow_linger_s > 0 and len(first.request_ids) < _SHADOW_BATCH_ROWS:
-                self._stop.wait(self.shadow_linger_s)
-            batch, rows, stop = [first], len(first.request_ids), False
-            while rows < _SHADOW_BATCH_ROWS:
-                try:
-                    item = self._shadow_queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    self._shadow_queue.task_done()
-                    break
-                batch.append(item)
-                rows += len(item.request_ids)
-            try:
-                score_off_path(batch, self.stats, self.logger)
-            except Exception:  # never let one bad batch stop the worker
-                log.exception("shadow scoring failed")
-            finally:
-                for _ in batch:
-                    self._shadow_queue.task_done()
-            if stop:
-                return
-
     def drain(self, timeout_s: float = 10.0) -> bool:
         """Wait until queued shadow work is done (tests, shutdown); True when the queue emptied in time."""
-        deadline = time.monotonic() + timeout_s
-        while self._shadow_queue.unfinished_tasks:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        return True
-
-    # ----- alerts -----
+        return self._off_path_queue.drain(timeout_s)
 
     def _alert(self, kind: str, subject: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last_alert.get(kind + subject, -1e18) < self.alert_interval_s:
-            return
-        self._last_alert[kind + subject] = now
-        with contextlib.suppress(queue.Full):
-            self._alert_queue.put_nowait((kind, subject, message))
-        if not self._threads:  # not started (tests, one-off use): deliver inline
-            self._send_alerts()
-
-    def _send_alerts(self) -> None:
-        while True:
-            try:
-                item = self._alert_queue.get_nowait()
-            except queue.Empty:
-                return
-            if item is None:
-                return
-            self._deliver(*item)
-
-    def _alert_worker(self) -> None:
-        while True:
-            item = self._alert_queue.get()
-            if item is None:
-                return
-            self._deliver(*item)
-
-    def _deliver(self, kind: str, subject: str, message: str) -> None:
-        log.error("%s %s: %s", kind, subject, message)
-        if self.alerts is None:
-            return
-        try:
-            self.alerts.raise_alert(kind, subject, "critical", f"{kind.replace('_', ' ')}: {subject}", message,
-                                    {"model": self.model_name})
-        except Exception:
-            log.exception("could not record alert %s for %s", kind, subject)
+        self._outbox.alert(kind, subject, message, inline=not self._threads)  # not started: deliver inline

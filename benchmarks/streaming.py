@@ -253,12 +253,12 @@ def worker(kind: str, config_path: str, state: str, parallelism: int, runner_arg
 
 
 def _stream_options(args: Any, parallelism: int) -> Any:
-    from quiver.streaming.runner import StreamOptions, _pairs
+    from quiver.streaming.options import StreamOptions, settings_pairs
 
     return StreamOptions(bounded=True, parallelism=parallelism, checkpoint_interval_ms=args.checkpoint_interval_ms,
                          monitor_interval_ms=args.monitor_interval_ms, roll_interval_ms=args.roll_interval_ms,
                          state_backend=args.state_backend, mini_batch_ms=args.mini_batch_ms,
-                         table_settings=_pairs(args.table_set), flink_settings=_pairs(args.flink_set))
+                         table_settings=settings_pairs(args.table_set), flink_settings=settings_pairs(args.flink_set))
 
 
 def _python_sink(env: Any, cat: Any, cfg: Any, table: str, insert: str) -> str:

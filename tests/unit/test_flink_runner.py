@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from quiver.catalog.errors import QuiverError
+from quiver.streaming.options import kafka_jars, settings_pairs
 from quiver.streaming.paths import StreamPaths
-from quiver.streaming.runner import _pairs, kafka_jars
 
 
 def test_kafka_jar_comes_from_quiver_flink_jars_or_fails_with_one_clear_message(
@@ -33,9 +33,9 @@ def test_kafka_jar_comes_from_quiver_flink_jars_or_fails_with_one_clear_message(
 
 
 def test_settings_are_key_value_pairs() -> None:
-    assert _pairs(["pipeline.object-reuse=true", " a = b=c "]) == (("pipeline.object-reuse", "true"), ("a", "b=c"))
+    assert settings_pairs(["pipeline.object-reuse=true", " a = b=c "]) == (("pipeline.object-reuse", "true"), ("a", "b=c"))
     with pytest.raises(QuiverError, match="KEY=VALUE"):
-        _pairs(["no-equals"])
+        settings_pairs(["no-equals"])
 
 
 def test_job_settings_reuse_objects_and_skip_rocksdb_compression_unless_overridden(tmp_path: Path) -> None:

@@ -162,3 +162,31 @@ def test_a_savepoint_newer_than_every_checkpoint_is_the_restore_point(tmp_path: 
     (savepoint / "_metadata").write_bytes(b"x")
     assert latest_checkpoint(tmp_path) == savepoint
     assert checkpoint_number(savepoint) == 0  # no crash on the hex id (the runner's retention asks for it)
+
+
+def test_a_checkpoint_flink_deletes_while_it_is_listed_is_skipped(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flink keeps the newest checkpoints and deletes older ones as new ones complete. One deleted between
+    the listing and its stat made `latest_checkpoint` raise FileNotFoundError in the loader thread, which
+    died there, and a bounded run waited forever for the batches it would have loaded (a CI hang)."""
+    import errno
+
+    from quiver.streaming.job import latest_checkpoint
+
+    job = tmp_path / ("0" * 32)
+    for n in (4, 5):
+        (job / f"chk-{n}").mkdir(parents=True)
+        (job / f"chk-{n}" / "_metadata").write_bytes(b"x")
+    real_stat = Path.stat
+    seen: list[Path] = []
+
+    def stat(path: Path, *args: object, **kwargs: object) -> object:
+        if path.name == "_metadata" and path.parent.name == "chk-4":
+            seen.append(path)
+            if len(seen) > 1:  # the listing saw it; by the next look Flink has subsumed it
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    assert latest_checkpoint(tmp_path) == job / "chk-5"
+    assert len(seen) == 2  # listed, then gone

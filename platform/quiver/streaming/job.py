@@ -54,11 +54,13 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
     savepoint-*`, written when a run is stopped with one) under `checkpoints`."""
     if not checkpoints.is_dir():
         return None
-    found = [m.parent for m in checkpoints.glob("*/chk-*/_metadata")]
-    found += [m.parent for m in checkpoints.glob(f"{SAVEPOINTS}/savepoint-*/_metadata")]
-    if not found:
-        return None
-    return max(found, key=lambda p: (p.joinpath("_metadata").stat().st_mtime, checkpoint_number(p)))
+    found: list[tuple[float, int, Path]] = []
+    for metadata in [*checkpoints.glob("*/chk-*/_metadata"), *checkpoints.glob(f"{SAVEPOINTS}/savepoint-*/_metadata")]:
+        try:
+            found.append((metadata.stat().st_mtime, checkpoint_number(metadata.parent), metadata.parent))
+        except FileNotFoundError:  # subsumed: Flink deleted it between the listing and now (it keeps only the newest)
+            continue
+    return max(found)[2] if found else None
 
 
 def checkpoint_number(point: Path) -> int:

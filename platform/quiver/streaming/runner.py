@@ -343,22 +343,22 @@ class StreamRunner:
                 loader.poll()
                 if not self.options.bounded:  # a bounded run keeps its batches: it finishes by them
                     self._retire(feeder, loader, seen)
+                if time.monotonic() >= next_status:
+                    self._topic_progress()
+                    publisher.publish(self._late(loader), loader.stats.newest_event_us)
+                    self._write(loader)
+                    next_status = time.monotonic() + 1.0
             except OnlineStoreError as exc:  # Redis down: the files stay, the next poll retries them
                 log.warning("loader: %s", exc)
                 self._stop.wait(1.0)
             except OSError as exc:
-                log.warning("retention: %s", exc)
+                log.warning("retention or status: %s", exc)
             except Exception as exc:  # a dead loader must fail the run, never leave it waiting
                 log.exception("loader failed")
                 self._status["error"] = f"loader: {type(exc).__name__}: {exc}"
                 self._loader_failed = True
                 self._stop.set()
                 return
-            if time.monotonic() >= next_status:
-                self._topic_progress()
-                publisher.publish(self._late(loader), loader.stats.newest_event_us)
-                self._write(loader)
-                next_status = time.monotonic() + 1.0
             self._stop.wait(pause)
 
     def _topic_progress(self) -> None:

@@ -32,9 +32,8 @@ from quiver.config import Config
 from quiver.monitoring import consistency as cons
 from quiver.monitoring import consistency_evidence as ev
 from quiver.monitoring.consistency import FeatureConsistency, Values
-from quiver.monitoring.serving_log_read import logged_column, rows_reading, version_rows
+from quiver.monitoring.serving_log_read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
 
-ANSWERING_ARMS = ("champion", "canary")
 ALERT_KIND = "consistency"
 _EXAMPLES = 3  # example rows kept per cause
 

@@ -33,10 +33,9 @@ from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.references import FeatureRef, resolve_features
 from quiver.config import Config
-from quiver.monitoring.serving_log_read import logged_column, rows_reading, version_rows
+from quiver.monitoring.serving_log_read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
 from quiver.monitoring.serving_log_tables import KEY_PREFIX, REQUEST_PREFIX
 
-ANSWERING_ARMS = ("champion", "canary")
 ARRIVAL_COLUMN = "label_arrived_at"
 
 

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX, conform
 
 LOG_DIR = "serving_logs"
+ANSWERING_ARMS = ("champion", "canary")  # the arms whose answers went back; shadow and paired rows repeat reads
 QUARANTINE_DIR = "_quarantine/serving_logs"
 
 

@@ -32,11 +32,12 @@ def consistency_section(console: Console) -> str:
         groups.setdefault(str(run["subject"]), []).append(run)
     for subject, group in sorted(groups.items()):
         newest = group[0]
-        results = consistency_results_of(console.registry, newest["id"])
+        results_of = {run["id"]: consistency_results_of(console.registry, run["id"]) for run in group[:30]}
+        results = results_of[newest["id"]]
         wrong: dict[str, list[tuple[datetime, float]]] = {}
         for run in reversed(group[:30]):
             end = _utc(run["window_end"])
-            for result in consistency_results_of(console.registry, run["id"]):
+            for result in results_of[run["id"]]:
                 wrong.setdefault(result["feature"], []).append((end, float(result["wrong_rate"] or 0.0)))
         thresholds = sorted({float(r["threshold"]) for r in results})
         anchor = "consistency-" + "".join(c if c.isalnum() else "-" for c in subject)

@@ -29,6 +29,11 @@ def _grow(array: FloatArray, size: int) -> FloatArray:
     return np.concatenate([array, np.zeros(max(size, 2 * len(array)) - len(array))])
 
 
+def _score_histogram(score: FloatArray) -> IntArray:
+    bins = np.minimum((np.clip(score, 0.0, 1.0) * SCORE_BINS).astype(np.int64), SCORE_BINS - 1)
+    return np.bincount(bins, minlength=SCORE_BINS)
+
+
 @dataclass
 class ArmStats:
     """One arm's evidence in one step, accumulated call by call (see `StepStats`)."""
@@ -52,6 +57,9 @@ class ArmStats:
     paired: int = 0
     latency_counts: IntArray = field(default_factory=lambda: np.zeros(len(LATENCY_EDGES_MS) + 1, np.int64))
     score_counts: IntArray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
+    # The paired rows' scores, this arm's and the champion's of the same rows: the score shift's estimate.
+    paired_counts: IntArray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
+    paired_champion_counts: IntArray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
     entity_rows: FloatArray = field(default_factory=lambda: np.zeros(0))
     entities: int = 0  # distinct routing units the router sent here, served or not (the sample-ratio unit)
     _rows_squared: float = 0.0  # Σ over entities of (rows)², for the Kish size
@@ -86,8 +94,7 @@ class ArmStats:
         which = np.searchsorted(LATENCY_EDGES_MS, call_latency, side="right")
         self.latency_counts += np.bincount(which, minlength=len(self.latency_counts))
         ok = ~failed & np.isfinite(score)
-        bins = np.minimum((np.clip(score[ok], 0.0, 1.0) * SCORE_BINS).astype(np.int64), SCORE_BINS - 1)
-        self.score_counts += np.bincount(bins, minlength=SCORE_BINS)
+        self.score_counts += _score_histogram(score[ok])
         self.entity_rows = _grow(self.entity_rows, int(entity.max()) + 1)
         touched, counts = np.unique(entity, return_counts=True)
         before = self.entity_rows[touched]
@@ -100,6 +107,8 @@ class ArmStats:
             delta = np.clip(score[both], 0.0, 1.0) - np.clip(paired_score[both], 0.0, 1.0)
             self.shift_abs.extend(np.abs(delta), entity[both], call[both])
             self.shift_signed.extend((delta + 1) / 2, entity[both], call[both])
+            self.paired_counts += _score_histogram(score[both])
+            self.paired_champion_counts += _score_histogram(paired_score[both])
 
     def add_routed(self, entity: IntArray) -> None:
         """Routing units sent to this arm (whether or not its model ran for them)."""

@@ -186,6 +186,32 @@ def test_score_shift_is_decisive_on_paired_rows(shift: float, expected: str) -> 
         assert result.statistics["upper"] < SETTINGS.score_shift_floor
 
 
+def test_the_score_shift_estimate_lies_inside_its_interval_when_users_come_back() -> None:
+    # 400 users with risks of their own come back ~100 times; the canary scores as the champion does, within
+    # 0.002. Which users the router sent where makes the arms' score histograms differ by W1 ≈ 0.016, far
+    # above the paired bound (≈ 0.0024): the judge reported that 0.016 as the estimate of a pass whose
+    # interval ended at 0.0024. The estimate is now the paired rows' W1, inside the interval.
+    rng = np.random.default_rng(36)
+    stats = StepStats(SETTINGS, THRESHOLD)
+    users = 400
+    risk = rng.normal(-2.0, 1.0, users)
+    route = rng.random(users) < 0.5
+    for start in range(0, 40_000, 5_000):
+        user = rng.integers(0, users, 5_000)
+        call = start + np.arange(5_000)
+        champion = sigmoid(risk[user] + rng.normal(0, 0.2, 5_000))
+        canary = np.clip(champion + rng.normal(0, 0.002, 5_000), 0, 1)
+        on = route[user]
+        stats.add_served(user, call, on, np.where(on, canary, champion), np.zeros(5_000, bool),
+                         np.full(5_000, 3.0), np.where(on, champion, np.nan))
+    result = score_shift(stats)
+    numbers = result.statistics
+    assert result.status == "pass", result.reason
+    assert numbers["arm_distance"] > numbers["upper"]  # the routing noise the estimate no longer carries
+    assert numbers["lower"] <= numbers["estimate"] <= numbers["upper"] < SETTINGS.score_shift_floor, numbers
+    assert numbers["estimate"] == pytest.approx(numbers["paired_distance"])
+
+
 def test_half_a_floor_of_score_shift_does_not_fail() -> None:
     result = score_shift(shift_step(np.random.default_rng(34), shift=0.025, rows=200_000, fraction=0.05), 0.05)
     assert result.status != "fail", result.reason

@@ -35,24 +35,78 @@ _PANDAS = {"float64": "float64", "int64": "Int64", "bool": "boolean", "string": 
 
 
 def typed(values: Any, dtype: str, what: str) -> pd.Series:
-    """`values` (list, numpy, pandas) as the pandas column of `dtype` (see the module docstring)."""
+    """`values` (list, numpy, pandas) as the pandas column of `dtype` (see the module docstring), with a
+    RangeIndex and data of its own (never a view of `values`: a view function may change its input)."""
+    fast = _typed_fast(values, dtype)
+    if fast is not None:
+        return fast
+    given = isinstance(values, pd.Series | np.ndarray)
     series = values.reset_index(drop=True) if isinstance(values, pd.Series) else pd.Series(list(values)
                                                                                            if not isinstance(values, np.ndarray) else values)
     try:
         if dtype == "timestamp":
-            return pd.to_datetime(series, utc=True)
-        if dtype == "string":
-            return series.astype(object).where(series.notna(), None)
-        if dtype == "float64":
-            return pd.to_numeric(series, errors="raise").astype("float64")
-        if dtype == "int64":
+            out = pd.to_datetime(series, utc=True)
+        elif dtype == "string":
+            out = series.astype(object).where(series.notna(), None)
+        elif dtype == "float64":
+            out = pd.to_numeric(series, errors="raise").astype("float64")
+        elif dtype == "int64":
             numbers = pd.to_numeric(series, errors="raise")
             if numbers.dtype.kind == "f" and not (numbers.dropna() % 1 == 0).all():
                 raise ValueError("not whole numbers")
-            return numbers.astype("Int64")
-        return series.astype("boolean")
+            out = numbers.astype("Int64")
+        else:
+            out = series.astype("boolean")
     except (ValueError, TypeError) as exc:
         raise QuiverError(f"{what} must hold {dtype} values ({exc})") from None
+    return out.copy() if given else out
+
+
+def _typed_fast(values: Any, dtype: str) -> pd.Series | None:
+    """`typed` without pandas' conversion machinery for what a request and a function's output usually
+    hold: a column already of its type, numpy numbers or booleans, a list of Python numbers or booleans.
+    None for anything else (the general path decides). Same values and dtypes as the general path, which
+    costs ~0.1 ms a column: at one row, most of what an on-demand view cost."""
+    if isinstance(values, pd.Series):
+        if dtype != "string" and str(values.dtype) == _PANDAS[dtype]:
+            return pd.Series(values.array.copy())
+        array = values.to_numpy() if values.dtype.kind in "biuf" else None
+    elif isinstance(values, np.ndarray):
+        array = values if values.dtype.kind in "biuf" else None
+    elif isinstance(values, list) and dtype in ("float64", "bool"):
+        array = _plain_list(values, dtype)
+        if array is None:
+            return None
+        if dtype == "bool":
+            mask = np.fromiter((v is None for v in values), bool, len(values))
+            return pd.Series(pd.arrays.BooleanArray(array, mask))
+        return pd.Series(array)
+    else:
+        return None
+    if array is None or array.ndim != 1:
+        return None
+    kind = array.dtype.kind
+    if dtype == "float64" and kind in "iuf":
+        return pd.Series(array.astype(np.float64))  # a copy
+    if dtype == "int64" and (kind == "i" or (kind == "u" and (array.size == 0 or array.max() <= _INT64_MAX))):
+        return pd.Series(pd.arrays.IntegerArray(array.astype(np.int64), np.zeros(array.size, bool)))
+    if dtype == "bool" and kind == "b":
+        return pd.Series(pd.arrays.BooleanArray(array.copy(), np.zeros(array.size, bool)))
+    return None
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _plain_list(values: list[Any], dtype: str) -> np.ndarray | None:
+    """A list of plain Python floats/ints (float64) or bools (bool), None for a missing value, as numpy."""
+    if dtype == "float64":
+        if not all(v is None or (type(v) is float or type(v) is int) for v in values):
+            return None
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    if not all(v is None or type(v) is bool for v in values):
+        return None
+    return np.array([bool(v) for v in values], dtype=bool)
 
 
 def input_frame(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any, n: int) -> pd.DataFrame:
@@ -69,23 +123,37 @@ def input_frame(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any,
     for (_, feature), dtype in zip(spec.inputs, spec.input_dtypes, strict=True):
         frame[feature] = typed(columns[feature], dtype, f"input {feature!r}")
     frame[REQUEST_TS] = _timestamps(request_ts, n)
-    return pd.DataFrame(frame, index=pd.RangeIndex(n))
+    # Each column owns its data (`typed`, `_timestamps`), so the frame takes them as they are (~0.1 ms less).
+    return pd.DataFrame({name: column.array for name, column in frame.items()}, index=pd.RangeIndex(n), copy=False)
 
 
 def _timestamps(values: Any, n: int) -> pd.Series:
     if isinstance(values, int | np.integer):
-        return pd.Series(pd.to_datetime(np.full(n, int(values), dtype=np.int64), unit="us", utc=True))
+        values = np.full(n, int(values), dtype=np.int64)
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
-        return pd.Series(pd.to_datetime(values.astype(np.int64), unit="us", utc=True))
-    return pd.to_datetime(pd.Series(values).reset_index(drop=True), utc=True)
+        return utc_micros(values)
+    return pd.to_datetime(pd.Series(values).reset_index(drop=True), utc=True).copy()
+
+
+_NS_SAFE_US = np.iinfo(np.int64).max // 1000  # epoch µs that still fit in datetime64[ns]
+
+
+def utc_micros(micros: np.ndarray) -> pd.Series:
+    """Epoch microseconds as a datetime64[ns, UTC] column (what `pd.to_datetime(unit="us", utc=True)` gives,
+    without its parsing machinery: ~45 µs a call instead of ~105)."""
+    micros = micros.astype(np.int64, copy=False)
+    if micros.size and (micros.max() > _NS_SAFE_US or micros.min() < -_NS_SAFE_US):
+        return pd.Series(pd.to_datetime(micros, unit="us", utc=True))  # raises its out-of-bounds error
+    return pd.Series(pd.DatetimeIndex((micros * 1000).view("datetime64[ns]")).tz_localize("UTC"))
 
 
 def outputs(spec: OnDemandSpec, frame: pd.DataFrame) -> dict[str, pd.Series]:
-    """Run the view's function on `frame` and type what it returns; QuiverError naming the view otherwise."""
+    """Run the view's function on `frame` (handed over: the function may change it) and type what it returns;
+    QuiverError naming the view otherwise."""
     if spec.udf is None:
         raise QuiverError(f"on-demand view {spec.name!r} has no function loaded")
     try:
-        result = spec.udf(frame.copy())
+        result = spec.udf(frame)
     except Exception as exc:
         raise QuiverError(f"on-demand view {spec.name!r}: its function raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(result, pd.DataFrame):
@@ -101,7 +169,9 @@ def outputs(spec: OnDemandSpec, frame: pd.DataFrame) -> dict[str, pd.Series]:
     for f in spec.outputs:
         column = typed(result[f.name].reset_index(drop=True), f.dtype, f"{spec.name}:{f.name}")
         if f.dtype == "float64":
-            column = column.where(np.isfinite(column.to_numpy(np.float64)), np.nan)  # ±inf are no values
+            numbers = column.to_numpy(np.float64)
+            if np.isinf(numbers).any():  # ±inf are no values
+                column = pd.Series(np.where(np.isinf(numbers), np.nan, numbers))
         out[f.name] = column
     return out
 

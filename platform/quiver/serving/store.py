@@ -367,24 +367,32 @@ def column_series(column: Column) -> Any:
     """An online Column as the pandas column a training set holds (float64 NaN, Int64, boolean, object)."""
     import pandas as pd
 
-    from quiver.compile.on_demand import pandas_dtype
+    from quiver.compile.on_demand import utc_micros
 
+    missing = ~column.valid
+    if column.dtype == "float64":
+        return pd.Series(np.where(column.valid, column.values, np.nan).astype(np.float64, copy=False))
+    if column.dtype == "int64":
+        return pd.Series(pd.arrays.IntegerArray(column.values.astype(np.int64), missing))
+    if column.dtype == "bool":
+        return pd.Series(pd.arrays.BooleanArray(column.values.astype(bool), missing))
     if column.dtype == "timestamp":
-        values = pd.to_datetime(column.values.astype(np.int64), unit="us", utc=True)
-        return pd.Series(values).where(column.valid)
-    series = pd.Series(column.values).astype(pandas_dtype(column.dtype))
-    return series.where(column.valid, np.nan if column.dtype == "float64" else None).astype(pandas_dtype(column.dtype))
+        return utc_micros(np.where(column.valid, column.values, 0)).where(column.valid)
+    values = column.values.astype(object)
+    values[missing] = None
+    return pd.Series(values, dtype=object)
 
 
 def series_column(series: Any, dtype: str) -> Column:
     """A typed on-demand output as an online Column (values + validity)."""
-    valid = series.notna().to_numpy()
     if dtype == "float64":
-        return Column(series.to_numpy(np.float64, na_value=np.nan), valid, dtype)
+        values = series.to_numpy(np.float64, na_value=np.nan)
+        return Column(values, ~np.isnan(values), dtype)
+    valid = series.notna().to_numpy()
     if dtype == "int64":
-        return Column(series.fillna(0).to_numpy(np.int64), valid, dtype)
+        return Column(series.to_numpy(np.int64, na_value=0), valid, dtype)
     if dtype == "bool":
-        return Column(series.fillna(False).to_numpy(bool), valid, dtype)
+        return Column(series.to_numpy(bool, na_value=False), valid, dtype)
     if dtype == "timestamp":
         micros = series.astype("datetime64[us, UTC]").astype("int64").to_numpy()
         return Column(np.where(valid, micros, 0), valid, dtype)

@@ -19,8 +19,7 @@ from quiver.serving.store import column_series, series_column
 def general(values: Any, dtype: str) -> pd.Series:
     """The general path alone: the same values as an object column, which no fast path takes."""
     listed = list(values) if not isinstance(values, pd.Series) else values.tolist()
-    return typed(pd.Series(listed + [object()], dtype=object)[:-1], dtype, "x") if dtype != "string" else \
-        typed(pd.Series(listed, dtype=object), dtype, "x")
+    return typed(pd.Series(listed, dtype=object), dtype, "x")
 
 
 CASES: list[tuple[Any, str]] = [

@@ -151,3 +151,61 @@ def test_on_demand_features_online_equal_offline_on_random_requests_with_nulls_a
                 checked += 1
     assert checked == 3 * USERS * len(odfv.feature_names)
     store.close()
+
+
+def odfv_python(columns: dict[str, list]) -> dict[str, list]:
+    """`odfv_features` in python mode: lists in, lists out, the same values (missing is None)."""
+    out: dict[str, list] = {"ratio_py": [], "log_price_py": [], "big_py": [], "count_plus_hour_py": [],
+                            "label_py": [], "promo_py": list(columns["is_promo"])}
+    for price, mean, last, count, at, channel, category in zip(
+            columns["price"], columns["amount_mean_1h"], columns["amount"], columns["amount_count_3h"],
+            columns["request_ts"], columns["channel"], columns["category"], strict=True):
+        out["ratio_py"].append(None if price is None or mean is None or mean == 0 else price / mean)
+        out["log_price_py"].append(math.log(price) if price is not None and price > 0 else None)
+        out["big_py"].append(price is not None and last is not None and price > last)
+        out["count_plus_hour_py"].append(None if count is None else count + at.hour)
+        out["label_py"].append(f"{'none' if channel is None else channel}:{'?' if category is None else category}")
+    return out
+
+
+def test_a_python_mode_view_equals_its_pandas_twin_online_and_offline(tmp_path, redis_url):
+    from quiver.catalog.definitions import Field, OnDemandFeatureView, RequestSource
+    from quiver.catalog.validate import build_catalog
+    from tests.integration.test_online_materialize import definitions
+
+    seed = 23
+    rng = np.random.default_rng(seed)
+    config, _ = make_project(tmp_path, redis_url, random_events(seed=seed, users=USERS))
+    request = RequestSource("order", schema=[Field("price", "float64"), Field("channel", "string"),
+                                             Field("is_promo", "bool")])
+    inputs = ["spend:amount_mean_1h", "spend:amount_count_3h", "last_tx:amount", "last_tx:category"]
+    types = [("ratio", "float64"), ("log_price", "float64"), ("big", "bool"), ("count_plus_hour", "int64"),
+             ("label", "string"), ("promo", "bool")]
+    pandas_view = OnDemandFeatureView("order_context", schema=[Field(n, t) for n, t in types], udf=odfv_features,
+                                      request_sources=[request], inputs=inputs)
+    python_view = OnDemandFeatureView("order_context_py", schema=[Field(f"{n}_py", t) for n, t in types],
+                                      udf=odfv_python, request_sources=[request], inputs=inputs, mode="python")
+    catalog = build_catalog([*definitions(), request, pandas_view, python_view], root=tmp_path)
+    assert catalog.on_demand["order_context_py"].mode == "python"
+    backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
+    features = [f"order_context:{n}" for n, _ in types] + [f"order_context_py:{n}_py" for n, _ in types]
+    store = FeatureStore(config=config, catalog=catalog)
+    prices = rng.choice([np.nan, 0.0, -3.0, 1.5, 20.0, 1e6], USERS)
+    fields = {"price": [None if i % 7 == 0 else float(p) for i, p in enumerate(prices)],
+              "channel": [None if i % 5 == 0 else rng.choice(["web", "shop", ""]) for i in range(USERS)],
+              "is_promo": [None if i % 6 == 0 else bool(rng.random() < 0.5) for i in range(USERS)]}
+    t = int(DAY0_US + DAY + rng.integers(0, DAY))
+    materialize(config, catalog, t, store=store.online)
+    online = store.get_online_features(features, {"user_id": np.arange(USERS)}, at=t, request=fields).to_lists()
+    labels = pd.DataFrame({"user_id": np.arange(USERS),
+                           "event_ts": pd.to_datetime(np.full(USERS, t), unit="us", utc=True), **fields})
+    offline = get_historical_features(labels, features, catalog=catalog, config=config)
+    for name, _ in types:
+        assert str(offline[f"{name}_py"].dtype) == str(offline[name].dtype), name  # the same typing
+        for user in range(USERS):
+            twin, off = (None if v is pd.NA else v.item() if hasattr(v, "item") else v
+                         for v in (offline[name].iloc[user], offline[f"{name}_py"].iloc[user]))
+            assert_same(f"{name}_py", online[f"{name}_py"][user], off, user, t)  # online = offline
+            assert_same(f"{name}_py", off, twin, user, t)  # python mode = pandas mode
+    assert sum(v is None for v in online["ratio_py"]) > 0 and sum(v is not None for v in online["ratio_py"]) > 0
+    store.close()

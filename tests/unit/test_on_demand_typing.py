@@ -3,6 +3,7 @@ dtype for dtype, and a view function that changes its input never reaches the ca
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import FieldSpec, OnDemandSpec
-from quiver.compile.on_demand import _timestamps, input_frame, outputs, typed, utc_micros
+from quiver.compile.on_demand import input_frame, outputs, timestamps, typed, utc_micros
 from quiver.online.base import Column
 from quiver.serving.store import column_series, series_column
 
@@ -85,7 +86,7 @@ def test_epoch_microseconds_are_the_timestamps_pandas_parses() -> None:
     micros = np.array([0, 1_700_000_000_123_456, -86_400_000_001])
     expected = pd.Series(pd.to_datetime(micros, unit="us", utc=True))
     pd.testing.assert_series_equal(utc_micros(micros), expected)
-    pd.testing.assert_series_equal(_timestamps(1_700_000_000_123_456, 2),
+    pd.testing.assert_series_equal(timestamps(1_700_000_000_123_456, 2),
                                    pd.Series(pd.to_datetime([1_700_000_000_123_456] * 2, unit="us", utc=True)))
     with pytest.raises(pd.errors.OutOfBoundsDatetime):
         utc_micros(np.array([np.iinfo(np.int64).max // 10]))
@@ -104,3 +105,127 @@ def test_online_columns_and_pandas_columns_round_trip(dtype: str) -> None:
     back = series_column(series, dtype)
     assert back.valid.tolist() == [True, False, True]
     assert back.values[0] == values[0] and back.values[2] == values[2]
+
+
+# ----- python mode -----
+
+
+def spec_of(udf: Any, mode: str = "python", outputs: tuple[tuple[str, str], ...] = (("y", "float64"),)) -> OnDemandSpec:
+    return OnDemandSpec(name="v", request_sources=("tx",), request_fields=(("amount", "float64"), ("n", "int64")),
+                        inputs=(("user_spend", "usual"),), input_dtypes=("float64",),
+                        outputs=tuple(FieldSpec(name, name, dtype) for name, dtype in outputs), udf_name=udf.__name__,
+                        udf_source="", udf=udf, mode=mode)
+
+
+def test_a_python_mode_function_gets_plain_values_and_its_lists_are_typed_as_pandas_outputs_are() -> None:
+    from datetime import UTC, datetime
+
+    from quiver.compile.on_demand import compute
+
+    seen: dict[str, list[Any]] = {}
+
+    def lists(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        seen.update(columns)
+        return {"y": [None if a is None or u is None else a / u for a, u in zip(columns["amount"], columns["usual"], strict=True)],
+                "k": [None if n is None else n + 1 for n in columns["n"]], "inf": [float("inf"), 1, None]}
+
+    def frame(f: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"y": f["amount"] / f["usual"], "k": f["n"] + 1, "inf": [np.inf, 1.0, np.nan]})
+
+    outputs_ = (("y", "float64"), ("k", "int64"), ("inf", "float64"))
+    columns = {"amount": [2.0, None, 3.0], "n": [1, 2, None], "usual": pd.Series([4.0, 1.0, np.nan])}
+    python = compute(spec_of(lists, outputs=outputs_), columns, 1_700_000_000_000_000, 3)
+    assert seen["amount"] == [2.0, None, 3.0] and seen["n"] == [1, 2, None] and seen["usual"] == [4.0, 1.0, None]
+    assert all(type(v) is int for v in seen["n"][:2])
+    assert seen["request_ts"] == [datetime.fromtimestamp(1_700_000_000, UTC)] * 3
+    twin = compute(spec_of(frame, "pandas", outputs_), columns, 1_700_000_000_000_000, 3)
+    for name in ("y", "k", "inf"):
+        pd.testing.assert_series_equal(python[name], twin[name], check_names=False)
+    assert python["inf"].isna().tolist() == [True, False, True]  # ±inf is no value, in both modes
+
+
+@pytest.mark.parametrize(("returned", "says"), [
+    ([1.0], "returned list, not a dict of lists (mode='python')"),
+    ({"z": [1.0]}, "did not return y"),
+    ({"y": [1.0, 2.0]}, "returned 2 values of 'y' for 1 rows"),
+    ({"y": 1.0}, "returned no list values of 'y' for 1 rows"),
+    ({"y": ["a"]}, "v:y must hold float64 values"),
+])
+def test_a_python_mode_function_returning_the_wrong_shape_is_an_error_naming_the_view(returned: Any,
+                                                                                      says: str) -> None:
+    from quiver.compile.on_demand import compute
+
+    def bad(columns: dict[str, list[Any]]) -> Any:
+        return returned
+
+    with pytest.raises(QuiverError, match=re.escape(says)):
+        compute(spec_of(bad), {"amount": [1.0], "n": [1], "usual": [2.0]}, 0, 1)
+
+
+def test_the_mode_is_validated_stored_with_the_catalog_and_leaves_pandas_catalogs_hashes_alone() -> None:
+    from quiver import Field, OnDemandFeatureView, RequestSource
+    from quiver.catalog.errors import CatalogError
+    from quiver.catalog.ir import spec_to_dict
+    from quiver.catalog.loader import catalog_from_dict
+    from quiver.catalog.validate import build_catalog
+
+    tx = RequestSource("tx", schema=[Field("amount", "float64")])
+
+    def double(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {"twice": [None if a is None else 2 * a for a in columns["amount"]]}
+
+    def view(mode: str) -> OnDemandFeatureView:
+        return OnDemandFeatureView("ctx", schema=[Field("twice", "float64")], udf=double, request_sources=[tx],
+                                   mode=mode)
+
+    with pytest.raises(CatalogError, match="mode 'pyhton' is not one of 'pandas', 'python'"):
+        build_catalog([tx, view("pyhton")])
+    python, pandas_ = build_catalog([tx, view("python")]), build_catalog([tx, view("pandas")])
+    assert "mode" not in spec_to_dict(pandas_.on_demand["ctx"])  # hashed as before modes existed
+    assert python.content_hash != pandas_.content_hash
+    stored = catalog_from_dict(python.to_dict())  # as a server rebuilds the applied version
+    assert stored.on_demand["ctx"].mode == "python"
+    assert stored.on_demand["ctx"].udf is not None and stored.on_demand["ctx"].udf({"amount": [1.5]}) == {"twice": [3.0]}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_online_python_path_gives_what_the_general_path_gives(seed: int) -> None:
+    # Online, a python-mode view reads store columns and returns arrays without pandas where it can; the
+    # general path (pandas columns in, typed pandas outputs) must give the same values and validity.
+    from quiver.compile.on_demand import series_arrays
+    from quiver.compile.python_mode import input_lists, online_arrays, python_outputs
+
+    rng = np.random.default_rng(seed)
+    n = 40
+    out_types = (("f", "float64"), ("i", "int64"), ("b", "bool"), ("s", "string"), ("t", "timestamp"))
+
+    def everything(c: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {"f": [None if a is None or u is None else (a / u if u else float("inf") * (1 if a >= 0 else -1))
+                      for a, u in zip(c["amount"], c["usual"], strict=True)],
+                "i": [None if k is None else k * 2 for k in c["n"]],
+                "b": [None if a is None else a > 1 for a in c["amount"]],
+                "s": [None if s is None else s.upper() for s in c["channel"]],
+                "t": [None if w is None else w for w in c["seen"]]}
+
+    spec = OnDemandSpec(name="v", request_sources=("tx",), request_fields=(("amount", "float64"), ("n", "int64")),
+                        inputs=(("a", "usual"), ("a", "channel"), ("a", "seen")),
+                        input_dtypes=("float64", "string", "timestamp"),
+                        outputs=tuple(FieldSpec(name, name, dtype) for name, dtype in out_types),
+                        udf_name="everything", udf_source="", udf=everything, mode="python")
+    valid = rng.random((3, n)) < 0.8
+    store = {"usual": Column(rng.choice([0.0, -1.5, 2.0, np.nan], n), valid[0], "float64"),
+             "channel": Column(np.array(rng.choice(["web", "", "shop"], n), dtype=object), valid[1], "string"),
+             "seen": Column(rng.integers(0, 2_000_000_000_000_000, n), valid[2], "timestamp")}
+    fields = {"amount": [None if rng.random() < 0.2 else float(rng.choice([0.0, 3.0, -2.0, 1e300])) for _ in range(n)],
+              "n": [None if rng.random() < 0.2 else int(rng.integers(-5, 5)) for _ in range(n)]}
+    at = rng.integers(1_600_000_000_000_000, 1_800_000_000_000_000, n)
+    online = online_arrays(spec, {**fields, **store}, at, n)
+    pandas_columns = {**fields, **{name: column_series(column) for name, column in store.items()}}
+    general = python_outputs(spec, input_lists(spec, pandas_columns, pd.Series(utc_micros(at)), n), n)
+    for name, dtype in out_types:
+        values, valid_ = online[name]
+        expected_values, expected_valid = series_arrays(general[name], dtype)
+        assert valid_.tolist() == expected_valid.tolist(), name
+        assert [v for v, ok in zip(values.tolist(), valid_, strict=True) if ok] == \
+            [v for v, ok in zip(expected_values.tolist(), expected_valid, strict=True) if ok], name
+    assert 0 < online["f"][1].sum() < n and 0 < online["t"][1].sum() < n  # values and gaps both exercised

@@ -211,6 +211,7 @@ class OnDemandSpec:
     tags: tuple[tuple[str, str], ...] = ()
     location: Location = field(default=Location("<unknown>", 0), compare=False)
     udf: Callable[[Any], Any] | None = field(default=None, compare=False)
+    mode: str = "pandas"  # "python": the function takes and returns lists (omitted from the dict when pandas)
 
     @property
     def feature_names(self) -> list[str]:
@@ -300,6 +301,8 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
     for name in spec.__dataclass_fields__:
         if name in ("location", "udf") or (name == "contract" and spec.contract is None):
             continue  # no contract: the dict (and hash) of a catalog from before contracts existed
+        if name == "mode" and spec.mode == "pandas":
+            continue  # likewise, a catalog from before on-demand views had modes
         out[name] = _plain(getattr(spec, name))
     return out
 

@@ -21,6 +21,7 @@ from quiver.catalog.ir import FieldSpec, OnDemandSpec, RequestSourceSpec, ViewSp
 from quiver.catalog.types import DTYPES, is_identifier
 
 REQUEST_TS = "request_ts"  # the request's time, always passed to the function
+MODES = ("pandas", "python")  # what the function takes and returns: a DataFrame, or a dict of lists
 Add = Callable[[str, str, Location, str], None]  # (kind, name, location, message)
 
 
@@ -119,11 +120,14 @@ def on_demand_spec(add: Add, view: OnDemandFeatureView, views: dict[str, ViewSpe
             report(kind, name, where, f"output {output.name!r} has the name of {seen[output.name]}; outputs "
                                       f"are new features")
     udf_name, source_text = _udf_source(report, kind, name, where, view.udf)
+    if view.mode not in MODES:
+        report(kind, name, where, f"mode {view.mode!r} is not one of {', '.join(map(repr, MODES))} (pandas: "
+                                  f"DataFrame in and out; python: lists in and out)")
     if problems_before.count:
         return None
     return OnDemandSpec(name, tuple(sources), tuple(request_fields), tuple(inputs), tuple(dtypes), tuple(outputs),
                         udf_name, source_text, view.description, view.owner, tuple(sorted(view.tags.items())),
-                        where, udf=view.udf)
+                        where, udf=view.udf, mode=view.mode)
 
 
 def _udf_source(add: Add, kind: str, name: str, where: Location, udf: Any) -> tuple[str, str]:

@@ -106,7 +106,7 @@ def _on_demand(catalog: Catalog, expanded: Any, refs: list[FeatureRef], frame: p
                columns: dict[str, Any], timestamp_column: str) -> dict[str, Any]:
     """The requested on-demand features, computed on the label rows (request fields = label columns) with the
     same function, input typing and output typing as online (`quiver.compile.on_demand`)."""
-    from quiver.compile.on_demand import input_frame, outputs
+    from quiver.compile.on_demand import compute
 
     n = len(frame)
     out: dict[str, Any] = {}
@@ -115,7 +115,7 @@ def _on_demand(catalog: Catalog, expanded: Any, refs: list[FeatureRef], frame: p
         given = {field: frame[field].to_numpy(object) for field, _ in spec.request_fields}
         for view, feature in spec.inputs:
             given[feature] = columns[input_column(expanded, refs, view, feature)]
-        computed = outputs(spec, input_frame(spec, given, frame[timestamp_column], n))
+        computed = compute(spec, given, frame[timestamp_column], n)
         for ref in refs:
             if ref.view == name:
                 out[ref.column] = computed[ref.feature].array  # nullable dtypes kept, as stored features

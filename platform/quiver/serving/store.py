@@ -287,7 +287,7 @@ class FeatureStore:
 
     def _on_demand(self, plan: ReadPlan, batch: Batch, call: OnlineCall, request: Mapping[str, Any],
                    path: FieldPath | None) -> None:
-        from quiver.compile.on_demand import input_frame, outputs
+        from quiver.compile.on_demand import compute
 
         n = len(next(iter(call.entities.values()))) if call.entities else 0
         fields = request_columns(plan, request, n)
@@ -296,9 +296,16 @@ class FeatureStore:
         columns: dict[str, Any] = dict(fields)
         for name in plan.on_demand:
             spec = self.catalog.on_demand[name]
+            if spec.mode == "python":  # lists in and out: the store's columns, no pandas on the way
+                from quiver.compile.python_mode import online_arrays
+
+                inputs = {feature: batch[(view, feature)] for view, feature in spec.inputs}
+                for feature, (values, valid) in online_arrays(spec, {**fields, **inputs}, call.times, n).items():
+                    batch.add((name, feature), Column(values, valid, spec.feature_dtype(feature)))
+                continue
             for view, feature in spec.inputs:
                 columns[feature] = column_series(batch[(view, feature)])
-            for feature, series in outputs(spec, input_frame(spec, columns, call.times, n)).items():
+            for feature, series in compute(spec, columns, call.times, n).items():
                 batch.add((name, feature), series_column(series, spec.feature_dtype(feature)))
 
     def get_historical_features(self, labels: Any = None, features: Features | None = None, **kwargs: Any) -> Any:
@@ -385,15 +392,7 @@ def column_series(column: Column) -> Any:
 
 def series_column(series: Any, dtype: str) -> Column:
     """A typed on-demand output as an online Column (values + validity)."""
-    if dtype == "float64":
-        values = series.to_numpy(np.float64, na_value=np.nan)
-        return Column(values, ~np.isnan(values), dtype)
-    valid = series.notna().to_numpy()
-    if dtype == "int64":
-        return Column(series.to_numpy(np.int64, na_value=0), valid, dtype)
-    if dtype == "bool":
-        return Column(series.to_numpy(bool, na_value=False), valid, dtype)
-    if dtype == "timestamp":
-        micros = series.astype("datetime64[us, UTC]").astype("int64").to_numpy()
-        return Column(np.where(valid, micros, 0), valid, dtype)
-    return Column(series.to_numpy(object), valid, dtype)
+    from quiver.compile.on_demand import series_arrays
+
+    values, valid = series_arrays(series, dtype)
+    return Column(values, valid, dtype)

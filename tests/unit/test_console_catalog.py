@@ -81,7 +81,7 @@ def test_the_catalog_page_shows_request_sources_and_on_demand_views(get: Get) ->
     # The on-demand view's inputs and outputs, and its lineage row linking what it reads.
     assert "<a href='#view-user_spend'>user_spend</a>:amount_mean_7d" in text
     assert "tx_amount <span class='muted'>float64</span>" in text
-    assert "<code>transaction_context_features</code>" in text
+    assert "<code>transaction_context_features</code> <span class='muted'>python</span>" in text  # and its mode
     assert "amount float64, is_online bool" in text  # the request source's fields
     lineage = text[text.index("id='lineage'"):]
     assert ("<a href='#request-transaction'>request source transaction</a><br>"

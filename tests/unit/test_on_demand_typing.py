@@ -120,7 +120,7 @@ def spec_of(udf: Any, mode: str = "python", outputs: tuple[tuple[str, str], ...]
 def test_a_python_mode_function_gets_plain_values_and_its_lists_are_typed_as_pandas_outputs_are() -> None:
     from datetime import UTC, datetime
 
-    from quiver.compile.on_demand import compute
+    from quiver.compile.on_demand_modes import compute
 
     seen: dict[str, list[Any]] = {}
 
@@ -153,7 +153,7 @@ def test_a_python_mode_function_gets_plain_values_and_its_lists_are_typed_as_pan
 ])
 def test_a_python_mode_function_returning_the_wrong_shape_is_an_error_naming_the_view(returned: Any,
                                                                                       says: str) -> None:
-    from quiver.compile.on_demand import compute
+    from quiver.compile.on_demand_modes import compute
 
     def bad(columns: dict[str, list[Any]]) -> Any:
         return returned
@@ -193,7 +193,7 @@ def test_the_online_python_path_gives_what_the_general_path_gives(seed: int) -> 
     # Online, a python-mode view reads store columns and returns arrays without pandas where it can; the
     # general path (pandas columns in, typed pandas outputs) must give the same values and validity.
     from quiver.compile.on_demand import series_arrays
-    from quiver.compile.python_mode import input_lists, online_arrays, python_outputs
+    from quiver.compile.on_demand_modes import input_lists, online_arrays, python_outputs
 
     rng = np.random.default_rng(seed)
     n = 40

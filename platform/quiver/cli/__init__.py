@@ -218,7 +218,8 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
 
 def _describe_on_demand(cat: Catalog, spec: Any) -> None:
     console.print(f"[bold]{spec.name}[/bold]  on-demand feature view ({spec.location})\n{spec.description}")
-    console.print(f"computed by {spec.udf_name}() at request time, offline on the label rows", highlight=False)
+    console.print(f"computed by {spec.udf_name}() ({spec.mode} mode) at request time, offline on the label rows",
+                  highlight=False)
     table = Table("input", "from", "dtype")
     for name, dtype in spec.request_fields:
         table.add_row(name, "request field", dtype)

@@ -1,8 +1,10 @@
 """Running on-demand views: the one implementation behind training sets, online reads and `/predict`.
 
-Both sides build the function's input frame with `input_frame` — request fields and input features typed by
-their declared dtypes, nulls as pandas nulls, `request_ts` as UTC timestamps — call the user's function, and
-type its outputs with `outputs`. So online and offline values can differ only if the inputs do:
+Both sides run a view through `quiver.compile.on_demand_modes.compute`. In pandas mode it builds the
+function's input frame with `input_frame` — request fields and input features typed by their declared dtypes,
+nulls as pandas nulls, `request_ts` as UTC timestamps — calls the user's function, and types its outputs with
+`outputs`; python mode types the same way (see that module). So online and offline values can differ only if
+the inputs do:
 
 | dtype | column type | null |
 |---|---|---|
@@ -166,16 +168,6 @@ def outputs(spec: OnDemandSpec, frame: pd.DataFrame) -> dict[str, pd.Series]:
         raise QuiverError(f"on-demand view {spec.name!r}: its function did not return {', '.join(missing)}")
     return {f.name: finite(typed(result[f.name].reset_index(drop=True), f.dtype, f"{spec.name}:{f.name}"), f.dtype)
             for f in spec.outputs}
-
-
-def compute(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any, n: int) -> dict[str, pd.Series]:
-    """The view's outputs for `n` rows from `columns` (request fields and input features by name) and the
-    request times: its function called in the view's mode, inputs and outputs typed alike on every path."""
-    if spec.mode == "python":
-        from quiver.compile.python_mode import input_lists, python_outputs
-
-        return python_outputs(spec, input_lists(spec, columns, request_ts, n), n)
-    return outputs(spec, input_frame(spec, columns, request_ts, n))
 
 
 def typed_inputs(spec: OnDemandSpec, columns: Mapping[str, Any]) -> list[pd.Series]:

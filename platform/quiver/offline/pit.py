@@ -106,7 +106,7 @@ def _on_demand(catalog: Catalog, expanded: Any, refs: list[FeatureRef], frame: p
                columns: dict[str, Any], timestamp_column: str) -> dict[str, Any]:
     """The requested on-demand features, computed on the label rows (request fields = label columns) with the
     same function, input typing and output typing as online (`quiver.compile.on_demand`)."""
-    from quiver.compile.on_demand import compute
+    from quiver.compile.on_demand_modes import compute
 
     n = len(frame)
     out: dict[str, Any] = {}

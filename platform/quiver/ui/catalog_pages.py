@@ -64,7 +64,7 @@ def catalog_page(console: Console) -> str:
                        ", ".join(_anchor("request", r) for r in v.request_sources) or "–",
                        "<br>".join(f"{_anchor('view', view)}:{esc(feature)}" for view, feature in v.inputs) or "–",
                        "<br>".join(f"{esc(f.name)} <span class='muted'>{esc(f.dtype)}</span>" for f in v.outputs),
-                       f"<code>{esc(v.udf_name)}</code>", esc(v.owner or "–")]
+                       f"<code>{esc(v.udf_name)}</code> <span class='muted'>{esc(v.mode)}</span>", esc(v.owner or "–")]
                       for v in sorted(cat.on_demand.values(), key=lambda v: v.name)]
     request_rows = [[f"<b id='request-{esc(r.name)}'>{esc(r.name)}</b>",
                      esc(", ".join(f"{c} {t}" for c, t in r.columns)),

@@ -1,5 +1,6 @@
-"""On-demand views in python mode: the function takes the columns as lists of plain Python values and returns
-a list per output, so a one-row request builds no DataFrame.
+"""Running an on-demand view in its mode (`compute`, every path's entry). In python mode the function takes
+the columns as lists of plain Python values and returns a list per output, so a one-row request builds no
+DataFrame; pandas mode is `quiver.compile.on_demand.input_frame` and `outputs`.
 
 Inputs are what `input_frame` would hold, as Python values: float, int, bool, str and UTC `datetime`, None
 where a value is missing (a NaN float is missing too). Outputs are typed as pandas-mode outputs are
@@ -20,10 +21,26 @@ import pandas as pd
 from quiver.catalog.errors import QuiverError, RequestFieldError
 from quiver.catalog.ir import OnDemandSpec
 from quiver.catalog.on_demand import REQUEST_TS
-from quiver.compile.on_demand import finite, plain_list, series_arrays, timestamps, typed
+from quiver.compile.on_demand import (
+    finite,
+    input_frame,
+    outputs,
+    plain_list,
+    series_arrays,
+    timestamps,
+    typed,
+)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NS_SAFE_US = np.iinfo(np.int64).max // 1000  # the range pandas' timestamps cover, kept alike on both paths
+
+
+def compute(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any, n: int) -> dict[str, pd.Series]:
+    """The view's outputs for `n` rows from `columns` (request fields and input features by name) and the
+    request times: its function called in the view's mode, inputs and outputs typed alike on every path."""
+    if spec.mode == "python":
+        return python_outputs(spec, input_lists(spec, columns, request_ts, n), n)
+    return outputs(spec, input_frame(spec, columns, request_ts, n))
 
 
 def input_lists(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any, n: int) -> dict[str, list[Any]]:

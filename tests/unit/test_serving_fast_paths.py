@@ -172,6 +172,26 @@ def test_conversions_worked_out_once_per_request_shape_equal_a_column_walk(order
     assert result.to_lists() == {"user_id": [1, 2], **{name: [7.0, 8.0] for name in order}}
 
 
+def test_a_read_with_added_columns_keeps_its_layout_and_converts_as_a_column_walk():
+    # An on-demand view adds its outputs to the read with `Batch.add` on every call: their index parts are
+    # interned, so the read keeps a layout and the conversions are worked out once — on fresh values each time.
+    outputs = (("x", ("a", "x")), ("amount_x", ("ctx", "amount_x")), ("k", ("b", "k")), ("flag", ("ctx", "flag")))
+    layouts = []
+    for call in range(3):
+        batch = _read_batch()
+        batch.add(("ctx", "amount_x"), Column(np.array([1.5 * call, np.nan]), np.array([True, call == 1]), "float64"))
+        batch.add(("ctx", "flag"), Column(np.array([True, bool(call % 2)]), np.array([True, True]), "bool"))
+        assert batch.layout is not None
+        layouts.append(batch.layout)
+        result = OnlineResult({"user_id": np.array([1, 2])}, batch, outputs, T0)
+        to_dict, to_lists, _ = _walk(result)
+        assert result.to_lists() == {"user_id": [1, 2], **to_lists}
+        for name, values in result.to_dict().items():
+            if name != "user_id":
+                np.testing.assert_array_equal(values, to_dict[name])
+    assert all(a is b for a, b in zip(layouts[0], layouts[2], strict=True))  # the same parts: one cache entry
+
+
 def test_a_block_of_inputs_holds_what_to_dict_holds():
     outputs = tuple((name, ("a", name)) for name in ("x", "y", "z"))
     result = OnlineResult({"user_id": np.array([1, 2])}, _read_batch(), outputs, T0)

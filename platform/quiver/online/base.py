@@ -60,6 +60,10 @@ class EntityPresence(NamedTuple):
     timed: bool  # True for last-value records (they start with the event time, little-endian int64)
 
 
+_ADDED: dict[tuple[Key, int], Mapping[Key, tuple[int, int]]] = {}  # `Batch.add`'s interned index parts
+_ADDED_KEPT = 10_000
+
+
 class Batch(Mapping[Key, Column]):
     """The columns of one read keyed by (view, feature), kept as blocks: a 2-D block per run of
     same-typed features of a view, or a single column. A wide read then costs a few numpy calls instead
@@ -84,10 +88,18 @@ class Batch(Mapping[Key, Column]):
         return cached
 
     def add(self, key: Key, column: Column) -> None:
-        """Add one column."""
-        self.index[key] = (len(self.blocks), -1)
+        """Add one column (its index part interned, so a read that adds the same columns every call — an
+        on-demand view's outputs — keeps a layout readers can key caches on)."""
+        number = len(self.blocks)
+        self.index[key] = (number, -1)
         self.blocks.append((column.values, column.valid, column.dtype))
-        self.layout = None
+        if self.layout is not None:
+            part = _ADDED.get((key, number))
+            if part is None:
+                if len(_ADDED) >= _ADDED_KEPT:
+                    _ADDED.clear()
+                part = _ADDED[(key, number)] = {key: (number, -1)}
+            self.layout += (part,)
 
     def add_block(self, items: Sequence[tuple[Key, int]], values: np.ndarray, valid: np.ndarray,
                   dtype: str) -> None:

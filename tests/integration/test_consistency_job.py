@@ -293,3 +293,45 @@ def test_a_stream_stopped_for_an_hour_is_reported_as_stream_lag_and_holds_the_ca
     candidate = register(project.models, world.root / ".quiver" / "models", seed=2)
     waiting = start_canary(project, MODEL, version=candidate)
     assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]
+
+
+def test_a_value_served_just_past_its_ttl_is_reported_as_a_ttl_edge_and_holds_the_canary(world: World) -> None:
+    """A producer whose clock runs 45 s ahead stamps one user's newest event late in the online store. Served
+    30 s past the 2 h TTL of the event's true time, the store still answers it (15 s within the TTL by its
+    stamp) while offline, from the true time, has nothing: a TTL edge, explained by moving the TTL by the
+    job's 60 s margin, and counted as wrong (serving answered what the feature's TTL says it must not)."""
+    import json
+
+    from quiver.offline import layout
+    from quiver.online.materialize import materialize
+    from quiver.online.redis_store import RedisOnlineStore
+    from quiver.pipelines.loop_common import Project
+    from quiver.pipelines.loop_rollout import start_canary
+    from tests.integration.test_prediction_service import MODEL, register
+
+    user = 30  # its newest event: 50 min 30 s before t0, so 2 h after it is t0 + 69 min 30 s
+    client = redis.Redis.from_url(world.config.redis_url)
+    client.delete(*client.keys("q:cons:*"))
+    client.close()
+    materialize(world.config, world.catalog, int(world.t0.timestamp() * 1_000_000), full=True)
+    with RedisOnlineStore(world.config.redis_url, world.config.project) as online:
+        last = pq.read_table(layout.view_dir(world.config.offline_dir, "stats", layout.LAST_VALUES)).to_pandas()
+        row = last[last["user_id"] == user].sort_values("event_ts").tail(1)
+        assert row["event_ts"].iloc[0] == world.t0 - timedelta(minutes=50, seconds=user)
+        skewed = row.assign(event_ts=row["event_ts"] + timedelta(seconds=45))
+        online.write_last_values(world.catalog.views["stats"], pa.Table.from_pandas(
+            skewed[["user_id", "event_ts", "f0", "f1", "category"]], preserve_index=False))
+    _serve(world, range(70, 71), "ttl")  # t0 + 70 min: 2 h 30 s after the user's newest event
+
+    window = ["--start", world.t0.isoformat(), "--end", (world.t0 + timedelta(hours=2)).isoformat()]
+    report = json.loads(done(quiver("consistency", "--model", "fraud", *window, "--json", cwd=world.root), code=1))
+    by = {f["feature"]: f for f in report["features"]}
+    for name in ("stats:f0", "stats:f1", "stats:category"):
+        assert by[name]["compared"] - by[name]["equal"] == 1, by[name]  # only that user's row differs
+        assert by[name]["causes"] == {"late_event": 0, "ttl_boundary": 1, "stream_lag": 0,
+                                      "materialization_gap": 0, "unexplained": 0}, name
+        assert by[name]["wrong"] == 1 and by[name]["status"] == "alert", by[name]
+    assert report["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
+    project = Project(world.config)
+    waiting = start_canary(project, MODEL, version=register(project.models, world.root / ".quiver" / "models", seed=2))
+    assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]

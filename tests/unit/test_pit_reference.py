@@ -310,6 +310,13 @@ def _on_demand_feature(world: World, spec: Any, feature: str) -> list[Any]:
         row = {name: [world.labels[name].iloc[i]] for name, _ in spec.request_fields}
         row |= {f: [inputs[f].iloc[i]] for _, f in spec.inputs}
         row["request_ts"] = [pd.Timestamp(world.labels["event_ts"].iloc[i])]
+        if spec.mode == "python":  # plain Python values, None where missing; the time as a UTC datetime
+            plain = {name: [None if pd.isna(v) else v.item() if hasattr(v, "item") else v for v in values]
+                     for name, values in row.items() if name != "request_ts"}
+            plain["request_ts"] = [pd.Timestamp(row["request_ts"][0]).tz_convert("UTC").to_pydatetime()]
+            result = spec.udf(plain)[feature][0]
+            values.append(None if result is None or (isinstance(result, float) and math.isnan(result)) else result)
+            continue
         frame = pd.DataFrame(row)
         frame["request_ts"] = pd.to_datetime(frame["request_ts"], utc=True)
         result = spec.udf(frame)[feature].iloc[0]

@@ -59,7 +59,7 @@ def test_the_fast_paths_leave_what_they_cannot_type_to_the_general_path() -> Non
 
 def test_typed_columns_never_share_data_with_what_they_were_made_of() -> None:
     for values in (np.array([1.0, 2.0]), pd.Series([1.0, 2.0]), pd.Series([1, 2], dtype="Int64"),
-                   pd.Series([True, False], dtype="boolean"), np.array([True])):
+                   pd.Series([True, False], dtype="boolean"), np.array([True, False])):
         column = typed(values, {"f": "float64", "i": "int64", "b": "bool"}[values.dtype.kind if
                                                                          values.dtype.kind in "fb" else "i"], "x")
         before = values.copy()

@@ -22,8 +22,11 @@ from quiver.catalog.errors import QuiverError, RequestFieldError
 from quiver.catalog.ir import OnDemandSpec
 from quiver.catalog.on_demand import REQUEST_TS
 from quiver.compile.on_demand import (
+    NS_SAFE_US,
+    call_udf,
     finite,
     input_frame,
+    is_plain,
     outputs,
     plain_list,
     series_arrays,
@@ -32,7 +35,6 @@ from quiver.compile.on_demand import (
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_NS_SAFE_US = np.iinfo(np.int64).max // 1000  # the range pandas' timestamps cover, kept alike on both paths
 
 
 def compute(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: Any, n: int) -> dict[str, pd.Series]:
@@ -79,7 +81,7 @@ def _plain_input(values: Any, dtype: str) -> list[Any] | None:
         if dtype == "bool":
             return [None if gone else bool(v) for v, gone in zip(listed, missing, strict=True)]
         return [None if gone else v for v, gone in zip(listed, missing, strict=True)]
-    if isinstance(values, list) and dtype in ("float64", "int64", "bool") and plain_list(values, dtype) is not None:
+    if isinstance(values, list) and dtype in ("float64", "int64", "bool") and is_plain(values, dtype):
         if dtype == "float64":
             return [None if v is None or v != v else float(v) for v in values]
         return list(values)
@@ -90,7 +92,7 @@ def _plain_times(request_ts: Any, n: int) -> list[Any]:
     if isinstance(request_ts, int | np.integer):
         request_ts = np.full(n, int(request_ts), dtype=np.int64)
     if isinstance(request_ts, np.ndarray) and request_ts.dtype.kind in "iu" and (
-            request_ts.size == 0 or (request_ts.max() <= _NS_SAFE_US and request_ts.min() >= -_NS_SAFE_US)):
+            request_ts.size == 0 or (request_ts.max() <= NS_SAFE_US and request_ts.min() >= -NS_SAFE_US)):
         return [_EPOCH + timedelta(microseconds=us) for us in request_ts.tolist()]
     return plain_values(timestamps(request_ts, n), "timestamp")
 
@@ -116,12 +118,7 @@ def plain_values(series: pd.Series, dtype: str) -> list[Any]:
 
 def _call(spec: OnDemandSpec, columns: dict[str, list[Any]], n: int) -> dict[str, list[Any]]:
     """Run the function on `columns` (handed over); its lists, checked for shape (QuiverError naming the view)."""
-    if spec.udf is None:
-        raise QuiverError(f"on-demand view {spec.name!r} has no function loaded")
-    try:
-        result = spec.udf(columns)
-    except Exception as exc:
-        raise QuiverError(f"on-demand view {spec.name!r}: its function raised {type(exc).__name__}: {exc}") from exc
+    result = call_udf(spec, columns)
     if not isinstance(result, Mapping):
         raise QuiverError(f"on-demand view {spec.name!r}: its function returned {type(result).__name__}, not a "
                           f"dict of lists (mode='python')")

@@ -287,7 +287,7 @@ class FeatureStore:
 
     def _on_demand(self, plan: ReadPlan, batch: Batch, call: OnlineCall, request: Mapping[str, Any],
                    path: FieldPath | None) -> None:
-        from quiver.compile.on_demand_modes import compute
+        from quiver.compile.on_demand_modes import compute, online_arrays
 
         n = len(next(iter(call.entities.values()))) if call.entities else 0
         fields = request_columns(plan, request, n)
@@ -297,8 +297,6 @@ class FeatureStore:
         for name in plan.on_demand:
             spec = self.catalog.on_demand[name]
             if spec.mode == "python":  # lists in and out: the store's columns, no pandas on the way
-                from quiver.compile.on_demand_modes import online_arrays
-
                 inputs = {feature: batch[(view, feature)] for view, feature in spec.inputs}
                 for feature, (values, valid) in online_arrays(spec, {**fields, **inputs}, call.times, n).items():
                     batch.add((name, feature), Column(values, valid, spec.feature_dtype(feature)))

@@ -131,13 +131,23 @@ def test_a_batch_without_its_rename_is_fed_again_and_reset_forgets_everything(tm
     assert list(paths.inbox("tx").iterdir()) == [] and len(f.pending("tx")) == 1
 
 
-def test_big_backlogs_are_cut_into_batches(tmp_path: Path) -> None:
+def test_a_big_backlog_is_one_batch_in_order_checked_a_chunk_at_a_time(tmp_path: Path) -> None:
+    """Flink reads the files of one scan in no fixed order: a backlog cut into several batches reached the
+    job shuffled. A pass makes one batch whatever its size, checked `max_batch_bytes` at a time, and the
+    watermark runs on across the chunks (a later chunk's old event is late)."""
     stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
-    for i in range(5):
-        write(stream, f"{i}.jsonl", [json.dumps({"ts_us": i, "cat": "x" * 100})])
-    feeder(stream, paths, max_batch_bytes=250).feed()
-    sizes = [len(lines) - 1 for lines in batch_lines(paths)]  # minus the marker
-    assert sum(sizes) == 5 and len(sizes) == 3
+    times = [100, 101, 102, 80, 103]  # seconds; 80 s is behind the 102 s of an earlier chunk (+10 s lateness)
+    for i, t in enumerate(times):
+        write(stream, f"{i}.jsonl", [json.dumps({"ts_us": t * S, "user_id": i, "cat": "x" * 100})])
+    result = feeder(stream, paths, max_batch_bytes=250).feed()
+    [lines] = batch_lines(paths)
+    assert [json.loads(line)["user_id"] for line in lines[:-1]] == [0, 1, 2, 4]  # in file order, late one out
+    assert json.loads(lines[-1]) == {BATCH_FIELD: BATCH_PREFIX + "4.jsonl"}
+    assert result.files == {"tx": 5} and result.lines == {"tx": 4} and result.late == {"tx": 1}
+    late = pq.read_table(paths.root / "late" / "tx", partitioning=None)
+    assert late.column("user_id").to_pylist() == [3]
+    again = feeder(stream, paths)  # the manifest holds the whole pass
+    assert again.pending("tx") == [] and again.totals["tx"]["lines"] == 5 and again.totals["tx"]["late"] == 1
 
 
 def test_retention_removes_done_batches_and_old_stream_files_but_remembers_them(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,24 +188,61 @@ class Feeder:
     # ----- one pass -----
 
     def feed(self) -> FeedResult:
-        """One pass: every pending file of every source into new inbox batches."""
+        """One pass: every pending file of every source into one new inbox batch per source."""
         result = FeedResult()
         for source in self.streams:
             files = self.pending(source)
-            while files:
-                size, take = 0, 0
-                while take < len(files) and (take == 0 or size + files[take].stat().st_size <= self.max_batch_bytes):
-                    size += files[take].stat().st_size
-                    take += 1
-                self._feed_batch(source, files[:take], result)
-                files = files[take:]
+            if files:
+                self._feed_batch(source, files, result)
         return result
 
+    def _chunks(self, files: list[Path]) -> Iterator[tuple[int, list[Path]]]:
+        """`files` in runs of at most `max_batch_bytes` (at least one file each): what is checked at once."""
+        part, size, start = 0, 0, 0
+        for end, path in enumerate(files):
+            grown = size + path.stat().st_size
+            if end > start and grown > self.max_batch_bytes:
+                yield part, files[start:end]
+                part, size, start = part + 1, 0, end
+                grown = path.stat().st_size
+            size = grown
+        yield part, files[start:]
+
     def _feed_batch(self, source: str, files: list[Path], result: FeedResult) -> None:
-        feed = self.feeds[source]
+        """All of a pass's files as *one* batch file: Flink reads the files it finds in one scan in no fixed
+        order, so a backlog split into several batches would reach the job shuffled (tiles then arrive
+        older than the ones stored, and every such write rewrites a whole value in Redis). Memory stays
+        bounded: the lines are checked `max_batch_bytes` at a time and appended to the batch as they pass."""
         inbox = self.paths.inbox(source)
         inbox.mkdir(parents=True, exist_ok=True)
         name = BATCH_PREFIX + files[-1].name
+        counts: dict[str, int] = {}
+        tmp = inbox / f".{name}.{os.getpid()}.tmp"
+        with tmp.open("wb") as out:
+            for part, chunk in self._chunks(files):
+                fed, chunk_counts = self._check_chunk(source, chunk, name if part == 0 else f"{name}.{part}")
+                if fed:
+                    out.write(b"\n".join(fed) + b"\n")
+                for key, n in chunk_counts.items():
+                    counts[key] = counts.get(key, 0) + n
+            out.write(json.dumps({BATCH_FIELD: name}).encode() + b"\n")
+        manifest = {"files": [p.name for p in files], "max_ts_us": self._watermark[source], "counts": counts}
+        _atomic_write(inbox / f".{name}.json", json.dumps(manifest).encode())
+        os.replace(tmp, inbox / name)
+        self._fed[source].update(p.name for p in files)
+        totals = self.totals[source]
+        for k, n in counts.items():
+            totals[k] = totals.get(k, 0) + n
+        result.files[source] = result.files.get(source, 0) + len(files)
+        result.lines[source] = result.lines.get(source, 0) + counts["fed"]
+        for target_counts, key in ((result.unparseable, "unparseable"), (result.late, "late"),
+                                   (result.future, "future")):
+            target_counts[source] = target_counts.get(source, 0) + counts[key]
+
+    def _check_chunk(self, source: str, files: list[Path], part: str) -> tuple[list[bytes], dict[str, int]]:
+        """Check one run of files: the lines the job gets and the counts. Quarantines, and sets late and
+        future rows aside (their files named after `part`); moves the source's watermark."""
+        feed = self.feeds[source]
         lines: list[bytes] = []
         origin: list[int] = []
         for index, path in enumerate(files):
@@ -238,27 +275,15 @@ class Feeder:
         position = np.cumsum(on_time) - 1
         for i in np.flatnonzero(on_time & checked.non_finite):  # NaN/±Infinity tokens → strings for Flink
             out[int(position[i])] = _finite_json(lines[rows[i]])
-        out.append(json.dumps({BATCH_FIELD: name}).encode())
         counts.update(late=int(late.sum()), future=int(future.sum()), unparseable=sum(
-            1 for _, r in checked.rejected if r == UNPARSEABLE), quarantined=len(quarantine), fed=len(out) - 1)
+            1 for _, r in checked.rejected if r == UNPARSEABLE), quarantined=len(quarantine), fed=len(out))
         if quarantine:
-            target = self.paths.sink("quarantine", source) / f"{FEEDER_QUARANTINE_PREFIX}{name}"
+            target = self.paths.sink("quarantine", source) / f"{FEEDER_QUARANTINE_PREFIX}{part}"
             _atomic_write(target, b"".join(json.dumps(q).encode() + b"\n" for q in quarantine))
         if (late | future).any():
-            self._write_late(feed, name, table.filter(pa.array(late | future)))
-        manifest = {"files": [p.name for p in files], "max_ts_us": watermark, "counts": counts}
-        _atomic_write(inbox / f".{name}.json", json.dumps(manifest).encode())
-        _atomic_write(inbox / name, b"\n".join(out) + b"\n")
-        self._fed[source].update(p.name for p in files)
+            self._write_late(feed, part, table.filter(pa.array(late | future)))
         self._watermark[source] = watermark
-        totals = self.totals[source]
-        for k, n in counts.items():
-            totals[k] = totals.get(k, 0) + n
-        result.files[source] = result.files.get(source, 0) + len(files)
-        result.lines[source] = result.lines.get(source, 0) + len(out) - 1
-        for target_counts, key in ((result.unparseable, "unparseable"), (result.late, "late"),
-                                   (result.future, "future")):
-            target_counts[source] = target_counts.get(source, 0) + counts[key]
+        return out, counts
 
     @staticmethod
     def _refuse(feed: SourceFeed, table: pa.Table, now_us: int, lines: list[bytes], rows: np.ndarray,

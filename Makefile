@@ -57,6 +57,6 @@ clean:  ## remove data/ and caches (keeps the venvs and .quiver/; `make reset` r
 	find . -path ./.venv -prune -o -path ./.venv-stream -prune -o -name __pycache__ -type d -print0 \
 	  | xargs -0 rm -rf
 
-reset: clean  ## clean, stop the embedded Redis, delete .quiver/ (registry, online store, stream state)
-	@if [ -x $(PY) ]; then $(PY) -m quiver.cli redis stop || true; fi
+reset: clean  ## clean, stop the embedded Redis and Kafka broker, delete .quiver/ (registry, online store, stream state)
+	@if [ -x $(PY) ]; then $(PY) -m quiver.cli redis stop || true; $(PY) -m quiver.cli kafka stop || true; fi
 	rm -rf .quiver

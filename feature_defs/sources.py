@@ -24,7 +24,9 @@ transactions = Source(
     name="transactions",
     path="data/events/transactions",
     timestamp_field="event_ts",
-    stream=StreamBinding(path="data/stream/transactions", watermark_delay="5s", allowed_lateness="10m"),
+    # Stream files at `path`, or the topic when brokers are known (QUIVER_KAFKA_BOOTSTRAP; the demo's step 8).
+    stream=StreamBinding(path="data/stream/transactions", kafka_topic="transactions", watermark_delay="5s",
+                         allowed_lateness="10m"),
     contract=transaction_checks,
     description="Card transactions, one row per authorization.",
 )

@@ -7,7 +7,8 @@ the tokens `NaN` / `Infinity` (NaN is a value, as in the batch files), so the st
 values of the batch files.
 Files are named `<stream time, 13 digits>-<seq, 8 digits>.jsonl`, where the stream time is the greatest
 event time written so far, so name order is write order even when some events arrive out of order, and
-each file appears atomically (written under a hidden name, then renamed).
+each file appears atomically (written under a hidden name, then renamed). `keyed_records` turns the same
+rows into Kafka records (strict JSON, keyed by an entity column).
 
     python -m quiver.pipelines.stream_producer --out data/stream/transactions --demo-days 1 --rate 20000
     python -m quiver.pipelines.stream_producer --out data/stream/transactions --from data/events/transactions
@@ -88,6 +89,15 @@ def to_ndjson(events: pa.Table, ts_column: str = "event_ts", strict: bool = Fals
             # orjson writes NaN as null; the stdlib writes the NaN / Infinity tokens the feeder reads.
             lines.append(json.dumps(record, separators=(",", ":")).encode() if odd else dumps(record))
     return b"".join(line + b"\n" for line in lines)
+
+
+def keyed_records(events: pa.Table, key_column: str, ts_column: str = "event_ts") -> list[tuple[bytes | None, bytes]]:
+    """Kafka records of `events`, in their order: each row as strict JSON (`to_ndjson(strict=True)`, the line a
+    stream file holds but with NaN / ±infinity as strings), keyed by its `key_column` value (None where null), so
+    one key's events share a partition and keep their order."""
+    lines = to_ndjson(events, ts_column, strict=True).splitlines()
+    keys = events.column(key_column).to_pylist()
+    return [(None if key is None else str(key).encode(), line) for key, line in zip(keys, lines, strict=True)]
 
 
 class StreamWriter:

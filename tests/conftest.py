@@ -162,7 +162,7 @@ HEAVY_MODULES: dict[str, frozenset[str]] = {
     "spark": frozenset({"test_backfill_spark", "test_backfill_spark_standalone", "test_contract_paths",
                         "test_edges_nan", "test_edges_time", "test_offline_object_store_cluster",
                         "test_pit_backfill", "test_pit_spark", "test_serving_log_readers"}),
-    "flink": frozenset({"test_contract_paths", "test_readme", "test_streaming_cluster", "test_streaming_crash",
+    "flink": frozenset({"test_contract_paths", "test_demo_kafka", "test_readme", "test_streaming_cluster", "test_streaming_crash",
                         "test_streaming_e2e", "test_streaming_kafka", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
     "airflow": frozenset({"test_dags", "test_loop_airflow", "test_loop_celery", "test_loop_standalone",
                           "test_monitoring_airflow"}),

@@ -6,16 +6,21 @@ Each step prints what it did; the data lives under ./data and the registry under
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quiver.catalog.ir import Catalog
 from quiver.cli import console  # one console for the demo and the CLI: wide when piped
 from quiver.config import Config, load_config
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 START = date(2026, 11, 1)
 
@@ -167,8 +172,9 @@ def closed_loop(config: Config, days: int, drift_from_day: int) -> None:
     tell_story(config, START, days, drift_from_day, console)
 
 
-@step("8. Stream two more hours of events (12:00–14:00 the next day) through Flink into Redis (quiver stream --bounded)")
-def stream(config: Config, days: int) -> None:
+@step("8. Stream two more hours of events (12:00–14:00 the next day) through Kafka (else stream files) and Flink "
+      "into Redis (quiver stream --bounded)")
+def stream(config: Config, catalog: Catalog, days: int, kafka: bool = True) -> None:
     import subprocess
     from datetime import UTC, datetime
     from datetime import time as clock
@@ -180,7 +186,7 @@ def stream(config: Config, days: int) -> None:
     from quiver.pipelines.stream_producer import StreamWriter
     from quiver.serving.store import FeatureStore
 
-    # Fresh events: 12:00–14:00 of the last day, replayed one day later, written as stream files.
+    # Fresh events: 12:00–14:00 of the last day, replayed one day later.
     day_end = datetime.combine(START + timedelta(days=days), clock(), tzinfo=UTC)
     source = ds.dataset(config.root / "data/events/transactions", format="parquet", partitioning="hive")
     ts = pc.field("event_ts")
@@ -194,22 +200,80 @@ def stream(config: Config, days: int) -> None:
     stream_dir = config.root / "data/stream/transactions"
     shutil.rmtree(stream_dir, ignore_errors=True)
     shutil.rmtree(config.root / ".quiver/stream", ignore_errors=True)  # a demo rerun starts a fresh job
-    writer = StreamWriter(stream_dir)
-    for start in range(0, window.num_rows, 5_000):
-        writer.write(window.slice(start, 5_000))
+    topic = _through_kafka(config, catalog, window) if kafka else None
+    if topic is None:
+        if not kafka:
+            console.print("streaming from files (--no-kafka)")
+        writer = StreamWriter(stream_dir)
+        for start in range(0, window.num_rows, 5_000):
+            writer.write(window.slice(start, 5_000))
+    # The job reads the embedded broker or, with an empty address, the stream files: never a cluster that
+    # quiver.yaml names, which this demo's topic must not touch.
+    env = {**os.environ, "QUIVER_KAFKA_BOOTSTRAP": topic[0] if topic else ""}
     at = day_end + timedelta(hours=14)
     users = [{"user_id": int(u), "merchant_id": 1} for u in pc.unique(window["user_id"]).to_pylist()[:6] if u]
     features = ["user_spend:amount_count_1h", "user_spend:amount_count_24h", "user_last_transaction:last_amount"]
     with FeatureStore(config=config) as store:
         before = store.get_online_features(features, users, at=at).to_pandas()
-        console.print(f"{window.num_rows:,} events in {len(list(stream_dir.glob('*.jsonl')))} files → Flink")
+        if topic is None:
+            console.print(f"{window.num_rows:,} events in {len(list(stream_dir.glob('*.jsonl')))} files → Flink")
         # The CLI of this interpreter, wherever the venv lives (its path may itself contain "python").
-        subprocess.run([sys.executable, "-m", "quiver.cli", "stream", "--bounded"], check=True, cwd=config.root)
+        subprocess.run([sys.executable, "-m", "quiver.cli", "stream", "--bounded"], check=True, cwd=config.root,
+                       env=env)
         after = store.get_online_features(features, users, at=at).to_pandas()
+    if topic is not None:
+        _say_streamed(config, *topic)
     for name in ("amount_count_1h", "amount_count_24h", "last_amount"):
         before[f"{name} (streamed)"] = after[name]
     console.print(f"online values as of {at:%Y-%m-%d %H:%M} UTC, before and after the stream:")
     show(before)
+
+
+def _through_kafka(config: Config, catalog: Catalog, window: pa.Table) -> tuple[str, str] | None:
+    """Produce the window to the catalog's topic on the project's embedded broker: (bootstrap, topic), or
+    None (the reason said) when there is no topic, no broker or no Flink Kafka connector: then the demo
+    streams from files."""
+    import logging
+
+    from quiver.catalog.errors import QuiverError
+    from quiver.pipelines.stream_producer import keyed_records
+    from quiver.streaming.embedded_kafka import PARTITIONS, start_broker
+    from quiver.streaming.kafka_broker import fresh_topic, produce
+    from quiver.streaming.options import kafka_jars
+
+    # librdkafka's retry notices (a fresh broker is still loading its coordinators) are no news here:
+    # produce() raises when a record is not delivered.
+    logging.getLogger("quiver.kafka.client").setLevel(logging.ERROR)
+    binding = catalog.sources["transactions"].stream
+    if binding is None or not binding.kafka_topic:
+        console.print("streaming from files: the transactions stream binding names no kafka_topic")
+        return None
+    try:
+        kafka_jars()  # the job's connector: without it `quiver stream` would refuse the topic
+        bootstrap = start_broker(config)
+        fresh_topic(bootstrap, binding.kafka_topic, PARTITIONS)  # a rerun's job replays this window only
+        sent = produce(bootstrap, binding.kafka_topic, keyed_records(window, "user_id"))
+    except QuiverError as exc:
+        console.print(f"streaming from files, not Kafka: {exc}", highlight=False)
+        return None
+    console.print(f"{sent:,} events → Kafka topic {binding.kafka_topic!r} ({PARTITIONS} partitions, keyed by "
+                  f"user_id) on the embedded broker at {bootstrap} → Flink", highlight=False)
+    return bootstrap, binding.kafka_topic
+
+
+def _say_streamed(config: Config, bootstrap: str, topic: str) -> None:
+    """What the topic holds (from the broker) and what the job read of it (its status, `quiver stream-status`)."""
+    from quiver.streaming.kafka_broker import end_offsets
+    from quiver.streaming.paths import StreamPaths
+    from quiver.streaming.status import read_status
+
+    ends = end_offsets(bootstrap, topic)
+    status = read_status(StreamPaths.at(config.root / ".quiver/stream")) or {}
+    committed = ((status.get("kafka") or {}).get("transactions") or {}).get("committed", 0)
+    console.print(f"streamed through Kafka: topic {topic!r}, {len(ends)} partitions, {sum(ends.values()):,} records; "
+                  f"the job read and committed {committed:,}", highlight=False)
+    console.print(f"the broker keeps running at {bootstrap} (`quiver kafka status`, `quiver kafka stop`)",
+                  highlight=False)
 
 
 def fresh_start(config: Config) -> None:
@@ -222,8 +286,10 @@ def fresh_start(config: Config) -> None:
     if not gone:
         return
     from quiver.online.embedded import stop_embedded
+    from quiver.streaming.embedded_kafka import stop_embedded_broker
 
     stop_embedded(config)
+    stop_embedded_broker(config)  # its topics and offsets live in .quiver/kafka/, deleted below
     for path in gone:
         shutil.rmtree(path)
     console.print(f"a fresh demo: removed the previous run's {' and '.join(f'{p.name}/' for p in gone)}")
@@ -250,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transactions-per-day", type=int, default=6_000)
     parser.add_argument("--users", type=int, default=1_500)
     parser.add_argument("--no-stream", action="store_true", help="skip the Flink streaming step")
+    parser.add_argument("--no-kafka", action="store_true",
+                        help="stream from files even when a local Kafka broker can be started")
     parser.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
     args = parser.parse_args(argv)
     config = load_config(Path("quiver.yaml") if Path("quiver.yaml").exists() else None)
@@ -262,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     train_champion(config, args.drift_from_day)
     closed_loop(config, args.days, args.drift_from_day)  # supersedes the file-vs-file drift check (step 6)
     if not args.no_stream:
-        stream(config, args.days)
+        stream(config, catalog, args.days, kafka=not args.no_kafka)
     console.print(f"[green]demo done[/green]: data in {config.root / 'data'}, "
                   f"end date {START + timedelta(days=args.days - 1)}")
 

@@ -55,6 +55,7 @@ def test_make_reset_stops_redis_and_removes_the_project_state() -> None:
     assert "redis stop" in reset and "rm -rf .quiver" in reset
     dry = subprocess.run(["make", "-n", "reset"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert "quiver.cli redis stop" in dry.stdout and "rm -rf .quiver" in dry.stdout and "rm -rf data" in dry.stdout
+    assert "quiver.cli kafka stop" in dry.stdout  # the demo's embedded Kafka broker, too
 
 
 def test_redis_stop_in_a_copied_project_leaves_the_originals_server_alone(tmp_path: Path) -> None:

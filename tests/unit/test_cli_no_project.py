@@ -28,6 +28,7 @@ PROJECT_COMMANDS = [
     ["drift-history", "amount"],
     ["canary", "status", "fraud_model"],
     ["redis", "status"],
+    ["kafka", "status"],
     ["ui"],
 ]
 

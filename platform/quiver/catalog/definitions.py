@@ -81,7 +81,12 @@ class Entity:
 
 @dataclass(frozen=True)
 class StreamBinding:
-    """Where fresh events of a source arrive: a Kafka topic in production, a local directory of files here."""
+    """Where fresh events of a source arrive: a Kafka topic in production, a local directory of files here.
+
+    A binding may name both. `quiver stream` reads the topic when brokers are known — `kafka_bootstrap` in
+    quiver.yaml (or QUIVER_KAFKA_BOOTSTRAP), which wins, or `kafka_bootstrap_servers` here — and otherwise
+    the files at `path`. A binding with a topic and no path always reads Kafka (localhost:9092 by default).
+    """
 
     path: str = ""
     format: str = "json"

@@ -34,6 +34,16 @@ class StreamSpec:
     watermark_delay_us: int
     allowed_lateness_us: int
 
+    def reads_kafka(self, bootstrap: str = "") -> bool:
+        """Whether the stream job reads this binding's Kafka topic rather than the files at its path: it does
+        when it names a topic and brokers are known (`bootstrap`, the config's `kafka_bootstrap`, or its own
+        `kafka_bootstrap_servers`), or when it has no path at all."""
+        return bool(self.kafka_topic) and (not self.path or bool(bootstrap or self.kafka_bootstrap_servers))
+
+    def brokers(self, bootstrap: str = "") -> str:
+        """The brokers of the topic: the config's `bootstrap` wins over the binding's, then localhost:9092."""
+        return bootstrap or self.kafka_bootstrap_servers or "localhost:9092"
+
 
 CHECK_RULES = ("not_null", "finite", "min", "max", "one_of", "future")  # the order a row's reason is taken in
 

@@ -372,6 +372,7 @@ def _register_optional_commands() -> None:
     from quiver.cli import (
         consistency,
         decisions,
+        embedded_kafka,
         embedded_redis,
         labels,
         models,
@@ -385,8 +386,8 @@ def _register_optional_commands() -> None:
         ui,
     )
 
-    for module in (offline, online, monitoring, training, streaming, models, predict, embedded_redis, decisions,
-                   labels, ui, replay, consistency):
+    for module in (offline, online, monitoring, training, streaming, models, predict, embedded_redis, embedded_kafka,
+                   decisions, labels, ui, replay, consistency):
         module.register(app)
 
 

@@ -73,7 +73,11 @@ def print_flink_job(config_path: Path | None, catalog_dir: Path | None, view: st
     views = [view] if view else [v.name for v in streamed_views(cat)]
     paths = StreamPaths.at(Path(cfg.root) / ".quiver" / "stream")
     sources = {cat.views[v].source for v in views if v in cat.views}
-    target = FlinkTarget(inbox={s: paths.inbox(s).as_uri() for s in sources}, sink_root=paths.sinks.as_uri())
+    # The job `quiver stream` would run: Kafka topics when every binding reads one (StreamSpec.reads_kafka).
+    bindings = [cat.sources[s].stream for s in sources]
+    kafka = bool(bindings) and all(b is not None and b.reads_kafka(cfg.kafka_bootstrap) for b in bindings)
+    target = FlinkTarget(inbox={s: paths.inbox(s).as_uri() for s in sources}, sink_root=paths.sinks.as_uri(),
+                         kafka=kafka, kafka_bootstrap=cfg.kafka_bootstrap)
     script = compile_flink(cat, target, views).script()
     # Shown paths are relative to the project (the runner passes absolute file URIs to Flink itself).
     root_uri = Path(cfg.root).resolve().as_uri().rstrip("/") + "/"

@@ -77,12 +77,11 @@ def kafka_source_ddl(source: SourceSpec, target: FlinkTarget) -> str:
     lines = [f"{q(LINE)} STRING",
              f"{q(ROWTIME)} AS TO_TIMESTAMP_LTZ(CASE WHEN {_not_future(ts, target)} THEN {ms} ELSE 0 END, 3)",
              f"WATERMARK FOR {q(ROWTIME)} AS {q(ROWTIME)} - {interval(stream.watermark_delay_us)}"]
-    servers = target.kafka_bootstrap or stream.kafka_bootstrap_servers or "localhost:9092"
     # A fresh job (empty state) replays the topic from its start; a restored one resumes from the offsets
     # in its checkpoint, whatever the startup mode says. Offsets are also committed to the group on each
     # completed checkpoint: that is how lag is watched and how a bounded run knows it is done (runner.py).
     options = [("connector", "kafka"), ("topic", stream.kafka_topic),
-               ("properties.bootstrap.servers", servers),
+               ("properties.bootstrap.servers", stream.brokers(target.kafka_bootstrap)),
                ("properties.group.id", kafka_group(source.name)),
                ("scan.startup.mode", "earliest-offset"),
                # Each record as one string: malformed JSON becomes a quarantine row, never a silent skip.

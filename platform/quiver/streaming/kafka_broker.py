@@ -94,16 +94,24 @@ class KafkaBroker:
             raise BrokerError(f"formatting the Kafka log directory {self.dir / 'data'} failed:\n"
                               f"{(out.stdout + out.stderr)[-2000:]}")
 
+    @property
+    def config_file(self) -> Path:
+        return self.dir / "server.properties"
+
+    def command(self) -> list[str]:
+        """Write the config (formatting the log directory on first use); the command that runs the broker."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(_properties(self.dir, self.port, self.controller_port, self.partitions))
+        self._format(self.config_file)
+        return self._java("kafka.Kafka", str(self.config_file))
+
     def start(self, timeout: float = 60.0) -> None:
         """Start (or keep) the broker and wait until it answers metadata requests."""
         if self.proc is not None and self.proc.poll() is None:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        config = self.dir / "server.properties"
-        config.write_text(_properties(self.dir, self.port, self.controller_port, self.partitions))
-        self._format(config)
+        command = self.command()
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(self._java("kafka.Kafka", str(config)), stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         (self.dir / "broker.pid").write_text(str(self.proc.pid))
         deadline = time.monotonic() + timeout
@@ -204,6 +212,32 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         have = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
         if have != partitions:
             raise BrokerError(f"topic {topic!r} exists with {have} partitions, not {partitions}") from exc
+
+
+def fresh_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
+    """`topic`, empty, with `partitions` partitions: an existing one is deleted first, and with it the offsets
+    consumer groups committed on it (a fresh job's progress must not start from an old job's)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(admin_config(bootstrap))
+    deadline = time.monotonic() + timeout
+    if topic in admin.list_topics(timeout=10).topics:
+        try:
+            admin.delete_topics([topic])[topic].result(timeout=30)
+        except KafkaException as exc:
+            raise BrokerError(f"deleting topic {topic!r} on {bootstrap}: {exc}") from exc
+        while topic in admin.list_topics(timeout=10).topics:  # the deletion completes asynchronously
+            if time.monotonic() > deadline:
+                raise BrokerError(f"topic {topic!r} on {bootstrap} was not deleted within {timeout:.0f}s")
+            time.sleep(0.2)
+    while True:
+        try:
+            return create_topic(bootstrap, topic, partitions)
+        except BrokerError:  # marked for deletion still, on a slow broker
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]],

@@ -130,11 +130,14 @@ class StreamRunner:
         return {s: markers_key(self.config.project, s) for s in self.sources}
 
     def _kafka_bound(self) -> bool:
-        local = [s for s in self.sources if (stream := self.catalog.sources[s].stream) and stream.path]
-        if local and len(local) < len(self.sources):
+        """Whether the job reads Kafka topics (else stream files): each binding says (`StreamSpec.reads_kafka`),
+        and one job reads one kind."""
+        streams = {s: self.catalog.sources[s].stream for s in self.sources}
+        kafka = [s for s, b in streams.items() if b is not None and b.reads_kafka(self.config.kafka_bootstrap)]
+        if kafka and len(kafka) < len(self.sources):
             raise QuiverError(f"sources {', '.join(self.sources)}: stream them in separate jobs (--views): "
                               "one job reads either local stream files or Kafka topics")
-        return not local
+        return bool(kafka)
 
     def _stream_dir(self, source: str) -> Path:
         stream = self.catalog.sources[source].stream

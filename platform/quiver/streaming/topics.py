@@ -44,8 +44,7 @@ class TopicProgress:
         for source in sources:
             stream = catalog.sources[source].stream
             assert stream is not None and stream.kafka_topic
-            servers = bootstrap or stream.kafka_bootstrap_servers or "localhost:9092"
-            self.topics.append(Topic(source, stream.kafka_topic, servers, kafka_group(source)))
+            self.topics.append(Topic(source, stream.kafka_topic, stream.brokers(bootstrap), kafka_group(source)))
         self.goal: dict[str, dict[int, int]] = {}
         self._offsets: dict[str, TopicOffsets] = {}
 

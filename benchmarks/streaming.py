@@ -1,34 +1,39 @@
-"""Streaming end to end: stream files → Flink (PyFlink mini-cluster) → Redis, events/s and freshness.
+"""Streaming end to end: stream files or a Kafka topic → Flink (PyFlink mini-cluster) → Redis, events/s and
+freshness.
 
 Workload: the example catalog (feature_defs/: user_spend, merchant_traffic, user_last_transaction on the
-`transactions` stream), synthetic transactions from pipelines/demo_data.py (50k users) written by
-pipelines/stream_producer.py as 20k-line files. Three sides, each on the same events, at the same
-parallelism, with the same runner settings, the same number of runs (interleaved; the median is
-reported), all bounded runs over the pre-written backlog:
+`transactions` stream), synthetic transactions from pipelines/demo_data.py (50k users), written by
+pipelines/stream_producer.py as 20k-line files and, for the Kafka route, produced as the same events (strict
+JSON, keyed by user) to a 4-partition topic on a local KRaft broker (`_stream_kafka.py`). Every side gets
+the same events, parallelism, runner settings and number of runs (interleaved; the median is reported), all
+bounded runs over the pre-loaded backlog:
 
-(a) quiver     file → feeder (checks, late split) → Flink SQL → committed change files → loader → Redis,
-               timed from the job running to every batch committed and loaded, plus the feeder's time;
-(a') the same, over the same catalog without the `transactions` contract: what its row checks cost
-               (every generated event is valid, so both fed and loaded the same; target: at most 10 % slower);
-(b) blackhole  the same compiled job, the same feeder output, its tile and last-value sinks swapped for
-               `blackhole`: Flink's own floor for our SQL on this machine (no answers to check);
-(c) pysink     the same job with each view's changes handed to a pandas UDF that writes Redis (the
-               Python hand-off design this path replaced); its Redis values must equal Quiver's.
-(b) and (c) run the same feeder pass first and are timed on the same clock as (a): the feeder's time plus
-the job's, from running until the backlog is through.
+files route
+(a)  quiver      files → feeder (checks, late split) → Flink SQL → the JVM Redis sink → Redis, timed from
+                 the job running until every batch's marker is committed, plus the feeder's pass;
+(a') the same over the catalog without the `transactions` contract: what its row checks cost (every
+                 generated event is valid, so both feed and load the same; target: at most 10 % slower);
+(b)  blackhole   the same compiled job on the same feeder output, its tile and last-value sinks swapped for
+                 `blackhole`: Flink's own floor for our SQL on this machine (no answers to check);
+(c)  pysink      the same job with each view's changes handed to a pandas UDF that writes Redis (a Python
+                 hand-off design); its Redis values must equal Quiver's.
+kafka route (the same events in the topic; no feeder: the job parses and checks in SQL)
+(k)  quiver_kafka     topic → Flink SQL → the JVM Redis sink → Redis, until the job has committed every
+                      partition's offset up to the end it saw at start; its values must equal (a)'s;
+(kb) blackhole_kafka  the same job with blackhole sinks, its Kafka scan bounded at the offsets it finds.
 
 JVM start and SQL planning (10-60 s per job here) are reported apart. Also: events per CPU second of each
-side's process tree (steadier than wall time on a shared machine), Quiver's CPU split (`cpu_profile`: the
-Flink JVM, the runner's Python threads (feeder, loader), redis-server), freshness (the Quiver job kept running
-while a producer writes a file every 100 ms at half of Quiver's measured rate; latency = from the file's
-rename to its probe event being readable through the SDK), and with `--candidates` every tuning
-candidate measured on its own in the same run.
+side's process tree, Quiver's CPU split (`cpu_profile`: the Flink JVM, the runner's Python threads,
+redis-server), and freshness per route: Quiver's job kept running while every 100 ms a producer sends (a file,
+or records to the topic) at half of Quiver's measured rate; latency = from sent to its probe event readable
+through the SDK. `--candidates`: every tuning candidate measured on its own in the same run.
 
-`--quick`: 100k events, parallelism 1, one run per side (not a median), 10 s of freshness probes; it takes
-2-8 minutes here, not < 60 s: every Flink job spends 10-60 s starting. Full size (`make bench`): 1M events,
-parallelism 1 and 2, 3 runs per side; about 25 minutes with the Python sink, 13 without (`--no-peer`).
+Targets (issue 37): per route ≥ 50k events/s and ≥ 0.8× blackhole at 1M events, freshness p99 ≤ 1 s.
+`--quick`: 100k events, parallelism 1, one run per side, 10 s of freshness probes (start-up dominates:
+figures there are not comparable with the targets). Full size (`make bench`): 1M events, parallelism 1 and
+2, 3 runs per side. `--sources files` or `kafka` runs one route.
 
-Last line: RESULT streaming ratio=<quiver ev/s / 50000> quiver=<ev/s> peer=<blackhole ev/s>
+Last line: RESULT streaming ratio=<files ev/s / 50000> quiver=<ev/s> peer=<blackhole ev/s> kafka=… kafka_peer=…
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _stream_kafka
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
 STREAM_PY = Path(os.environ.get("QUIVER_STREAM_PYTHON", ROOT / ".venv-stream" / "bin" / "python"))
@@ -54,7 +61,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "streaming.json"
 NO_CONTRACT = "quiver-no-contract.yaml"  # the project's config over the catalog without the source contract
 PROBE_BASE = 900_000_000
 TARGET_EVENTS_S = 50_000
-TARGET_P99_S = 2.0
+TARGET_P99_S = 1.0
+TARGET_RATIO = 0.8
 
 
 # ---- project and data ----
@@ -118,6 +126,8 @@ def make_project(root: Path, redis_url: str, events: int, users: int, project: s
     return tx
 
 
+# route → (Quiver's side, the blackhole side, Quiver's state folder at a parallelism)
+ROUTES = {"files": ("quiver", "blackhole", "state-p{}"), "kafka": ("quiver_kafka", "blackhole_kafka", "state-kafka-p{}")}
 RUNNER_ARGS: list[str] = []  # the runner options of every side (same settings for a, b and c)
 
 
@@ -140,7 +150,8 @@ def read_status(state: Path) -> dict[str, Any]:
 
 def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: Any, *extra: str,
                 config: str = "quiver.yaml", side: str = "quiver") -> dict[str, Any]:
-    """(a) file → feeder → Flink → committed change files → loader → Redis, until all is loaded."""
+    """(a) source → Flink → the JVM Redis sink → Redis (files: through the feeder), until every batch or
+    every record at the topic's end is committed."""
     flush()
     began = time.time()
     redis_began = redis_cpu()
@@ -168,7 +179,7 @@ def side_quiver(root: Path, state: Path, parallelism: int, events: int, flush: A
 
 
 def side_worker(kind: str, root: Path, state: Path, parallelism: int, events: int, *extra: str,
-                config: str = "quiver.yaml") -> dict[str, Any]:
+                config: str = "quiver.yaml", side: str | None = None) -> dict[str, Any]:
     """(b) blackhole or (c) Python sink: the same compiled job with other sinks, in the streaming venv."""
     shutil.rmtree(state, ignore_errors=True)
     cmd = [str(STREAM_PY), __file__, "--worker", kind, str(root / config), str(state), str(parallelism),
@@ -180,7 +191,7 @@ def side_worker(kind: str, root: Path, state: Path, parallelism: int, events: in
     used = figures["cpu_s"]
     # The same clock as Quiver's side: the feeder's pass over the backlog, then the job until done.
     seconds = figures["job_s"] + figures["feed_s"]
-    return {"side": kind, "parallelism": parallelism, "events": events, "events_per_s": events / seconds,
+    return {"side": side or kind, "parallelism": parallelism, "events": events, "events_per_s": events / seconds,
             "events_per_cpu_s": events / used if used else None, "processing_s": seconds, **figures}
 
 
@@ -199,6 +210,7 @@ def worker(kind: str, config_path: str, state: str, parallelism: int, runner_arg
     from quiver.streaming.feeder import Feeder, source_feeds
     from quiver.streaming.job import JobOptions, flink_config
     from quiver.streaming.late import late_dir
+    from quiver.streaming.options import kafka_jars
     from quiver.streaming.paths import StreamPaths
     from quiver.streaming.runner import StreamRunner, parse_args
     from quiver.streaming.status import tree_cpu_s
@@ -216,8 +228,9 @@ def worker(kind: str, config_path: str, state: str, parallelism: int, runner_arg
     job = runner.job
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     conf = env.get_config()
+    connectors = tuple(kafka_jars()) if runner.kafka else ()  # the sinks are swapped: no Redis sink jar
     settings = flink_config(job, JobOptions(parallelism, options.checkpoint_interval_ms, options.state_backend,
-                                            extra=options.flink_settings), paths, None)
+                                            extra=options.flink_settings, jars=connectors), paths, None)
     for k, v in settings.items():
         conf.set(k, v)
     conf.set("python.executable", sys.executable)
@@ -225,8 +238,8 @@ def worker(kind: str, config_path: str, state: str, parallelism: int, runner_arg
     ss = env.create_statement_set()
     swapped = {}
     for statement in job.statements:
-        # A bounded scan: the job ends when the data does (no monitoring of the inbox).
-        statement = re.sub(r",\n  'source.monitor-interval' = '[^']*'", "", statement)
+        # A bounded scan: the job ends when the data does (no monitoring of the inbox; Kafka to its end now).
+        statement = _stream_kafka.bounded_scan(re.sub(r",\n  'source.monitor-interval' = '[^']*'", "", statement))
         name = statement.split("`")[1] if statement.startswith("CREATE TABLE") else ""
         if name.split("__")[0] in ("tiles", "last"):
             swapped[name] = statement
@@ -304,17 +317,19 @@ def _python_sink(env: Any, cat: Any, cfg: Any, table: str, insert: str) -> str:
 # ---- freshness ----
 
 
-def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: int) -> dict[str, Any]:
-    """Keep the job running; write a file every 100 ms with `rate/10` events + one probe; time visibility."""
+def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: int, config: str = "quiver.yaml",
+              send: Any = None) -> dict[str, Any]:
+    """Keep the job running; every 100 ms send `rate/10` events + one probe (a stream file, or with `send`
+    records to the topic); time from sent to readable through the SDK."""
     import numpy as np
     import pyarrow as pa
 
     from quiver.pipelines.stream_producer import StreamWriter
     from quiver.serving.store import FeatureStore
 
-    proc = run_quiver(root, state, parallelism, bounded=False)
-    writer = StreamWriter(root / "data" / "stream" / "transactions")
-    store = FeatureStore(root / "quiver.yaml")
+    proc = run_quiver(root, state, parallelism, bounded=False, config=config)
+    write = send or StreamWriter(root / "data" / "stream" / "transactions").write
+    store = FeatureStore(root / config)
     probe_view = store.catalog.views["user_last_transaction"]
     probe_feature = next(f.name for f in probe_view.fields if f.column == "amount")
     deadline = time.time() + 120
@@ -362,7 +377,7 @@ def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: i
             "is_online": pa.array(rng.random(n + 1) < 0.3),
             "event_ts": pa.array(np.full(n + 1, now_ms * 1000), pa.timestamp("us", tz="UTC")),
         })
-        writer.write(table)
+        write(table)
         written[probe] = time.time()
         i += 1
         time.sleep(max(0.0, 0.1 - (time.time() - written[probe])))
@@ -380,42 +395,41 @@ def freshness(root: Path, state: Path, parallelism: int, seconds: float, rate: i
             "p50_s": statistics.median(lat) if lat else float("nan"), "p99_s": q(0.99), "max_s": lat[-1] if lat else None}
 
 
-def same_answers(redis_url: str, root: Path, users: int, backlog_end_us: int) -> int:
-    """Online values of both projects for a sample of entities at the backlog's end and now: equal
-    (floats to 1e-9: the two paths sum tile partials in different orders)."""
+def same_answers(root: Path, users: int, backlog_end_us: int, other: str = "quiver-peer.yaml") -> int:
+    """Online values of this project and `other`'s (another route over the same events) for a sample of
+    entities at the backlog's end and now: equal (floats to 1e-9: the routes sum tile partials in different
+    orders). Each project reads with its own catalog (their view hashes may differ)."""
 
     import numpy as np
 
-    from quiver.catalog.loader import load_catalog
-    from quiver.config import load_config
-    from quiver.online.base import ViewRead
-    from quiver.online.redis_store import RedisOnlineStore
+    from quiver.serving.store import FeatureStore
 
-    cfg = load_config(root / "quiver.yaml")
-    cat = load_catalog(cfg.catalog_dir, root=cfg.root)
     checked = 0
-    with RedisOnlineStore(redis_url, "bench") as ours, RedisOnlineStore(redis_url, "peer") as peer:
-        for view in cat.views.values():
+    with FeatureStore(root / "quiver.yaml") as ours, FeatureStore(root / other) as theirs:
+        for view in ours.catalog.views.values():
             if view.source != "transactions":
                 continue
-            key = view.key_names[0]
             ids = np.arange(1, min(users, 2000) + 1, dtype=np.int64)
-            reads = [ViewRead(view, tuple(view.feature_names))]
+            features = [f"{view.name}:{f}" for f in view.feature_names]
             for at in (backlog_end_us, int(time.time() * 1e6)):
-                checked += _compare(ours.read(reads, {key: ids}, at), peer.read(reads, {key: ids}, at), ids)
+                a = ours.get_online_features(features, {view.key_names[0]: ids}, at=at).to_dict()
+                b = theirs.get_online_features(features, {view.key_names[0]: ids}, at=at).to_dict()
+                checked += _compare(a, b, ids)
     return checked
 
 
-def _compare(a: Any, b: Any, ids: Any) -> int:
+def _compare(a: dict[str, list[Any]], b: dict[str, list[Any]], ids: Any) -> int:
+    """Values compared (both missing: not counted); raises AssertionError naming the first difference."""
     import math
 
+    def missing(v: Any) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
     checked = 0
-    for name in a:
-        for i in range(len(ids)):
-            va, vb = a[name].valid[i], b[name].valid[i]
-            assert va == vb, f"{name} entity {ids[i]}: valid {va} vs {vb}"
-            if va:
-                x, y = a[name].values[i], b[name].values[i]
+    for name, column in a.items():
+        for i, (x, y) in enumerate(zip(column, b[name], strict=True)):
+            assert missing(x) == missing(y), f"{name} entity {ids[i]}: {x!r} vs {y!r}"
+            if not missing(x):
                 ok = x == y or (isinstance(x, float) and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9))
                 assert ok, f"{name} entity {ids[i]}: {x!r} vs {y!r}"
                 checked += 1
@@ -444,6 +458,7 @@ def main() -> int:
     p.add_argument("--parallelism", default=None, help="comma-separated, e.g. 1,2 (every side at each)")
     p.add_argument("--repeats", type=int, default=None, help="runs per side (the median is reported)")
     p.add_argument("--no-peer", action="store_true", help="skip (c), the Python sink")
+    p.add_argument("--sources", default="files,kafka", help="routes to measure: files, kafka or both (default)")
     p.add_argument("--candidates", action="store_true", help="also measure each tuning candidate on its own")
     p.add_argument("--runner-args", default="", help="runner options for every side, e.g. '--state-backend hashmap'")
     p.add_argument("--fresh-seconds", type=float, default=None)
@@ -462,8 +477,12 @@ def main() -> int:
     RUNNER_ARGS[:] = a.runner_args.split()
     if not STREAM_PY.exists():
         sys.exit(f"streaming virtualenv missing: {STREAM_PY} (run `make setup`)")
+    routes = set(a.sources.split(","))
+    if "kafka" in routes and (why := _stream_kafka.available()):
+        sys.exit(f"streaming: the Kafka route cannot run: {why} (or pass --sources files)")
     tmp = Path(tempfile.mkdtemp(prefix="quiver-bench-stream-"))
     redis_proc, url = start_redis(tmp)
+    broker = None
     REDIS_PID[:] = [redis_proc.pid]
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -480,21 +499,42 @@ def main() -> int:
                                                                                            "project: peer"))
         print(f"data: {events:,} events, {users:,} users ({time.time() - began:.1f} s); the machine is shared "
               f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): compare figures within this run", flush=True)
-        runs: dict[str, dict[int, list[dict[str, Any]]]] = {"quiver": {}, "quiver_no_contract": {}, "blackhole": {},
-                                                            "pysink": {}}
+        kafka_config = None
+        if "kafka" in routes:
+            broker = _stream_kafka.start_broker(tmp / "kafka")
+            began = time.time()
+            sent = _stream_kafka.load_topic(broker.bootstrap, tx)
+            kafka_config = _stream_kafka.make_config(root, broker.bootstrap)
+            print(f"kafka: {sent:,} records keyed by user in topic {_stream_kafka.TOPIC!r} "
+                  f"({_stream_kafka.PARTITIONS} partitions, {time.time() - began:.1f} s)", flush=True)
+        runs: dict[str, dict[int, list[dict[str, Any]]]] = {
+            "quiver": {}, "quiver_no_contract": {}, "blackhole": {}, "pysink": {}, "quiver_kafka": {},
+            "blackhole_kafka": {}}
+        kafka_checked = 0
         checked = 0
         for level in levels:
             for r in range(repeats):  # interleaved, so a change in the machine's load hits every side alike
-                figs = [side_quiver(root, tmp / f"state-p{level}", level, events, flush),
-                        side_quiver(root, tmp / f"state-nc-p{level}", level, events, flush, config=NO_CONTRACT,
-                                    side="quiver_no_contract"),
-                        side_worker("blackhole", root, tmp / "state-blackhole", level, events)]
-                if figs[0]["loaded_rows"] != figs[1]["loaded_rows"] or figs[0]["fed_lines"] != figs[1]["fed_lines"]:
+                figs = []
+                if "files" in routes:
+                    figs += [side_quiver(root, tmp / f"state-p{level}", level, events, flush),
+                             side_quiver(root, tmp / f"state-nc-p{level}", level, events, flush, config=NO_CONTRACT,
+                                         side="quiver_no_contract"),
+                             side_worker("blackhole", root, tmp / "state-blackhole", level, events)]
+                if kafka_config:  # its own keys: the file route's values stay for the comparison below
+                    figs += [side_quiver(root, tmp / f"state-kafka-p{level}", level, events,
+                                         lambda: _delete_project(url, _stream_kafka.PROJECT), config=kafka_config,
+                                         side="quiver_kafka"),
+                             side_worker("blackhole", root, tmp / "state-blackhole-kafka", level, events,
+                                         config=kafka_config, side="blackhole_kafka")]
+                    if "files" in routes:
+                        kafka_checked += same_answers(root, users, end_us, other=kafka_config)
+                if "files" in routes and (figs[0]["loaded_rows"] != figs[1]["loaded_rows"]
+                                          or figs[0]["fed_lines"] != figs[1]["fed_lines"]):
                     print(f"FAIL: with and without the contract the answers differ: {figs[0]['fed_lines']} / "
                           f"{figs[1]['fed_lines']} lines fed, {figs[0]['loaded_rows']} / {figs[1]['loaded_rows']} rows "
                           "loaded (every generated event is valid)", flush=True)
                     failed = True
-                if not a.no_peer:
+                if not a.no_peer and "files" in routes:
                     figs.append(_peer(root, tmp, level, events))
                 for fig in figs:
                     runs[fig["side"]].setdefault(level, []).append(fig)
@@ -503,24 +543,40 @@ def main() -> int:
                              f", Redis {prof['redis_server_cpu_s']:.1f}") if prof.get("flink_jvm_cpu_s") else ""
                     print(f"p={level} run {r + 1} {fig['side']:>9}: {fig['events_per_s']:>8,.0f} ev/s  "
                           f"({fig['processing_s']:.1f} s, {fig.get('cpu_s') or 0:.1f} CPU s{split})", flush=True)
-            if not a.no_peer:  # answers: Quiver's Redis values == the Python sink's (run last, same events)
-                checked += same_answers(url, root, users, end_us)
+            if not a.no_peer and "files" in routes:  # Quiver's Redis values == the Python sink's (same events)
+                checked += same_answers(root, users, end_us)
         median = {side: {lvl: statistics.median(f["events_per_s"] for f in figs) for lvl, figs in by.items()}
                   for side, by in runs.items() if by}
         per_cpu = {side: {lvl: statistics.median(f["events_per_cpu_s"] or 0 for f in figs) for lvl, figs in by.items()}
                    for side, by in runs.items() if by}
-        best = max(levels, key=lambda lvl: median["quiver"][lvl])
-        quiver_eps, floor_eps = median["quiver"][best], median["blackhole"][best]
-        fresh = freshness(root, tmp / f"state-p{best}", best, a.fresh_seconds or (10.0 if a.quick else 30.0),
-                          rate=max(int(quiver_eps / 2), 100))
-        print(f"freshness p={best} at {fresh['rate_events_s']:,} ev/s (half of Quiver's rate): p50 "
-              f"{fresh['p50_s']:.2f} s, p99 {fresh['p99_s']:.2f} s ({fresh['probes']} probes, {fresh['missing']} "
-              "not seen)", flush=True)
-        if fresh["missing"]:
-            failed = True
-            print("FAIL: probe events never became visible online", flush=True)
+        seconds = a.fresh_seconds or (10.0 if a.quick else 30.0)
+        summary: dict[str, dict[str, Any]] = {}
+        for route, (ours, floor, state) in ROUTES.items():
+            if route not in routes:
+                continue
+            best = max(levels, key=lambda lvl: median[ours][lvl])
+            eps, floor_eps = median[ours][best], median[floor][best]
+            live = {} if route == "files" else {"config": kafka_config, "send": _stream_kafka.send(broker.bootstrap)}
+            fresh = freshness(root, tmp / state.format(best), best, seconds, rate=max(int(eps / 2), 100), **live)
+            if fresh["missing"]:
+                failed = True
+                print(f"FAIL ({route}): probe events never became visible online", flush=True)
+            met = {"events_per_s": eps >= TARGET_EVENTS_S, "ratio_to_blackhole": eps / floor_eps >= TARGET_RATIO,
+                   "freshness_p99_s": fresh["p99_s"] <= TARGET_P99_S}
+            summary[route] = {"best_parallelism": best, "events_per_s": eps, "blackhole_events_per_s": floor_eps,
+                              "ratio_to_blackhole": eps / floor_eps, "freshness": fresh, "met": met}
+            print(f"{route} (p={best}): {eps:,.0f} ev/s = {eps / floor_eps:.2f}× blackhole ({floor_eps:,.0f}); "
+                  f"freshness at {fresh['rate_events_s']:,} ev/s (half): p50 {fresh['p50_s']:.2f} s, p99 "
+                  f"{fresh['p99_s']:.2f} s ({fresh['probes']} probes, {fresh['missing']} not seen); targets "
+                  f"≥ {TARGET_EVENTS_S:,} ev/s, ≥ {TARGET_RATIO}×, p99 ≤ {TARGET_P99_S} s: "
+                  + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in met.items()), flush=True)
+        if kafka_config and "files" in routes:
+            print(f"kafka route == file route: {kafka_checked:,} online values equal", flush=True)
+        main_route = summary.get("files") or summary["kafka"]
+        best, quiver_eps = main_route["best_parallelism"], main_route["events_per_s"]
+        floor_eps = main_route["blackhole_events_per_s"]
         candidates = []
-        if a.candidates:
+        if a.candidates and "files" in routes:
             for name, side, extra in CANDIDATES:
                 if side == "quiver":
                     fig = side_quiver(root, tmp / "state-candidate", best, events, flush, *extra)
@@ -529,33 +585,42 @@ def main() -> int:
                 candidates.append({"name": name, "options": extra, **fig})
                 print(f"candidate {name:>28} ({side}): {fig['events_per_s']:>8,.0f} ev/s, "
                       f"{fig['events_per_cpu_s'] or 0:,.0f} ev/CPU s", flush=True)
-        with_c, without_c = median["quiver"][best], median["quiver_no_contract"][best]
-        feed_with = statistics.median(f["feed_s"] for f in runs["quiver"][best])
-        feed_without = statistics.median(f["feed_s"] for f in runs["quiver_no_contract"][best])
-        contract = {"with_events_per_s": with_c, "without_events_per_s": without_c,
-                    "slowdown": without_c / with_c - 1.0, "feed_s_with": feed_with, "feed_s_without": feed_without,
-                    "target_slowdown": 0.10}
-        print(f"contract (p={best}): {with_c:,.0f} ev/s with, {without_c:,.0f} without ({contract['slowdown']:+.1%}); "
-              f"feeder {feed_with:.2f} s with, {feed_without:.2f} s without", flush=True)
+        contract = None
+        if "files" in routes:
+            with_c, without_c = median["quiver"][best], median["quiver_no_contract"][best]
+            feed_with = statistics.median(f["feed_s"] for f in runs["quiver"][best])
+            feed_without = statistics.median(f["feed_s"] for f in runs["quiver_no_contract"][best])
+            contract = {"with_events_per_s": with_c, "without_events_per_s": without_c,
+                        "slowdown": without_c / with_c - 1.0, "feed_s_with": feed_with,
+                        "feed_s_without": feed_without, "target_slowdown": 0.10}
+            print(f"contract (p={best}): {with_c:,.0f} ev/s with, {without_c:,.0f} without "
+                  f"({contract['slowdown']:+.1%}); feeder {feed_with:.2f} s with, {feed_without:.2f} s without",
+                  flush=True)
         result = {
-            "contract": contract,
+            "contract": contract, "routes": summary,
             "events": events, "users": users, "quick": a.quick, "parallelism": levels, "runs_per_side": repeats,
             "runner_args": RUNNER_ARGS, "sides": runs, "median_events_per_s": median,
             "median_events_per_cpu_s": per_cpu, "best_parallelism": best,
             "quiver_events_per_s": quiver_eps, "blackhole_events_per_s": floor_eps,
             "ratio_to_target": quiver_eps / TARGET_EVENTS_S, "ratio_to_blackhole": quiver_eps / floor_eps,
             "ratio_to_python_sink": (quiver_eps / median["pysink"][best]) if "pysink" in median else None,
-            "freshness": fresh, "freshness_p50_s": fresh["p50_s"], "freshness_p99_s": fresh["p99_s"],
-            "values_compared": checked, "candidates": candidates,
-            "targets": {"events_per_s": TARGET_EVENTS_S, "ratio_to_blackhole": 0.7, "freshness_p99_s": TARGET_P99_S},
+            "freshness": main_route["freshness"], "freshness_p50_s": main_route["freshness"]["p50_s"],
+            "freshness_p99_s": main_route["freshness"]["p99_s"],
+            "values_compared": checked, "kafka_values_compared": kafka_checked, "candidates": candidates,
+            "targets": {"events_per_s": TARGET_EVENTS_S, "ratio_to_blackhole": TARGET_RATIO,
+                        "freshness_p99_s": TARGET_P99_S},
             "host": {"cpus": os.cpu_count(), "load": os.getloadavg(),
                      "note": "shared machine (several agents): figures are noisy; compare within one run"}}
         out = Path(a.out) if a.out else RESULTS
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, default=str))
+        kafka = summary.get("kafka")
         print(f"RESULT streaming ratio={quiver_eps / TARGET_EVENTS_S:.2f} quiver={quiver_eps:.0f}ev/s "
-              f"peer={floor_eps:.0f}ev/s")
+              f"peer={floor_eps:.0f}ev/s" + (f" kafka={kafka['events_per_s']:.0f}ev/s "
+                                             f"kafka_peer={kafka['blackhole_events_per_s']:.0f}ev/s" if kafka else ""))
     finally:
+        if broker is not None:
+            broker.stop()
         redis_proc.terminate()
         redis_proc.wait()
         if a.keep:
@@ -563,6 +628,15 @@ def main() -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0
+
+
+def _delete_project(url: str, project: str) -> None:
+    """Delete one project's keys (the other routes' values stay for the comparison)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(match=f"q:{project}:*", count=1000):
+        client.delete(key)
 
 
 def _peer(root: Path, tmp: Path, level: int, events: int) -> dict[str, Any]:

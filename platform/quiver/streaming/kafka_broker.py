@@ -328,6 +328,21 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         offsets.close()
 
 
+def forget_group(bootstrap: str, group: str) -> None:
+    """Delete consumer `group` and the offsets it committed (a group never created is fine). A Flink job's
+    Kafka source assigns its partitions itself and never joins the group, so a stopped job leaves it empty."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(admin_config(bootstrap))  # held while waiting: the future dies with its client
+    try:
+        _retrying(lambda: admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=60))
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if not (isinstance(error, KafkaError) and error.code() == KafkaError.GROUP_ID_NOT_FOUND):
+            raise BrokerError(f"deleting consumer group {group!r} on {bootstrap}: {exc}") from exc
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """partition → the offset `group` committed (-1 where none; one query, `TopicOffsets` for repeated ones)."""
     offsets = TopicOffsets(bootstrap, topic, group)

@@ -305,7 +305,8 @@ class StreamRunner:
                 self._status["feeder"]["retired_batches"] = self._status["feeder"].get("retired_batches", 0) + removed
 
     def _start_fresh(self) -> None:
-        """Forget every trace of an earlier job: its checkpoints, inbox, change files and logs."""
+        """Forget every trace of an earlier job: its checkpoints, inbox, change files and logs, and the offsets
+        its Kafka consumer group committed."""
         clear_checkpoints(self.paths)
         for folder in (self.paths.root / "inbox", self.paths.sinks):
             shutil.rmtree(folder, ignore_errors=True)
@@ -313,6 +314,8 @@ class StreamRunner:
             (self.paths.root / name).unlink(missing_ok=True)
         for source in self.streams:  # the replay writes them again
             shutil.rmtree(late_dir(self.config.offline_dir) / source, ignore_errors=True)
+        if self.topics is not None:
+            self.topics.forget_commits()
 
     def _open_store(self) -> OnlineStore:
         from quiver.online.factory import open_online_store

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.compile.flink import kafka_group
-from quiver.streaming.kafka_broker import TopicOffsets
+from quiver.streaming.kafka_broker import TopicOffsets, forget_group
 
 
 def _ask(topic: Topic, query: Callable[[], dict[int, int]]) -> dict[int, int]:
@@ -57,6 +57,12 @@ class TopicProgress:
         """Remember every partition's end now (what a bounded run reads); returns records per source."""
         self.goal = {t.source: _ask(t, self._of(t).ends) for t in self.topics}
         return {source: sum(ends.values()) for source, ends in self.goal.items()}
+
+    def forget_commits(self) -> None:
+        """A fresh job (empty state, reading from the earliest offsets) must not inherit an earlier job's
+        committed offsets: a bounded run would count itself caught up before it read a record."""
+        for t in self.topics:
+            forget_group(t.bootstrap, t.group)
 
     def committed(self) -> dict[str, dict[int, int]]:
         # A partition the group never committed reads as a negative sentinel: nothing read yet.

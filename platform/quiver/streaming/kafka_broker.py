@@ -60,6 +60,15 @@ def _properties(directory: Path, port: int, controller_port: int, partitions: in
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64, as Kafka makes them, never starting with "-" (one id
+    in 64 did: the storage tool's argument parser then read it as an option and refused to format)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaBroker:
     """One broker process over `directory` (config, data, log); ports fixed at construction so a restart
     comes back at the same address with the same topics and offsets."""
@@ -87,8 +96,8 @@ class KafkaBroker:
     def _format(self, config: Path) -> None:
         if (self.dir / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        out = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+        out = subprocess.run(self._java("kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
+                                        "-c", str(config)),
                              capture_output=True, text=True, timeout=120)
         if out.returncode:
             raise BrokerError(f"formatting the Kafka log directory {self.dir / 'data'} failed:\n"

@@ -15,6 +15,7 @@ import math
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,53 @@ def test_the_flink_sink_writes_what_the_loader_writes(tmp_path: Path, redis_url:
     assert reads(jvm, views, AT[0])[("spend", "amount_count_2h")][1] == repr(3)  # user 2: three tiles, one event each
     py.close()
     jvm.close()
+
+
+LIVE_JOB = '''
+import json, sys
+from pyflink.table import EnvironmentSettings, TableEnvironment
+spec = json.loads(open(sys.argv[1]).read())
+env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+for key, value in spec["settings"]:
+    env.get_config().set(key, value)
+for statement in spec["statements"]:
+    env.execute_sql(statement)
+env.execute_sql(spec["insert"]).wait()
+'''
+
+
+def test_values_are_written_on_the_flush_timer_long_before_a_checkpoint(tmp_path: Path, redis_url: str) -> None:
+    """An endless source, no checkpoints, a buffer far larger than the rows: only the sink's flush timer can
+    write, and it does within seconds (before it, values waited for the next checkpoint)."""
+    view = catalog().views["latest"]
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match="q:timer:*", count=1000):
+        client.delete(key)
+    options = sink_options(view, "last", redis_url, project="timer", buffer_rows=1_000_000, flush_interval_ms=200)
+    with_clause = ",\n".join(f"  '{k}' = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in options.items())
+    statements = [
+        "CREATE TABLE src (user_id BIGINT, amount DOUBLE) WITH ('connector' = 'datagen', "
+        "'rows-per-second' = '20', 'fields.user_id.min' = '1', 'fields.user_id.max' = '50')",
+        "CREATE TABLE sink (user_id BIGINT, `__batch` STRING, event_ts BIGINT, amount DOUBLE, category STRING, "
+        f"n BIGINT) WITH (\n{with_clause}\n)"]
+    insert = (f"INSERT INTO sink SELECT user_id, CAST(NULL AS STRING), CAST({T0} AS BIGINT) + user_id, amount, "
+              "'c', CAST(1 AS BIGINT) FROM src")
+    # No checkpointing at all (even an hour's interval may fire its first checkpoint early).
+    settings = [("parallelism.default", "1"), ("pipeline.jars", bundle_jars(REDIS_SINK)[0].as_uri())]
+    spec_file, script = tmp_path / "live.json", tmp_path / "live.py"
+    spec_file.write_text(json.dumps({"settings": settings, "statements": statements, "insert": insert}))
+    script.write_text(LIVE_JOB)
+    proc = subprocess.Popen([str(STREAM_PYTHON), str(script), str(spec_file)], cwd=str(REPO),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(client.scan_iter(match="q:timer:latest:*", count=1000)):
+            assert proc.poll() is None, (proc.stderr.read() if proc.stderr else "")[-4000:]
+            assert time.monotonic() < deadline, "no value written within 120 s: the flush timer did not fire"
+            time.sleep(0.2)
+        with RedisOnlineStore(redis_url, "timer") as store:  # what was written is readable, in the store's layout
+            got = store.read([ViewRead(view, ("amount",))], {"user_id": np.arange(1, 51)}, T0 + H)
+        assert got[("latest", "amount")].valid.any()
+    finally:
+        proc.kill()
+        proc.wait(30)

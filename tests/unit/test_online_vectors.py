@@ -68,3 +68,8 @@ def test_sink_options_are_the_with_clause(views) -> None:
         sink_options(views["agg"], "last", "redis://h:6379/0")
     with pytest.raises(ValueError, match="buffer_rows"):
         sink_options(views["last"], "last", "redis://h:6379/0", buffer_rows=0)
+    assert "flush.interval" not in options  # only on checkpoints unless asked
+    timed = sink_options(views["last"], "last", "redis://h:6379/0", flush_interval_ms=200)
+    assert timed["flush.interval"] == "200 ms"
+    with pytest.raises(ValueError, match="flush_interval_ms"):
+        sink_options(views["last"], "last", "redis://h:6379/0", flush_interval_ms=-1)

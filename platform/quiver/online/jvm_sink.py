@@ -102,17 +102,21 @@ def sink_layout(view: ViewSpec, project: str = "default") -> dict[str, Any]:
 
 
 def sink_options(view: ViewSpec, kind: str, redis_url: str, *, project: str = "default",
-                 markers_key: str | None = None, buffer_rows: int = DEFAULT_BUFFER_ROWS) -> dict[str, str]:
+                 markers_key: str | None = None, buffer_rows: int = DEFAULT_BUFFER_ROWS,
+                 flush_interval_ms: int = 0) -> dict[str, str]:
     """The WITH options of a `quiver-redis` sink table for `view`'s `kind` ("tiles" or "last") sink.
 
     `markers_key`: where the view's batch markers go (`markers_key(project, source)`; only the sink that
     carries the `__batch` column needs it). `buffer_rows`: rows buffered before an early flush (the writer
-    also flushes on every checkpoint and at end of input)."""
+    also flushes on every checkpoint and at end of input). `flush_interval_ms`: also flush this often (0:
+    not on a timer), which bounds how long a value waits in the buffer."""
     if SINK_KINDS.get(kind) != view.kind:
         raise ValueError(f"view {view.name!r} ({view.kind}) has no {kind!r} sink: expected "
                          f"{'tiles' if view.kind == 'agg' else 'last'!r}")
     if buffer_rows < 1:
         raise ValueError(f"buffer_rows must be positive, got {buffer_rows}")
+    if flush_interval_ms < 0:
+        raise ValueError(f"flush_interval_ms must not be negative, got {flush_interval_ms}")
     options = {
         "connector": CONNECTOR,
         "redis.url": redis_url,
@@ -123,4 +127,6 @@ def sink_options(view: ViewSpec, kind: str, redis_url: str, *, project: str = "d
     }
     if markers_key:
         options["markers.key"] = markers_key
+    if flush_interval_ms:
+        options["flush.interval"] = f"{flush_interval_ms} ms"
     return options

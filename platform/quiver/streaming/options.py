@@ -41,6 +41,7 @@ class StreamOptions:
     flink_settings: tuple[tuple[str, str], ...] = ()  # extra Flink runtime settings (e.g. memory)
     jobmanager: str = ""  # REST "host:port" of a Flink session cluster; empty: the embedded mini-cluster
     sink: str = "auto"  # "redis": the JVM sink writes to Redis; "files": change files + loader; auto: redis if it can
+    sink_flush_ms: int = 200  # the JVM sink also writes this often, not only on checkpoints (0: only then)
 
 
 def default_state_dir(config: Config) -> Path:
@@ -106,6 +107,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="redis: the job writes tiles and last values to Redis itself (the JVM sink); files: change "
                         "files that the runner loads; auto (default): redis when redis_url is redis:// and setup "
                         "built the sink")
+    p.add_argument("--sink-flush-ms", type=int, default=200,
+                   help="the JVM sink also writes what it holds this often, not only on each checkpoint: how long "
+                        "a value can wait before it is readable online (0: only on checkpoints)")
     p.add_argument("--jobmanager", default=None, metavar="HOST:PORT",
                    help="submit to this Flink session cluster (REST endpoint); default: flink_jobmanager in "
                         "quiver.yaml, else the embedded mini-cluster")
@@ -124,4 +128,4 @@ def options_from_args(args: argparse.Namespace, config: Config) -> StreamOptions
                          stream_retention_s=args.stream_retention_s,
                          table_settings=settings_pairs(args.table_set), flink_settings=settings_pairs(args.flink_set),
                          jobmanager=args.jobmanager if args.jobmanager is not None else config.flink_jobmanager,
-                         sink=args.sink)
+                         sink=args.sink, sink_flush_ms=args.sink_flush_ms)

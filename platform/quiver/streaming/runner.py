@@ -161,7 +161,8 @@ class StreamRunner:
         marking = set(self.marking_views())
         project = self.config.project
         return {v.name: sink_options(v, "tiles" if v.kind == "agg" else "last", self.redis_url, project=project,
-                                     markers_key=markers_key(project, v.source) if v.name in marking else None)
+                                     markers_key=markers_key(project, v.source) if v.name in marking else None,
+                                     flush_interval_ms=self.options.sink_flush_ms)
                 for v in self.views}
 
     def stop(self, savepoint: bool = False) -> None:

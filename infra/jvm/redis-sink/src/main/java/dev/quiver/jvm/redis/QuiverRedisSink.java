@@ -28,6 +28,9 @@ public final class QuiverRedisSink implements Sink<RowData> {
         SinkLayout layout = SinkLayout.parse(options.layoutJson);
         FlushBuffer buffer = new FlushBuffer(layout, new RowEncoder(layout, names, types));
         RedisWriter redis = new RedisWriter(options.redisUrl, options.timeoutMs, layout, options.markersKey);
-        return new QuiverRedisSinkWriter(buffer, redis, options.bufferRows, context.metricGroup());
+        QuiverRedisSinkWriter writer = new QuiverRedisSinkWriter(buffer, redis, options.bufferRows,
+                context.metricGroup());
+        writer.flushEvery(context.getProcessingTimeService(), options.flushIntervalMs);
+        return writer;
     }
 }

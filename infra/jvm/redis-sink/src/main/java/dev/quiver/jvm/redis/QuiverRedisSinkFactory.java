@@ -33,6 +33,9 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
             .defaultValue(20_000).withDescription("Rows buffered before a write between checkpoints.");
     public static final ConfigOption<String> MARKERS_KEY = ConfigOptions.key("markers.key").stringType()
             .noDefaultValue().withDescription("Redis SET receiving the batch markers (__batch) once written.");
+    public static final ConfigOption<Duration> FLUSH_INTERVAL = ConfigOptions.key("flush.interval").durationType()
+            .defaultValue(Duration.ZERO).withDescription("Also write what is buffered this often (0: only on "
+                    + "checkpoints, at end of input and when buffer.rows wait): how fresh online values are.");
     public static final ConfigOption<Duration> TIMEOUT = ConfigOptions.key("redis.timeout").durationType()
             .defaultValue(Duration.ofSeconds(10)).withDescription("Connect and read timeout of a Redis call.");
 
@@ -48,7 +51,7 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
 
     @Override
     public Set<ConfigOption<?>> optionalOptions() {
-        return Set.of(BUFFER_ROWS, MARKERS_KEY, TIMEOUT, FactoryUtil.SINK_PARALLELISM);
+        return Set.of(BUFFER_ROWS, MARKERS_KEY, TIMEOUT, FLUSH_INTERVAL, FactoryUtil.SINK_PARALLELISM);
     }
 
     @Override
@@ -79,8 +82,12 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
             throw new IllegalArgumentException("buffer.rows must be positive, got " + rows);
         }
         long timeout = config.get(TIMEOUT).toMillis();
+        long every = config.get(FLUSH_INTERVAL).toMillis();
+        if (every < 0) {
+            throw new IllegalArgumentException("flush.interval must not be negative, got " + every + " ms");
+        }
         return new SinkOptions(url, config.get(LAYOUT), config.getOptional(MARKERS_KEY).orElse(null), rows,
-                (int) Math.max(1, Math.min(timeout, Integer.MAX_VALUE)));
+                (int) Math.max(1, Math.min(timeout, Integer.MAX_VALUE)), every);
     }
 
     private static void check(ReadableConfig config, SinkLayout layout) {

@@ -11,12 +11,15 @@ final class SinkOptions implements Serializable {
     final String markersKey; // null: markers are counted, not recorded
     final int bufferRows;
     final int timeoutMs;
+    final long flushIntervalMs; // 0: only on checkpoints, end of input and a full buffer
 
-    SinkOptions(String redisUrl, String layoutJson, String markersKey, int bufferRows, int timeoutMs) {
+    SinkOptions(String redisUrl, String layoutJson, String markersKey, int bufferRows, int timeoutMs,
+            long flushIntervalMs) {
         this.redisUrl = redisUrl;
         this.layoutJson = layoutJson;
         this.markersKey = markersKey;
         this.bufferRows = bufferRows;
         this.timeoutMs = timeoutMs;
+        this.flushIntervalMs = flushIntervalMs;
     }
 }

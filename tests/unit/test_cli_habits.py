@@ -103,6 +103,19 @@ def test_describe_views_services_entities_and_sources(runner: CliRunner, project
     assert "no definition named 'nope'" in unknown and "services: fraud" in unknown
 
 
+def test_describe_says_which_a_stream_binding_reads(runner: CliRunner, project: Path) -> None:
+    """A binding naming files and a topic: `describe` says what `quiver stream` will read, files until brokers
+    are set, then the topic (StreamSpec.reads_kafka), not both as if either might be read."""
+    defs = project / "feature_defs" / "defs.py"
+    defs.write_text(defs.read_text().replace('StreamBinding(path="data/stream/tx")',
+                                             'StreamBinding(path="data/stream/tx", kafka_topic="tx-events")'))
+    files = run(runner, project, "describe", "tx")
+    assert "stream: json files at data/stream/tx (Kafka topic tx-events once kafka_bootstrap is set)" in files
+    (project / "quiver.yaml").write_text("project: habits\nkafka_bootstrap: broker-1:9092\n")
+    kafka = run(runner, project, "describe", "tx")
+    assert "stream: Kafka topic tx-events at broker-1:9092 (files at data/stream/tx when no brokers are set)" in kafka
+
+
 def test_versions_show_real_diffs(runner: CliRunner, project: Path) -> None:
     run(runner, project, "apply")
     (project / "feature_defs" / "defs.py").write_text(DEFS.format(window="2h"))

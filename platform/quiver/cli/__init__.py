@@ -188,7 +188,7 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
     a source's columns and stream binding, and where it is defined."""
     from quiver.catalog.ir import spec_to_dict
 
-    _, applied = open_applied(config, catalog)
+    cfg, applied = open_applied(config, catalog)
     cat = applied.catalog
     if not as_json:
         _say_version(applied, catalog)
@@ -212,8 +212,11 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
     if as_json:
         console.print_json(json.dumps(spec_to_dict(spec)))
         return
+    if what == "source":
+        _describe_source(cat, spec, cfg.kafka_bootstrap)
+        return
     {"view": _describe_view, "service": _describe_service, "entity": _describe_entity,
-     "source": _describe_source, "on_demand": _describe_on_demand, "request": _describe_request}[what](cat, spec)
+     "on_demand": _describe_on_demand, "request": _describe_request}[what](cat, spec)
 
 
 def _describe_on_demand(cat: Catalog, spec: Any) -> None:
@@ -293,16 +296,21 @@ def _describe_entity(cat: Catalog, spec: Any) -> None:
     console.print(f"feature views keyed by it: {', '.join(views) or '-'}")
 
 
-def _describe_source(cat: Catalog, spec: Any) -> None:
+def _describe_source(cat: Catalog, spec: Any, bootstrap: str = "") -> None:
     console.print(f"[bold]{spec.name}[/bold]  source ({spec.location})\n{spec.description}")
     console.print(f"path: {spec.path}   event time: {spec.timestamp_field}")
     table = Table("column", "dtype")
     for column, dtype in spec.columns:
         table.add_row(column, dtype)
     console.print(table)
-    if spec.stream is not None:
-        console.print(f"stream: {spec.stream.format} files at {spec.stream.path}"
-                      + (f", Kafka topic {spec.stream.kafka_topic}" if spec.stream.kafka_topic else ""))
+    stream = spec.stream
+    if stream is not None and stream.reads_kafka(bootstrap):  # what `quiver stream` reads (StreamSpec.reads_kafka)
+        console.print(f"stream: Kafka topic {stream.kafka_topic} at {stream.brokers(bootstrap)}"
+                      + (f" (files at {stream.path} when no brokers are set)" if stream.path else ""))
+    elif stream is not None:
+        console.print(f"stream: {stream.format} files at {stream.path}"
+                      + (f" (Kafka topic {stream.kafka_topic} once kafka_bootstrap is set)" if stream.kafka_topic
+                         else ""))
     views = sorted(v.name for v in cat.views.values() if v.source == spec.name)
     console.print(f"feature views reading it: {', '.join(views) or '-'}")
     _print_contract(spec.contract)

@@ -10,6 +10,7 @@ import org.apache.flink.table.data.binary.BinaryStringData;
 import org.apache.flink.table.functions.ScalarFunction;
 import org.apache.flink.table.types.DataType;
 import org.apache.flink.table.types.inference.CallContext;
+import org.apache.flink.table.types.inference.StaticArgument;
 import org.apache.flink.table.types.inference.TypeInference;
 
 /**
@@ -49,7 +50,7 @@ public class ParseRecord extends ScalarFunction {
         p.parse(line == null ? null : line.toString());
         RowData row = toRow(p);
         memo.spec = p.spec;
-        memo.line = line == null ? null : (BinaryStringData) BinaryStringData.fromBytes(line.toBytes());
+        memo.line = line == null ? null : BinaryStringData.fromBytes(line.toBytes());
         memo.row = row;
         return row;
     }
@@ -70,7 +71,7 @@ public class ParseRecord extends ScalarFunction {
     public TypeInference getTypeInference(DataTypeFactory typeFactory) {
         DataType text = DataTypes.STRING().bridgedTo(StringData.class);
         return TypeInference.newBuilder()
-                .typedArguments(text, text)
+                .staticArguments(StaticArgument.scalar("line", text, false), StaticArgument.scalar("spec", text, false))
                 .outputTypeStrategy(ParseRecord::outputType)
                 .build();
     }

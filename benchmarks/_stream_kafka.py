@@ -24,12 +24,12 @@ def available() -> str | None:
     """Why the Kafka route cannot run here (None: it can)."""
     from quiver.catalog.errors import QuiverError
     from quiver.jars import KAFKA_BROKER, has_bundle
-    from quiver.streaming.options import kafka_jars
+    from quiver.streaming.options import kafka_job_jars
 
     if not has_bundle(KAFKA_BROKER):
         return "the Kafka broker jars are missing (make setup)"
     try:
-        kafka_jars()
+        kafka_job_jars()
     except QuiverError as exc:
         return str(exc)
     return None

@@ -210,7 +210,7 @@ def worker(kind: str, config_path: str, state: str, parallelism: int, runner_arg
     from quiver.streaming.feeder import Feeder, source_feeds
     from quiver.streaming.job import JobOptions, flink_config
     from quiver.streaming.late import late_dir
-    from quiver.streaming.options import kafka_jars
+    from quiver.streaming.options import kafka_job_jars
     from quiver.streaming.paths import StreamPaths
     from quiver.streaming.runner import StreamRunner, parse_args
     from quiver.streaming.status import tree_cpu_s
@@ -228,7 +228,7 @@ def worker(kind: str, config_path: str, state: str, parallelism: int, runner_arg
     job = runner.job
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     conf = env.get_config()
-    connectors = tuple(kafka_jars()) if runner.kafka else ()  # the sinks are swapped: no Redis sink jar
+    connectors = tuple(kafka_job_jars()) if runner.kafka else ()  # the connector and the parser (sinks swapped)
     settings = flink_config(job, JobOptions(parallelism, options.checkpoint_interval_ms, options.state_backend,
                                             extra=options.flink_settings, jars=connectors), paths, None)
     for k, v in settings.items():

@@ -92,8 +92,8 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/
 command -v chromium >/dev/null || apt_need chromium "tests render /docs and the web console in a real browser"
 # Maven fetches the JVM jars (Kafka broker, Flink's Kafka connector, s3a) and builds our Redis sink.
 command -v mvn >/dev/null || apt_need maven "it fetches the Kafka, Flink and Hadoop jars from Maven Central"
-# javac builds our Flink Redis sink (infra/jvm/redis-sink); a JRE alone cannot.
-command -v javac >/dev/null || apt_need openjdk-17-jdk-headless "javac builds the Flink Redis sink"
+# javac builds our jar (infra/jvm/redis-sink: the Flink Redis sink and the Kafka record parser); a JRE alone cannot.
+command -v javac >/dev/null || apt_need openjdk-17-jdk-headless "javac builds our Flink jar (the Redis sink, the Kafka parser)"
 
 # --- virtualenvs --------------------------------------------------------------------------------------
 stamp_hash() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }

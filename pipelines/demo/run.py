@@ -239,7 +239,7 @@ def _through_kafka(config: Config, catalog: Catalog, window: pa.Table) -> tuple[
     from quiver.pipelines.stream_producer import keyed_records
     from quiver.streaming.embedded_kafka import PARTITIONS, start_broker
     from quiver.streaming.kafka_broker import fresh_topic, produce
-    from quiver.streaming.options import kafka_jars
+    from quiver.streaming.options import kafka_job_jars
 
     # librdkafka's retry notices (a fresh broker is still loading its coordinators) are no news here:
     # produce() raises when a record is not delivered.
@@ -249,7 +249,7 @@ def _through_kafka(config: Config, catalog: Catalog, window: pa.Table) -> tuple[
         console.print("streaming from files: the transactions stream binding names no kafka_topic")
         return None
     try:
-        kafka_jars()  # the job's connector: without it `quiver stream` would refuse the topic
+        kafka_job_jars()  # the connector and the parser: without them `quiver stream` would refuse the topic
         bootstrap = start_broker(config)
         fresh_topic(bootstrap, binding.kafka_topic, PARTITIONS)  # a rerun's job replays this window only
         sent = produce(bootstrap, binding.kafka_topic, keyed_records(window, "user_id"))

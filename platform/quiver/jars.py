@@ -13,7 +13,7 @@ from quiver.catalog.errors import QuiverError
 
 KAFKA_BROKER = "kafka-broker"  # a single-node KRaft broker's classpath (tests, the demo)
 FLINK_KAFKA = "flink-kafka"  # Flink's Kafka SQL connector (one shaded jar)
-REDIS_SINK = "redis-sink"  # our Flink sink writing tiles and last values to Redis
+REDIS_SINK = "redis-sink"  # our jar: the Flink sink writing tiles and last values to Redis, and the Kafka record parser
 S3A = "s3a"  # hadoop-aws and its AWS SDK, for Spark's s3a://
 
 

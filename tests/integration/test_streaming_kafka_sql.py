@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quiver.streaming.kafka_broker import KafkaBroker, create_topic, produce
-from quiver.streaming.runner import kafka_jars
+from quiver.streaming.options import kafka_job_jars
 from tests.integration.test_streaming_e2e import REPO, STREAM_PYTHON
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,7 +74,7 @@ def test_kafka_records_are_parsed_and_malformed_ones_quarantined(tmp_path: Path,
     produce(kafka_broker.bootstrap, "clicks", ((None, r) for r, _ in RECORDS))
     sinks = tmp_path / "sinks"
     script = tmp_path / "job.py"
-    jars = ";".join(p.resolve().as_uri() for p in kafka_jars())
+    jars = ";".join(p.resolve().as_uri() for p in kafka_job_jars())  # the connector and the parser
     script.write_text(SCRIPT.format(platform=str(REPO / "platform"), golden=str(REPO / "tests/golden/flink"),
                                     sinks=sinks.as_uri(), bootstrap=kafka_broker.bootstrap, jars=jars))
     out = subprocess.run([str(STREAM_PYTHON), str(script)], capture_output=True, text=True, timeout=600, cwd=str(REPO))

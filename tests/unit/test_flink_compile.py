@@ -8,7 +8,7 @@ from quiver import Aggregation, Entity, FeatureView, Field, Float64, Source, Str
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.validate import build_catalog
 from quiver.compile.flink import FlinkTarget, compile_flink, state_ttl_ms, streamed_views
-from quiver.compile.flink_sources import _parse
+from quiver.compile.flink_sources import PARSE_CLASS
 from quiver.compile.flink_sql import interval
 
 COLUMNS = {"user_id": "int64", "amount": "float64", "ts": "timestamp", "ts_ms": "int64", "__x": "float64",
@@ -126,9 +126,14 @@ def test_kafka_needs_a_topic_and_renders_the_connector() -> None:
     assert "'properties.bootstrap.servers' = 'k:9092'" in script
     # Malformed records are quarantined, never skipped by the format: each record is read as a string.
     assert "'format' = 'raw'" in script and "ignore-parse-errors" not in script
-    assert "WHEN NOT (`line` IS JSON OBJECT) THEN 'unparseable_json'" in script
-    # Booleans as strictly as the batch files: only JSON true / false (CAST would take 'yes').
-    assert _parse("flag", "bool") == "CASE JSON_VALUE(`line`, '$.flag') WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END"
+    # Each record is parsed by our JVM function (registered before the source that calls it), not by SQL's
+    # JSON_VALUE; its type problem (unparseable_json, null_event_ts, bad_type:<col>) comes first in `__problem`.
+    job = compile_flink(cat, kafka)
+    assert job.statements[0].startswith(f"CREATE TEMPORARY SYSTEM FUNCTION IF NOT EXISTS quiver_parse AS '{PARSE_CLASS}'")
+    assert "JSON_VALUE" not in script and "IS JSON" not in script
+    parsed = next(s for s in job.statements if "__parsed` AS" in s)
+    assert parsed.count("quiver_parse(") == 1
+    assert "WHEN `__reason` IS NOT NULL THEN `__reason`" in parsed
 
 
 def test_nothing_to_stream_is_a_user_error() -> None:

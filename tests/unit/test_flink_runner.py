@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from quiver.catalog.errors import QuiverError
-from quiver.streaming.options import kafka_jars, settings_pairs
+from quiver.streaming.options import kafka_jars, kafka_job_jars, settings_pairs
 from quiver.streaming.paths import StreamPaths
 
 
@@ -30,6 +30,12 @@ def test_kafka_jar_comes_from_quiver_flink_jars_or_fails_with_one_clear_message(
     fetched.parent.mkdir(parents=True)
     fetched.write_bytes(b"PK")
     assert kafka_jars() == [fetched]  # what `make setup` fetched
+    with pytest.raises(QuiverError, match=r"quiver_parse.*redis-sink.*make setup"):
+        kafka_job_jars()  # a Kafka job also needs Quiver's jar: its record parser
+    ours = tmp_path / "jars" / "redis-sink" / "redis-sink-1.jar"
+    ours.parent.mkdir(parents=True)
+    ours.write_bytes(b"PK")
+    assert kafka_job_jars() == [fetched, ours]
 
 
 def test_settings_are_key_value_pairs() -> None:

@@ -15,8 +15,10 @@ A view is streamed when it is online and its source has a stream binding. Event 
   pushed into the file scan, and scans with different filters are not shared, so each INSERT would read
   and parse every file again. Rows with a null join key (and the markers) form null-key groups that the
   loader drops; the feeder counted them.
-* **Kafka** (production). Records are read `raw` (one string each), parsed with JSON_VALUE, classified in
-  SQL (`unparseable_json`, `null_event_ts`, `bad_type:<col>`, `event_ts_in_future`), and split on
+* **Kafka** (production). Records are read `raw` (one string each), parsed once per record by our JVM
+  function `quiver_parse` (infra/jvm/redis-sink, `dev.quiver.jvm.parse`: typed fields, event time and the
+  first type problem, with the JSON_VALUE/TRY_CAST meaning), classified in SQL (`unparseable_json`,
+  `null_event_ts`, `bad_type:<col>`, contract reasons, `event_ts_in_future`), and split on
   `CURRENT_WATERMARK` (which needs mini-batch off) into on-time, late and quarantine sinks. Nothing is
   dropped by the format: a malformed record is a counted quarantine row.
 
@@ -49,6 +51,7 @@ from quiver.compile.flink_sources import (
     late_insert,
     late_sink,
     on_time_view,
+    parse_function,
     parsed_view,
     quarantine_insert,
     quarantine_sink,
@@ -125,7 +128,7 @@ def compile_flink(catalog: Catalog, target: FlinkTarget, views: Sequence[str] | 
     for view in chosen:
         _check(view)
         by_source.setdefault(view.source, []).append(view)
-    statements: list[str] = []
+    statements: list[str] = [parse_function()] if target.kafka else []
     inserts: list[str] = []
     for name, views_of in sorted(by_source.items()):
         source = catalog.sources[name]
@@ -136,7 +139,7 @@ def compile_flink(catalog: Catalog, target: FlinkTarget, views: Sequence[str] | 
             columns += [(c, dtypes[c]) for c in source.contract.columns
                         if c not in read and c != source.timestamp_field]
         if target.kafka:
-            statements += [kafka_source_ddl(source, target), parsed_view(source, columns, target),
+            statements += [kafka_source_ddl(source, columns, target), parsed_view(source, columns, target),
                            on_time_view(source), late_sink(source, columns, target),
                            quarantine_sink(source, columns, target)]
             inserts += [late_insert(source, columns), quarantine_insert(source, columns, views_of)]

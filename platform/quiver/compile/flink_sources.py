@@ -1,5 +1,6 @@
 """Source statements of the Flink SQL target (`quiver.compile.flink`): the feeder's checked JSON files, or a
-Kafka topic parsed, classified and split in SQL into on-time events, late events and quarantine rows."""
+Kafka topic parsed once per record on the JVM (`quiver_parse`), classified and split in SQL into on-time events,
+late events and quarantine rows."""
 
 from __future__ import annotations
 
@@ -52,25 +53,33 @@ def events_view(source: SourceSpec, columns: list[tuple[str, str]]) -> str:
 
 
 
-# ---- Kafka: parse and classify in SQL ----
+# ---- Kafka: parsed once on the JVM, classified and split in SQL ----
+
+PARSE_FUNCTION = "quiver_parse"
+PARSE_CLASS = "dev.quiver.jvm.parse.ParseRecord"  # infra/jvm/redis-sink (the quiver jar also carries the parser)
+REASON = "__reason"
+RECORD = "__record"
 
 
-def _json(field: str) -> str:
-    return f"JSON_VALUE({quote(LINE)}, {literal('$.' + field)})"
+def parse_function() -> str:
+    """The Kafka job's parser: one call reads a record's JSON into a ROW of typed fields, its event time and
+    its first type problem (see ParseRecord.java for the exact rules, the JSON_VALUE/TRY_CAST ones)."""
+    return f"CREATE TEMPORARY SYSTEM FUNCTION IF NOT EXISTS {PARSE_FUNCTION} AS {literal(PARSE_CLASS)} LANGUAGE JAVA"
 
 
-def _raw_ts_us() -> str:
-    return (f"COALESCE(TRY_CAST({_json(TIME_FIELD)} AS BIGINT), "
-            f"TRY_CAST({_json(LEGACY_TIME_FIELD)} AS BIGINT) * 1000)")
+def _parse_call(columns: Sequence[tuple[str, str]]) -> str:
+    spec = ",".join(f"{c}:{t}" for c, t in columns)
+    return f"{PARSE_FUNCTION}({quote(LINE)}, {literal(spec)})"
 
 
-def kafka_source_ddl(source: SourceSpec, target: FlinkTarget) -> str:
+def kafka_source_ddl(source: SourceSpec, columns: Sequence[tuple[str, str]], target: FlinkTarget) -> str:
     q = quote
     stream = source.stream
     assert stream is not None
     if not stream.kafka_topic:
         raise QuiverError(f"{source.location}: source {source.name!r}: stream binding has no kafka_topic")
-    ts = _raw_ts_us()
+    # The same call as the parsed view's: the parser memoises its last record, so the record is parsed once.
+    ts = f"({_parse_call(columns)}).{q(TS_US)}"
     ms = f"({ts} - MOD(MOD({ts}, 1000) + 1000, 1000)) / 1000"  # floor to the watermark's ms
     # Unusable or future times get rowtime 0: one bad far-future record cannot push the watermark ahead
     # and make every later record late; the parse step quarantines them.
@@ -93,60 +102,47 @@ def _not_future(ts_us: str, target: FlinkTarget) -> str:
     return f"{ts_us} <= (UNIX_TIMESTAMP() * 1000 + {target.max_future_ms}) * 1000"
 
 
-def _parse(column: str, dtype: str) -> str:
-    raw = _json(column)
-    if dtype == "bool":  # only JSON true/false (Flink's cast would also take 'yes', 't', '1')
-        return f"CASE {raw} WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END"
-    return raw if dtype == "string" else f"TRY_CAST({raw} AS {TYPES[dtype]})"
-
-
-def _bad_type(column: str, dtype: str) -> str:
-    raw, typed = _json(column), _parse(column, dtype)
-    if dtype in ("int64", "timestamp"):
-        # TRY_CAST('12.5' AS BIGINT) is 12: insist on the canonical integer text.
-        return f"{raw} IS NOT NULL AND ({typed} IS NULL OR CAST({typed} AS STRING) <> {raw})"
-    return f"{raw} IS NOT NULL AND {typed} IS NULL"
-
-
 class _ParsedValues:
-    """Contract rules (`quiver.compile.contracts.Spelling`) over the Kafka job's parsed JSON values: a column
-    is its parse expression, timestamps are epoch µs already. Flink has no isnan: `ABS(x) >= 0` is false
-    exactly for NaN, read through an integer CASE so Calcite cannot turn its negation into `x < 0`."""
+    """Contract rules (`quiver.compile.contracts.Spelling`) over the Kafka job's parsed fields: a column is the
+    parser's typed field, the timestamp column its event time in epoch µs. Flink has no isnan: `ABS(x) >= 0` is
+    false exactly for NaN, read through an integer CASE so Calcite cannot turn its negation into `x < 0`."""
 
     epoch_us = "{ts}"
     is_nan = "({x} IS NOT NULL AND CASE WHEN ABS({x}) >= 0 THEN 0 ELSE 1 END = 1)"
 
-    def __init__(self, source: SourceSpec, columns: Sequence[tuple[str, str]]):
-        self.parsed = {c: _parse(c, t) for c, t in columns}
-        self.parsed[source.timestamp_field] = _raw_ts_us()
+    def __init__(self, source: SourceSpec):
+        self.timestamp_field = source.timestamp_field
 
     def quote(self, name: str) -> str:
-        return f"({self.parsed[name]})"
+        return quote(TS_US if name == self.timestamp_field else name)
 
     def string(self, value: str) -> str:
         return literal(value)
 
 
 def parsed_view(source: SourceSpec, columns: list[tuple[str, str]], target: FlinkTarget) -> str:
+    """The records with their parsed fields and `__problem`: the parser's type problem, else the first failing
+    contract check, else a future event time (NULL for a good record)."""
     q = quote
-    ts = _raw_ts_us()
-    checks = [(f"NOT ({q(LINE)} IS JSON OBJECT)", "unparseable_json"),
-              (f"{_json(TIME_FIELD)} IS NULL AND {_json(LEGACY_TIME_FIELD)} IS NULL", "null_event_ts"),
-              (_bad_type(TIME_FIELD, "int64"), f"bad_type:{TIME_FIELD}"),
-              (_bad_type(LEGACY_TIME_FIELD, "int64"), f"bad_type:{LEGACY_TIME_FIELD}")]
-    checks += [(_bad_type(c, t), f"bad_type:{c}") for c, t in columns if t != "string"]
+    checks = [(f"{q(REASON)} IS NOT NULL", q(REASON))]
     if source.contract is not None:  # the same rules and reasons as every other path, on the parsed values
-        spelling = _ParsedValues(source, columns)
+        spelling = _ParsedValues(source)
         clock = "UNIX_TIMESTAMP() * 1000000"
-        checks += [(violation_sql(spelling, c, clock), c.reason) for c in source.contract.checks]
-    checks.append((f"NOT ({_not_future(ts, target)})", "event_ts_in_future"))
-    problem = "CASE\n" + "\n".join(f"      WHEN {cond} THEN {literal(reason)}" for cond, reason in checks)
+        checks += [(violation_sql(spelling, c, clock), literal(c.reason)) for c in source.contract.checks]
+    checks.append((f"NOT ({_not_future(q(TS_US), target)})", literal("event_ts_in_future")))
+    problem = "CASE\n" + "\n".join(f"      WHEN {cond} THEN {reason}" for cond, reason in checks)
     problem += "\n    END"
-    cols = [(ts, q(TS_US)), (q(ROWTIME), q(ROWTIME))]
-    cols += [(_parse(c, t), q(c)) for c, t in columns]
+    cols = [(q(TS_US), q(TS_US)), (q(ROWTIME), q(ROWTIME))]
+    cols += [(q(c), q(c)) for c, _ in columns]
     cols += [(q(LINE), q(LINE)), (problem, q(PROBLEM))]
+    # The parser's fields by name: one call per record (a derived table, so the checks read columns).
+    record = q(RECORD)
+    fields = [q(LINE), q(ROWTIME)] + [f"r.{record}.{q(f)} AS {q(f)}" for f in (REASON, TS_US, *(c for c, _ in columns))]
+    inner = ("SELECT\n" + ",\n".join(f"    {f}" for f in fields)
+             + f"\n  FROM (SELECT {q(LINE)}, {q(ROWTIME)}, {_parse_call(columns)} AS {record}"
+             + f" FROM {q('src__' + source.name)}) AS r")
     return (f"CREATE TEMPORARY VIEW {q(source.name + '__parsed')} AS\n{select_list(cols)}\n"
-            f"FROM {q('src__' + source.name)}")
+            f"FROM (\n  {inner}\n)")
 
 
 def _late(source: SourceSpec) -> str:

@@ -1,5 +1,5 @@
 """How a streaming run is configured: `StreamOptions`, the runner's command line (`parse_args`,
-`options_from_args`), its default state folder, and the Kafka connector jar it needs (`kafka_jars`). Light on
+`options_from_args`), its default state folder, and the jars a Kafka job needs (`kafka_job_jars`). Light on
 purpose: the Flink virtualenv imports it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from quiver.catalog.errors import QuiverError
 from quiver.config import Config
-from quiver.jars import FLINK_KAFKA, bundle_jars, has_bundle
+from quiver.jars import FLINK_KAFKA, REDIS_SINK, bundle_jars, has_bundle
 
 RUNNER_DOC = "`python -m quiver.streaming.runner`: the streaming job end to end (what `quiver stream` runs)."
 KAFKA_JAR = "flink-sql-connector-kafka"
@@ -76,6 +76,21 @@ def kafka_jars() -> list[Path]:
         raise QuiverError(f"the stream reads Kafka, but the Flink Kafka connector jar ({KAFKA_JAR}-*.jar) is "
                           f"missing: {KAFKA_JAR_HELP}")
     return found
+
+
+def parser_jars() -> list[Path]:
+    """Quiver's own jar (infra/jvm/redis-sink): besides the Redis sink it carries `quiver_parse`, the function a
+    Kafka job parses each record with (compile/flink_sources.py). One clear QuiverError when it is not built."""
+    try:
+        return bundle_jars(REDIS_SINK)
+    except QuiverError as exc:
+        raise QuiverError(f"the stream reads Kafka, and the Kafka job parses its records with quiver_parse from "
+                          f"Quiver's JVM jar, which is missing: {exc}") from None
+
+
+def kafka_job_jars() -> list[Path]:
+    """Every jar a Kafka job runs with: the Flink Kafka connector and Quiver's jar (the record parser)."""
+    return kafka_jars() + parser_jars()
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -14,7 +14,7 @@ Defaults (measured in benchmarks/streaming.py on a 2-core machine, docs/streamin
 RocksDB state (job.py), mini-batch off (`--mini-batch-ms N`
 turns it on now that the late split is the feeder's; it turns the last-value top-1 into before/after
 pairs, which cost more than the tile rows it saves), RocksDB state. Sources bound to Kafka need the Flink
-Kafka SQL connector jar (see `kafka_jars`).
+Kafka SQL connector jar and Quiver's own jar, whose `quiver_parse` reads the records (see `kafka_job_jars`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from quiver.streaming.loader import Loader
 from quiver.streaming.options import (
     StreamOptions,
     default_state_dir,
-    kafka_jars,
+    kafka_job_jars,
     options_from_args,
     parse_args,
 )
@@ -82,7 +82,9 @@ class StreamRunner:
         self._store = store
         self.redis_url = self._direct_url(options.sink)
         self.job = self._compile()
-        self.jars = (kafka_jars() if self.kafka else []) + (bundle_jars(REDIS_SINK) if self.redis_url else [])
+        # A Kafka job needs the connector and our jar (its record parser); the Redis sink is in our jar too.
+        jars = kafka_job_jars() if self.kafka else []
+        self.jars = jars + [j for j in (bundle_jars(REDIS_SINK) if self.redis_url else []) if j not in jars]
         self.topics = TopicProgress(self.catalog, self.sources, config.kafka_bootstrap) if self.kafka else None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the feeder thread updates the status the loader thread writes

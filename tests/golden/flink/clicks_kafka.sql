@@ -4,9 +4,11 @@ SET 'table.exec.mini-batch.enabled' = 'false';
 SET 'table.exec.state.ttl' = '90300500 ms';
 SET 'table.exec.source.idle-timeout' = '60000 ms';
 
+CREATE TEMPORARY SYSTEM FUNCTION IF NOT EXISTS quiver_parse AS 'dev.quiver.jvm.parse.ParseRecord' LANGUAGE JAVA;
+
 CREATE TABLE `src__clicks` (
   `line` STRING,
-  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000 THEN (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) - MOD(MOD(COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000), 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
+  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN (quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000 THEN ((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` - MOD(MOD((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us`, 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
   WATERMARK FOR `__rowtime` AS `__rowtime` - INTERVAL '0 00:00:00.500' DAY TO SECOND(3)
 ) WITH (
   'connector' = 'kafka',
@@ -19,30 +21,35 @@ CREATE TABLE `src__clicks` (
 
 CREATE TEMPORARY VIEW `clicks__parsed` AS
 SELECT
-  COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) AS `__ts_us`,
+  `__ts_us`,
   `__rowtime`,
-  TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) AS `user_id`,
-  TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) AS `qty`,
-  TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE) AS `amount`,
-  JSON_VALUE(`line`, '$.cat') AS `cat`,
+  `user_id`,
+  `qty`,
+  `amount`,
+  `cat`,
   `line`,
   CASE
-      WHEN NOT (`line` IS JSON OBJECT) THEN 'unparseable_json'
-      WHEN JSON_VALUE(`line`, '$.ts_us') IS NULL AND JSON_VALUE(`line`, '$.ts_ms') IS NULL THEN 'null_event_ts'
-      WHEN JSON_VALUE(`line`, '$.ts_us') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.ts_us')) THEN 'bad_type:ts_us'
-      WHEN JSON_VALUE(`line`, '$.ts_ms') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.ts_ms')) THEN 'bad_type:ts_ms'
-      WHEN JSON_VALUE(`line`, '$.user_id') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.user_id') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.user_id')) THEN 'bad_type:user_id'
-      WHEN JSON_VALUE(`line`, '$.qty') IS NOT NULL AND (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) IS NULL OR CAST(TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT) AS STRING) <> JSON_VALUE(`line`, '$.qty')) THEN 'bad_type:qty'
-      WHEN JSON_VALUE(`line`, '$.amount') IS NOT NULL AND TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE) IS NULL THEN 'bad_type:amount'
-      WHEN (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT)) < CAST(1 AS BIGINT) THEN 'min:qty'
-      WHEN (TRY_CAST(JSON_VALUE(`line`, '$.qty') AS BIGINT)) > CAST(5 AS BIGINT) THEN 'max:qty'
-      WHEN ((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE)) IS NOT NULL AND CASE WHEN ABS((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE))) >= 0 THEN 0 ELSE 1 END = 1) OR abs((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE))) = CAST('Infinity' AS DOUBLE) THEN 'finite:amount'
-      WHEN (TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE)) < CAST('0.0' AS DOUBLE) OR ((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE)) IS NOT NULL AND CASE WHEN ABS((TRY_CAST(JSON_VALUE(`line`, '$.amount') AS DOUBLE))) >= 0 THEN 0 ELSE 1 END = 1) THEN 'min:amount'
-      WHEN (JSON_VALUE(`line`, '$.cat')) NOT IN ('a', 'b') THEN 'one_of:cat'
-      WHEN (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000)) < CAST(1793491200000000 AS BIGINT) THEN 'min:ts'
-      WHEN NOT (COALESCE(TRY_CAST(JSON_VALUE(`line`, '$.ts_us') AS BIGINT), TRY_CAST(JSON_VALUE(`line`, '$.ts_ms') AS BIGINT) * 1000) <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000) THEN 'event_ts_in_future'
+      WHEN `__reason` IS NOT NULL THEN `__reason`
+      WHEN `qty` < CAST(1 AS BIGINT) THEN 'min:qty'
+      WHEN `qty` > CAST(5 AS BIGINT) THEN 'max:qty'
+      WHEN (`amount` IS NOT NULL AND CASE WHEN ABS(`amount`) >= 0 THEN 0 ELSE 1 END = 1) OR abs(`amount`) = CAST('Infinity' AS DOUBLE) THEN 'finite:amount'
+      WHEN `amount` < CAST('0.0' AS DOUBLE) OR (`amount` IS NOT NULL AND CASE WHEN ABS(`amount`) >= 0 THEN 0 ELSE 1 END = 1) THEN 'min:amount'
+      WHEN `cat` NOT IN ('a', 'b') THEN 'one_of:cat'
+      WHEN `__ts_us` < CAST(1793491200000000 AS BIGINT) THEN 'min:ts'
+      WHEN NOT (`__ts_us` <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000) THEN 'event_ts_in_future'
     END AS `__problem`
-FROM `src__clicks`;
+FROM (
+  SELECT
+    `line`,
+    `__rowtime`,
+    r.`__record`.`__reason` AS `__reason`,
+    r.`__record`.`__ts_us` AS `__ts_us`,
+    r.`__record`.`user_id` AS `user_id`,
+    r.`__record`.`qty` AS `qty`,
+    r.`__record`.`amount` AS `amount`,
+    r.`__record`.`cat` AS `cat`
+  FROM (SELECT `line`, `__rowtime`, quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string') AS `__record` FROM `src__clicks`) AS r
+);
 
 CREATE TEMPORARY VIEW `clicks__events` AS
 SELECT *

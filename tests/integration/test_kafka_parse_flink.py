@@ -86,3 +86,31 @@ def test_quiver_parse_means_what_the_json_value_sql_meant(tmp_path: Path) -> Non
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["lines"] > 80
     assert result["differences"] == []
+
+
+CLOCK_SCRIPT = r'''
+import json, sys
+from pyflink.table import EnvironmentSettings, TableEnvironment
+
+env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+cases = json.loads(sys.argv[1])
+query = "SELECT " + ", ".join(f"{sql} AS c{i}" for i, sql in enumerate(cases)) + " FROM (VALUES (1)) AS t(x)"
+with env.execute_sql(query).collect() as rows:
+    print(json.dumps([list(r) for r in rows][0]))
+'''
+
+
+def test_an_event_of_the_current_second_is_not_in_the_future() -> None:
+    """The Kafka job's clock reads whole seconds: an event stamped later in the current second (any fresh
+    record) is not "future" with max_future_ms = 0, an event a second and more ahead is; and the slack counts."""
+    from quiver.compile.flink_sources import not_future
+
+    now = "UNIX_TIMESTAMP() * 1000000"  # the current second's start, µs
+    cases = [not_future(f"{now} + 999999", 0),  # the last µs of the current second: on time
+             not_future(f"{now}", 0),
+             not_future(f"{now} + 2000000", 0),  # two seconds ahead: future
+             not_future(f"{now} + 2000000", 5000)]  # unless max_future_ms allows it
+    out = subprocess.run([str(STREAM_PYTHON), "-c", CLOCK_SCRIPT, json.dumps(cases)], capture_output=True,
+                         text=True, timeout=300, cwd=str(REPO))
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, True, False, True]

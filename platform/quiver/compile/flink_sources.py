@@ -98,8 +98,19 @@ def kafka_source_ddl(source: SourceSpec, columns: Sequence[tuple[str, str]], tar
     return create_table(f"src__{source.name}", lines, options)
 
 
+# The job's clock in epoch µs: the end of the current second. UNIX_TIMESTAMP() reads whole seconds, so read as
+# the second's start it put every event of the current second "in the future": half the live events of a
+# fresh stream went to quarantine as event_ts_in_future. An event is future once it is later than this.
+CLOCK_US = "(UNIX_TIMESTAMP() + 1) * 1000000"
+
+
+def not_future(ts_us: str, max_future_ms: int) -> str:
+    """SQL: event time `ts_us` (epoch µs) is at most `max_future_ms` after the job's clock."""
+    return f"{ts_us} <= {CLOCK_US} + {max_future_ms * 1000}"
+
+
 def _not_future(ts_us: str, target: FlinkTarget) -> str:
-    return f"{ts_us} <= (UNIX_TIMESTAMP() * 1000 + {target.max_future_ms}) * 1000"
+    return not_future(ts_us, target.max_future_ms)
 
 
 class _ParsedValues:
@@ -127,8 +138,7 @@ def parsed_view(source: SourceSpec, columns: list[tuple[str, str]], target: Flin
     checks = [(f"{q(REASON)} IS NOT NULL", q(REASON))]
     if source.contract is not None:  # the same rules and reasons as every other path, on the parsed values
         spelling = _ParsedValues(source)
-        clock = "UNIX_TIMESTAMP() * 1000000"
-        checks += [(violation_sql(spelling, c, clock), literal(c.reason)) for c in source.contract.checks]
+        checks += [(violation_sql(spelling, c, CLOCK_US), literal(c.reason)) for c in source.contract.checks]
     checks.append((f"NOT ({_not_future(q(TS_US), target)})", literal("event_ts_in_future")))
     problem = "CASE\n" + "\n".join(f"      WHEN {cond} THEN {reason}" for cond, reason in checks)
     problem += "\n    END"

@@ -8,7 +8,7 @@ CREATE TEMPORARY SYSTEM FUNCTION IF NOT EXISTS quiver_parse AS 'dev.quiver.jvm.p
 
 CREATE TABLE `src__clicks` (
   `line` STRING,
-  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN (quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000 THEN ((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` - MOD(MOD((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us`, 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
+  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN (quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` <= (UNIX_TIMESTAMP() + 1) * 1000000 + 0 THEN ((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` - MOD(MOD((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us`, 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
   WATERMARK FOR `__rowtime` AS `__rowtime` - INTERVAL '0 00:00:00.500' DAY TO SECOND(3)
 ) WITH (
   'connector' = 'kafka',
@@ -36,7 +36,7 @@ SELECT
       WHEN `amount` < CAST('0.0' AS DOUBLE) OR (`amount` IS NOT NULL AND CASE WHEN ABS(`amount`) >= 0 THEN 0 ELSE 1 END = 1) THEN 'min:amount'
       WHEN `cat` NOT IN ('a', 'b') THEN 'one_of:cat'
       WHEN `__ts_us` < CAST(1793491200000000 AS BIGINT) THEN 'min:ts'
-      WHEN NOT (`__ts_us` <= (UNIX_TIMESTAMP() * 1000 + 0) * 1000) THEN 'event_ts_in_future'
+      WHEN NOT (`__ts_us` <= (UNIX_TIMESTAMP() + 1) * 1000000 + 0) THEN 'event_ts_in_future'
     END AS `__problem`
 FROM (
   SELECT

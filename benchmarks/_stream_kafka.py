@@ -62,13 +62,20 @@ def load_topic(bootstrap: str, tx: Any) -> int:
 
 
 def send(bootstrap: str) -> Any:
-    """A callable that writes one table of live events to the topic and returns once they are acknowledged."""
+    """A callable that writes one table of live events to the topic and returns once they are acknowledged
+    (one idempotent producer for every call: a new one per call would cost more than the sending)."""
+    from confluent_kafka import Producer
+
     from quiver.pipelines.stream_producer import to_ndjson
-    from quiver.streaming.kafka_broker import produce
+    from quiver.streaming.kafka_broker import admin_config
+
+    producer = Producer({**admin_config(bootstrap), "enable.idempotence": True, "linger.ms": 0})
 
     def write(table: Any) -> None:
-        produce(bootstrap, TOPIC, _keyed(to_ndjson(table, "event_ts", strict=True).splitlines()),
-                settings={"linger.ms": 0})
+        for key, value in _keyed(to_ndjson(table, "event_ts", strict=True).splitlines()):
+            producer.produce(TOPIC, value=value, key=key)
+        if producer.flush(30):
+            raise RuntimeError("live records to the topic were not acknowledged within 30 s")
 
     return write
 

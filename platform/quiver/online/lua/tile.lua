@@ -6,7 +6,8 @@
 -- moving a value through Lua (GET into a Lua string, SET back) costs ~3 ns a byte here, so a whole-value merge
 -- of a key holding 200 tiles of 64 bytes costs 100 µs, 20× a key of 5 tiles. In place, a write reads a few 16-byte
 -- heads (GETRANGE, a binary search when the tile is not the newest) and writes one record (SETRANGE, or
--- APPEND for a new newest tile); only a tile inserted before the newest, or a trim, rewrites the value.
+-- APPEND for a new newest tile); a tile inserted before the newest rewrites the records after it (a few,
+-- when a merchant's events come from partitions a little apart in time), a trim the whole value.
 -- Many incoming records, or records with string partials, go through one merge of the whole value.
 local W, VO, H = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 -- Up to this many incoming fixed-width records change a value in place (a stream's flush: one or two);
@@ -65,9 +66,8 @@ local function upsert(key, inc)
         at = stored_at_least(key, 0, n - 1, ts)
         found, stored_ev, stored = record(key, at)
       end
-      if found ~= ts then  -- a tile before the newest that was never stored: the one insertion that rewrites
-        local v = redis.call('GET', key)
-        redis.call('SET', key, string.sub(v, 1, at * W) .. rec .. string.sub(v, at * W + 1, n * W))
+      if found ~= ts then  -- a tile before the newest that was never stored: the records after it move up
+        redis.call('SETRANGE', key, at * W, rec .. redis.call('GETRANGE', key, at * W, n * W - 1))
         n, changed = n + 1, true
       elseif ev >= stored_ev and rec ~= stored then
         redis.call('SETRANGE', key, at * W, rec)

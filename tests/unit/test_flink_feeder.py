@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from quiver.compile.flink import BATCH_FIELD
 from quiver.streaming.feeder import BATCH_PREFIX, HISTORY, Feeder, SourceFeed, check_lines, late_mask
@@ -170,3 +171,35 @@ def test_retention_removes_done_batches_and_old_stream_files_but_remembers_them(
     assert again.pending("tx") == [] and again.totals["tx"]["fed"] == 2
     write(stream, "c.jsonl", ['{"ts_us": 80000000, "user_id": 1}'])
     assert again.feed().late == {"tx": 1}  # the watermark survived the retention
+
+
+def test_a_pass_that_fails_half_way_changes_nothing_and_its_retry_finds_the_same_events_on_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass whose batch cannot be put in place (a full disk at the rename) leaves no batch, no temporary
+    file and the watermark where it was: the retry checks the same events against the same watermark, so the
+    first chunk's events are not late against the second chunk's."""
+    import quiver.streaming.feeder as feeder_module
+
+    stream, paths = tmp_path / "stream", StreamPaths.at(tmp_path / "state")
+    write(stream, "0.jsonl", [json.dumps({"ts_us": 50 * S, "user_id": 1, "cat": "x" * 200})])
+    write(stream, "1.jsonl", [json.dumps({"ts_us": 100 * S, "user_id": 2, "cat": "x" * 200})])
+    f = feeder(stream, paths, max_batch_bytes=250)  # one file a chunk
+    real_replace = feeder_module.os.replace
+    calls = {"n": 0}
+
+    def failing_replace(src: object, dst: object) -> None:
+        if str(dst).endswith("upto-1.jsonl"):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OSError(28, "No space left on device")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(feeder_module.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space"):
+        f.feed()
+    assert batch_lines(paths) == [] and not list(paths.inbox("tx").glob("*.tmp"))
+    assert [p.name for p in f.pending("tx")] == ["0.jsonl", "1.jsonl"]
+    result = f.feed()  # the retry, in the same process
+    assert result.late == {"tx": 0} and result.lines == {"tx": 2}
+    [lines] = batch_lines(paths)
+    assert [json.loads(line)["user_id"] for line in lines[:-1]] == [1, 2]

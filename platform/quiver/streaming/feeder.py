@@ -217,18 +217,27 @@ class Feeder:
         inbox.mkdir(parents=True, exist_ok=True)
         name = BATCH_PREFIX + files[-1].name
         counts: dict[str, int] = {}
+        # The source's watermark moves only once the batch is in: a pass that fails half-way (a full disk) is
+        # checked again from the same watermark, so its events are not late against their own chunks.
+        watermark = self._watermark[source]
         tmp = inbox / f".{name}.{os.getpid()}.tmp"
-        with tmp.open("wb") as out:
-            for part, chunk in self._chunks(files):
-                fed, chunk_counts = self._check_chunk(source, chunk, name if part == 0 else f"{name}.{part}")
-                if fed:
-                    out.write(b"\n".join(fed) + b"\n")
-                for key, n in chunk_counts.items():
-                    counts[key] = counts.get(key, 0) + n
-            out.write(json.dumps({BATCH_FIELD: name}).encode() + b"\n")
-        manifest = {"files": [p.name for p in files], "max_ts_us": self._watermark[source], "counts": counts}
-        _atomic_write(inbox / f".{name}.json", json.dumps(manifest).encode())
-        os.replace(tmp, inbox / name)
+        try:
+            with tmp.open("wb") as out:
+                for part, chunk in self._chunks(files):
+                    fed, chunk_counts, watermark = self._check_chunk(source, chunk, watermark,
+                                                                     name if part == 0 else f"{name}.{part}")
+                    if fed:
+                        out.write(b"\n".join(fed) + b"\n")
+                    for key, n in chunk_counts.items():
+                        counts[key] = counts.get(key, 0) + n
+                out.write(json.dumps({BATCH_FIELD: name}).encode() + b"\n")
+            manifest = {"files": [p.name for p in files], "max_ts_us": watermark, "counts": counts}
+            _atomic_write(inbox / f".{name}.json", json.dumps(manifest).encode())
+            os.replace(tmp, inbox / name)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._watermark[source] = watermark
         self._fed[source].update(p.name for p in files)
         totals = self.totals[source]
         for k, n in counts.items():
@@ -239,9 +248,10 @@ class Feeder:
                                    (result.future, "future")):
             target_counts[source] = target_counts.get(source, 0) + counts[key]
 
-    def _check_chunk(self, source: str, files: list[Path], part: str) -> tuple[list[bytes], dict[str, int]]:
-        """Check one run of files: the lines the job gets and the counts. Quarantines, and sets late and
-        future rows aside (their files named after `part`); moves the source's watermark."""
+    def _check_chunk(self, source: str, files: list[Path], watermark_max: int | None,
+                     part: str) -> tuple[list[bytes], dict[str, int], int | None]:
+        """Check one run of files against the watermark so far: the lines the job gets, the counts and the
+        watermark after them. Quarantines, and sets late and future rows aside (files named after `part`)."""
         feed = self.feeds[source]
         lines: list[bytes] = []
         origin: list[int] = []
@@ -262,7 +272,7 @@ class Feeder:
         refused = self._refuse(feed, table, now_us, lines, rows, origin, files, quarantine, counts)
         future = ~refused & (ts > now_us + self.max_future_us)
         # A refused row neither moves the watermark nor counts as late: it is not an event of the source.
-        watermark, late = late_mask(ts, future | refused, self._watermark[source], feed)
+        watermark, late = late_mask(ts, future | refused, watermark_max, feed)
         on_time = ~(late | future | refused)
         for view, keys in feed.keys:
             null = np.zeros(table.num_rows, dtype=bool)
@@ -282,8 +292,7 @@ class Feeder:
             _atomic_write(target, b"".join(json.dumps(q).encode() + b"\n" for q in quarantine))
         if (late | future).any():
             self._write_late(feed, part, table.filter(pa.array(late | future)))
-        self._watermark[source] = watermark
-        return out, counts
+        return out, counts, watermark
 
     @staticmethod
     def _refuse(feed: SourceFeed, table: pa.Table, now_us: int, lines: list[bytes], rows: np.ndarray,

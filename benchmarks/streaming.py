@@ -182,8 +182,8 @@ def side_worker(kind: str, root: Path, state: Path, parallelism: int, events: in
                 config: str = "quiver.yaml", side: str | None = None) -> dict[str, Any]:
     """(b) blackhole or (c) Python sink: the same compiled job with other sinks, in the streaming venv."""
     shutil.rmtree(state, ignore_errors=True)
-    cmd = [str(STREAM_PY), __file__, "--worker", kind, str(root / config), str(state), str(parallelism),
-           json.dumps([*RUNNER_ARGS, *extra])]
+    cmd = [str(STREAM_PY), str(Path(__file__).with_name("_stream_worker.py")), kind, str(root / config), str(state),
+           str(parallelism), json.dumps([*RUNNER_ARGS, *extra])]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT), timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} worker failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
@@ -193,125 +193,6 @@ def side_worker(kind: str, root: Path, state: Path, parallelism: int, events: in
     seconds = figures["job_s"] + figures["feed_s"]
     return {"side": side or kind, "parallelism": parallelism, "events": events, "events_per_s": events / seconds,
             "events_per_cpu_s": events / used if used else None, "processing_s": seconds, **figures}
-
-
-# ---- (b) and (c): workers in the streaming venv ----
-
-
-def worker(kind: str, config_path: str, state: str, parallelism: int, runner_args: list[str]) -> None:
-    """Feed the stream dir like the runner, then run the compiled job with its tile and last-value sinks
-    swapped: `blackhole` (Flink's floor for our SQL) or `pysink` (a pandas UDF writing Redis per bundle)."""
-    import re
-
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
-    from quiver.catalog.loader import load_catalog
-    from quiver.config import load_config
-    from quiver.streaming.feeder import Feeder, source_feeds
-    from quiver.streaming.job import JobOptions, flink_config
-    from quiver.streaming.late import late_dir
-    from quiver.streaming.options import kafka_job_jars
-    from quiver.streaming.paths import StreamPaths
-    from quiver.streaming.runner import StreamRunner, parse_args
-    from quiver.streaming.status import tree_cpu_s
-
-    args = parse_args(["--config", config_path, "--state-dir", state, *runner_args])
-    cfg = load_config(config_path)
-    cat = load_catalog(cfg.catalog_dir, root=cfg.root)
-    paths = StreamPaths.at(state)
-    options = _stream_options(args, parallelism)
-    runner = StreamRunner(cfg, cat, paths, options, store=None)
-    feed_began = time.perf_counter()
-    fed = Feeder(runner.streams, paths, source_feeds(cat, runner.views), late_dir(Path(state) / "late"),
-                 options.max_future_ms).feed()
-    feed_s = time.perf_counter() - feed_began
-    job = runner.job
-    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-    conf = env.get_config()
-    connectors = tuple(kafka_job_jars()) if runner.kafka else ()  # the connector and the parser (sinks swapped)
-    settings = flink_config(job, JobOptions(parallelism, options.checkpoint_interval_ms, options.state_backend,
-                                            extra=options.flink_settings, jars=connectors), paths, None)
-    for k, v in settings.items():
-        conf.set(k, v)
-    conf.set("python.executable", sys.executable)
-    conf.set("python.fn-execution.bundle.time", "100")
-    ss = env.create_statement_set()
-    swapped = {}
-    for statement in job.statements:
-        # A bounded scan: the job ends when the data does (no monitoring of the inbox; Kafka to its end now).
-        statement = _stream_kafka.bounded_scan(re.sub(r",\n  'source.monitor-interval' = '[^']*'", "", statement))
-        name = statement.split("`")[1] if statement.startswith("CREATE TABLE") else ""
-        if name.split("__")[0] in ("tiles", "last"):
-            swapped[name] = statement
-            if kind == "blackhole":
-                statement = statement[:statement.index(") WITH (")] + ") WITH ('connector' = 'blackhole')"
-            else:
-                continue
-        env.execute_sql(statement)
-    for insert in job.inserts:
-        table = insert.split("`")[1]
-        if kind == "pysink" and table in swapped:
-            ss.add_insert_sql(_python_sink(env, cat, cfg, table, insert))
-        else:
-            ss.add_insert_sql(insert)
-    began = time.time()
-    result = ss.execute()
-    running = time.time()
-    cpu0 = tree_cpu_s()  # after planning and submission, like the runner's "running" mark
-    result.wait()
-    done = time.time()
-    cpu1 = tree_cpu_s()
-    print(json.dumps({"submit_s": running - began, "job_s": done - running, "feed_s": feed_s,
-                      "fed_lines": fed.total_lines, "cpu_s": (cpu1 - cpu0) if cpu0 is not None and cpu1 else None}))
-
-
-def _stream_options(args: Any, parallelism: int) -> Any:
-    from quiver.streaming.options import StreamOptions, settings_pairs
-
-    return StreamOptions(bounded=True, parallelism=parallelism, checkpoint_interval_ms=args.checkpoint_interval_ms,
-                         monitor_interval_ms=args.monitor_interval_ms, roll_interval_ms=args.roll_interval_ms,
-                         state_backend=args.state_backend, mini_batch_ms=args.mini_batch_ms,
-                         table_settings=settings_pairs(args.table_set), flink_settings=settings_pairs(args.flink_set))
-
-
-def _python_sink(env: Any, cat: Any, cfg: Any, table: str, insert: str) -> str:
-    """The per-row Python hand-off of the old design: a pandas UDF that writes each bundle to Redis."""
-    import pandas as pd
-    import pyarrow as pa
-    from pyflink.table import DataTypes
-    from pyflink.table.udf import ScalarFunction, udf
-
-    from quiver.offline.layout import last_values_schema, tile_schema
-
-    kind, _, name = table.partition("__")
-    view = cat.views[name]
-    schema = tile_schema(view) if kind == "tiles" else last_values_schema(view)
-
-    class RedisWriter(ScalarFunction):  # type: ignore[misc]
-        def __init__(self, view: Any, schema: pa.Schema, url: str, project: str):
-            self.view, self.schema, self.url, self.project = view, schema, url, project
-
-        def open(self, function_context: Any) -> None:
-            from quiver.online.redis_store import RedisOnlineStore
-
-            self.store = RedisOnlineStore(self.url, self.project, timeout_s=10)
-
-        def eval(self, *columns: pd.Series) -> pd.Series:
-            data = pa.table({f.name: pa.array(c.to_numpy(), type=pa.int64() if pa.types.is_timestamp(f.type)
-                                               else f.type, from_pandas=True)
-                             for f, c in zip(self.schema, columns, strict=True)})
-            if self.view.kind == "agg":
-                self.store.write_tiles(self.view, data)
-            else:
-                self.store.write_last_values(self.view, data.cast(self.schema))
-            return pd.Series([0] * len(columns[0]))
-
-    fn = udf(RedisWriter(view, schema, cfg.redis_url, cfg.project), result_type=DataTypes.BIGINT(), func_type="pandas")
-    env.create_temporary_function(f"write_{name}", fn)
-    env.execute_sql(f"CREATE TABLE `peer_{name}` (x BIGINT) WITH ('connector' = 'blackhole')")
-    cols = ", ".join(f"`{f.name}`" for f in schema)
-    body = insert.partition("\n")[2]
-    return f"INSERT INTO `peer_{name}` SELECT write_{name}({cols}) FROM (\n{body}\n)"
 
 
 # ---- freshness ----
@@ -464,12 +345,7 @@ def main() -> int:
     p.add_argument("--fresh-seconds", type=float, default=None)
     p.add_argument("--out", default=None, help=f"results file (default {RESULTS.relative_to(ROOT)})")
     p.add_argument("--keep", action="store_true", help="keep the temporary project and state folders")
-    p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.worker:
-        kind, config, state, level, extra = a.worker
-        worker(kind, config, state, int(level), json.loads(extra))
-        return 0
     events = a.events or (100_000 if a.quick else 1_000_000)
     levels = [int(x) for x in (a.parallelism or ("1" if a.quick else "1,2")).split(",")]
     repeats = a.repeats or (1 if a.quick else 3)

@@ -329,3 +329,15 @@ class SparkStandalone:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def copy_demo_project(root: Path) -> None:
+    """The demo project in `root` as a new user has it after `make demo`: the example catalog, quiver.yaml,
+    monitoring.yaml, and the repository's venvs linked in (no data)."""
+    repo = Path(__file__).resolve().parents[1]
+    shutil.copytree(repo / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("quiver.yaml", "monitoring.yaml"):
+        shutil.copy(repo / name, root / name)
+    for venv in (".venv", ".venv-stream"):
+        assert (repo / venv / "bin" / "python").exists(), f"{venv} is missing: run `make setup`"
+        (root / venv).symlink_to(repo / venv)

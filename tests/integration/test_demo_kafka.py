@@ -27,6 +27,7 @@ from quiver.config import Config, load_config
 from quiver.online.layout import tile_record_dtype
 from quiver.pipelines.demo import run
 from quiver.pipelines.demo_data import generate
+from tests.harness import copy_demo_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,12 +43,7 @@ class Streamed:
 
 
 def project(root: Path, data: Path) -> Config:
-    shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("quiver.yaml", "monitoring.yaml"):
-        shutil.copy(REPO / name, root / name)
-    for venv in (".venv", ".venv-stream"):
-        assert (REPO / venv / "bin" / "python").exists(), f"{venv} is missing: run `make setup`"
-        (root / venv).symlink_to(REPO / venv)
+    copy_demo_project(root)
     shutil.copytree(data, root / "data")
     return load_config(root / "quiver.yaml")
 

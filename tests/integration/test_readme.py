@@ -26,6 +26,7 @@ import pytest
 
 from quiver.pipelines.demo_data import generate
 from tests.cli_runs import quiver
+from tests.harness import copy_demo_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -90,12 +91,7 @@ def test_the_parser_sees_every_command() -> None:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("readme")
-    shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("quiver.yaml", "monitoring.yaml"):
-        shutil.copy(REPO / name, root / name)
-    for venv in (".venv", ".venv-stream"):
-        assert (REPO / venv / "bin" / "python").exists(), f"{venv} is missing: run `make setup`"
-        (root / venv).symlink_to(REPO / venv)
+    copy_demo_project(root)
     generate(root / "data", days=17, users=2_000, transactions_per_day=8_000, drift_from_day=8, late_fraction=0.01,
              malformed_fraction=0.001)
     yield root

@@ -192,19 +192,6 @@ def test_the_flink_sink_writes_what_the_loader_writes(tmp_path: Path, redis_url:
     jvm.close()
 
 
-LIVE_JOB = '''
-import json, sys
-from pyflink.table import EnvironmentSettings, TableEnvironment
-spec = json.loads(open(sys.argv[1]).read())
-env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-for key, value in spec["settings"]:
-    env.get_config().set(key, value)
-for statement in spec["statements"]:
-    env.execute_sql(statement)
-env.execute_sql(spec["insert"]).wait()
-'''
-
-
 def test_values_are_written_on_the_flush_timer_long_before_a_checkpoint(tmp_path: Path, redis_url: str) -> None:
     """An endless source, no checkpoints, a buffer far larger than the rows: only the sink's flush timer can
     write, and it does within seconds (before it, values waited for the next checkpoint)."""
@@ -224,8 +211,8 @@ def test_values_are_written_on_the_flush_timer_long_before_a_checkpoint(tmp_path
     # No checkpointing at all (even an hour's interval may fire its first checkpoint early).
     settings = [("parallelism.default", "1"), ("pipeline.jars", bundle_jars(REDIS_SINK)[0].as_uri())]
     spec_file, script = tmp_path / "live.json", tmp_path / "live.py"
-    spec_file.write_text(json.dumps({"settings": settings, "statements": statements, "insert": insert}))
-    script.write_text(LIVE_JOB)
+    spec_file.write_text(json.dumps({"settings": settings, "statements": statements, "inserts": [insert]}))
+    script.write_text(JOB)
     proc = subprocess.Popen([str(STREAM_PYTHON), str(script), str(spec_file)], cwd=str(REPO),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -29,7 +29,7 @@ from pathlib import Path
 from quiver.catalog.errors import QuiverError
 from quiver.config import Config
 from quiver.jars import KAFKA_BROKER, has_bundle, jars_dir
-from quiver.streaming.kafka_broker import BrokerError, KafkaBroker, free_port
+from quiver.streaming.kafka_broker import BrokerError, KafkaBroker, free_port, log_tail
 
 log = logging.getLogger("quiver.kafka.embedded")
 PARTITIONS = 4  # topics created without a partition count get this many
@@ -192,17 +192,10 @@ def _wait_answering(broker: KafkaBroker, pid: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not broker.answers():
         if not _alive(pid):
-            raise BrokerError(f"the embedded Kafka broker exited:\n{_tail(broker.log_file)}")
+            raise BrokerError(f"the embedded Kafka broker exited:\n{log_tail(broker.log_file)}")
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             raise BrokerError(f"the embedded Kafka broker did not answer within {timeout_s:.0f}s:\n"
-                              f"{_tail(broker.log_file)}")
+                              f"{log_tail(broker.log_file)}")
         time.sleep(0.3)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

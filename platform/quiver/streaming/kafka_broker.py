@@ -127,10 +127,10 @@ class KafkaBroker:
         while not self.answers():
             if self.proc.poll() is not None:
                 self.proc = None
-                raise BrokerError(f"the Kafka broker exited on port {self.port}:\n{_tail(self.log_file)}")
+                raise BrokerError(f"the Kafka broker exited on port {self.port}:\n{log_tail(self.log_file)}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise BrokerError(f"the Kafka broker did not answer within {timeout:.0f}s:\n{_tail(self.log_file)}")
+                raise BrokerError(f"the Kafka broker did not answer within {timeout:.0f}s:\n{log_tail(self.log_file)}")
             time.sleep(0.2)
 
     def answers(self, timeout: float = 2.0) -> bool:
@@ -170,7 +170,8 @@ class KafkaBroker:
             proc.wait(10)
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last `lines` of a log file, for an error message."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

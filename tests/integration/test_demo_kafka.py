@@ -31,7 +31,6 @@ from tests.harness import copy_demo_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 DAYS = 2
 
 

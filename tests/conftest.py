@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.durations import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401  (the run's time, by resource)
 from tests.harness import (
     PostgresCluster,
     RedisServer,
@@ -162,8 +163,11 @@ HEAVY_MODULES: dict[str, frozenset[str]] = {
     "spark": frozenset({"test_backfill_spark", "test_backfill_spark_standalone", "test_contract_paths",
                         "test_edges_nan", "test_edges_time", "test_offline_object_store_cluster",
                         "test_pit_backfill", "test_pit_spark", "test_serving_log_readers"}),
-    "flink": frozenset({"test_contract_paths", "test_demo_kafka", "test_readme", "test_streaming_cluster", "test_streaming_crash",
-                        "test_streaming_e2e", "test_streaming_kafka", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
+    "flink": frozenset({"test_contract_paths", "test_demo_kafka", "test_kafka_parse_flink", "test_readme",
+                        "test_redis_sink_jvm", "test_streaming_cluster", "test_streaming_crash", "test_streaming_e2e",
+                        "test_streaming_kafka", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
+    "kafka": frozenset({"test_demo_kafka", "test_embedded_kafka", "test_kafka_fresh_job", "test_streaming_kafka",
+                        "test_streaming_kafka_sql"}),
     "airflow": frozenset({"test_dags", "test_loop_airflow", "test_loop_celery", "test_loop_standalone",
                           "test_monitoring_airflow"}),
     "training": frozenset({"test_artifact_store_s3", "test_drift_reference", "test_loop_state", "test_models_training",
@@ -176,7 +180,7 @@ RESOURCE_MARKERS = (*HEAVY_MODULES, "postgres")
 def pytest_configure(config: pytest.Config) -> None:
     for name in RESOURCE_MARKERS:
         config.addinivalue_line("markers", f"{name}: needs {name} (a heavy real part)")
-    config.addinivalue_line("markers", "heavy: any of spark, flink, airflow, training, browser")
+    config.addinivalue_line("markers", "heavy: any of spark, flink, kafka, airflow, training, browser")
 
 
 # The longest modules (a full run's --durations, grouped), longest first. Under xdist (`make test` runs two

@@ -4,9 +4,10 @@ SHELL := /bin/bash
 
 PY := .venv/bin/python
 PYTEST_ARGS ?=
-# Two pytest-xdist workers, whole modules each (module fixtures are built once), the longest handed out first
-# (tests/conftest.py): 38 min against 50 serially on 2 cores. TEST_WORKERS=0 runs in this one process.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers, whole modules each (module fixtures are built once), the longest handed out first
+# (tests/conftest.py). On 2 cores a third worker fills the time the others wait on processes they started:
+# 852 s against 931 s with two (docs/operations.md, The test suite). TEST_WORKERS=0 runs in this one process.
+TEST_WORKERS ?= 3
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # Spark otherwise binds to whatever the hostname resolves to, which breaks in containers and CI.
 export SPARK_LOCAL_IP ?= 127.0.0.1

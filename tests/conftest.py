@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.durations import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401  (the run's time, by resource)
+from tests.durations import (  # the run's time, by resource
+    pytest_runtest_logreport,  # noqa: F401
+    pytest_terminal_summary,  # noqa: F401
+    tag_resource,
+)
 from tests.harness import (
     PostgresCluster,
     RedisServer,
@@ -31,6 +35,16 @@ if TYPE_CHECKING:
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
+
+
+# Every JVM the tests start (Spark, Flink, the Kafka broker) lives seconds to minutes and shares two cores with
+# the others: the C1 compiler alone and the serial collector save it the optimizing compiler's and the
+# parallel GC's threads, ~40 % of a JVM-bound module's CPU (test_redis_sink_jvm: 53 → 27 CPU s; Spark and
+# Flink modules alike). Only the tests' JVMs: the benchmarks and the product keep the JVM's defaults.
+# QUIVER_TEST_JAVA_OPTIONS replaces these flags ("" for none).
+TEST_JAVA_OPTIONS = os.environ.get("QUIVER_TEST_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+if TEST_JAVA_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):  # xdist's workers inherit the controller's
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {TEST_JAVA_OPTIONS}".strip()
 
 
 def _cache_typer_commands() -> None:
@@ -210,3 +224,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses_postgres = {"pg_url", "postgres_server"} & set(getattr(item, "fixturenames", ()))
         if uses_postgres or (params is not None and params.params.get("registry_url") == "postgres"):
             item.add_marker("postgres")
+        tag_resource(item)

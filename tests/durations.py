@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 # The most expensive first: a Spark test that also trains is charged to Spark.
-RESOURCE_ORDER = ("flink", "kafka", "spark", "airflow", "training", "browser", "postgres", "cli", "integration")
+RESOURCE_ORDER = ("flink", "kafka", "spark", "airflow", "training", "browser", "postgres", "integration")
 
 
 @dataclass
@@ -28,14 +28,16 @@ class _Tally:
 _TALLY = _Tally()
 
 
-def resource_of(keywords: object) -> str:
-    names = set(keywords) if keywords is not None else set()  # type: ignore[call-overload]
-    return next((r for r in RESOURCE_ORDER if r in names), "unit")
+def tag_resource(item: pytest.Item) -> None:
+    """Record the item's resource from its markers (not its keywords, which hold parameter ids such as
+    "flink" too) where its reports carry it to the controller."""
+    markers = {mark.name for mark in item.iter_markers()}
+    item.user_properties.append(("resource", next((r for r in RESOURCE_ORDER if r in markers), "unit")))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _TALLY.seconds[report.nodeid] += report.duration
-    _TALLY.resource.setdefault(report.nodeid, resource_of(report.keywords))
+    _TALLY.resource.setdefault(report.nodeid, dict(report.user_properties).get("resource", "unit"))
     node = getattr(report, "node", None)  # set by xdist's controller
     _TALLY.worker.setdefault(report.nodeid, node.gateway.id if node is not None else "main")
 
@@ -60,5 +62,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         write(f"{name:<12} {n:>5} tests {seconds:>8.1f} s")
     write("by worker: " + ", ".join(f"{name} {seconds:.0f} s ({n} tests)" for name, n, seconds in by_worker))
     write("longest modules: " + ", ".join(f"{m.rsplit('/', 1)[-1]} {s:.0f} s" for m, _, s in by_module[:8]))
-    if config.cache is not None:
-        config.cache.set("quiver/durations", {"resource": by_resource, "worker": by_worker, "module": by_module})
+    cache = getattr(config, "cache", None)  # absent under `-p no:cacheprovider`
+    if cache is not None:
+        cache.set("quiver/durations", {"resource": by_resource, "worker": by_worker, "module": by_module})

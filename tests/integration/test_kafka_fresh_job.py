@@ -18,12 +18,15 @@ def commit_to_end(bootstrap: str, topic: str, group: str, partitions: int) -> No
     """What an earlier job leaves: the group's offsets committed at the topic's end."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from quiver.streaming.kafka_broker import admin_config, end_offsets
+    from quiver.streaming.kafka_broker import _retrying, admin_config, end_offsets
 
     ends = end_offsets(bootstrap, topic)
     consumer = Consumer({**admin_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     try:
-        consumer.commit(offsets=[TopicPartition(topic, p, ends[p]) for p in range(partitions)], asynchronous=False)
+        # The first group a fresh broker sees waits for its offsets topic: "Not coordinator" until then (a
+        # loaded machine showed it), which librdkafka does not retry on a synchronous commit.
+        _retrying(lambda: consumer.commit(offsets=[TopicPartition(topic, p, ends[p]) for p in range(partitions)],
+                                          asynchronous=False))
     finally:
         consumer.close()
 

@@ -3,7 +3,7 @@
 Each test is charged to one resource, the first of RESOURCE_ORDER its markers name (conftest.py gives the
 markers), so the rows add up to the run's total. A test's seconds are its setup + call + teardown, module
 fixtures included where they are built, as `--durations` counts them. Under xdist the controller sees every
-worker's reports, so the per-worker sums show how evenly the two cores were kept busy. The whole breakdown
+worker's reports, so the per-worker sums show how evenly the workers were kept busy. The whole breakdown
 is also kept in pytest's cache (`.pytest_cache/v/quiver/durations`) for a note or a comparison.
 """
 

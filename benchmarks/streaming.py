@@ -329,6 +329,7 @@ CANDIDATES: list[tuple[str, str, list[str]]] = [
     ("quiver defaults", "quiver", []),
     ("quiver checkpoints 250 ms", "quiver", ["--checkpoint-interval-ms", "250"]),
     ("quiver mini-batch off", "quiver", ["--mini-batch-ms", "0"]),
+    ("quiver sink writes in the task thread", "quiver", ["--sink-in-flight", "0"]),
 ]
 
 

@@ -196,3 +196,12 @@ def test_a_checkpoint_flink_deletes_while_it_is_listed_is_skipped(tmp_path: Path
     monkeypatch.setattr(Path, "stat", stat)
     assert latest_checkpoint(tmp_path) == job / "chk-5"
     assert len(seen) == 2  # listed, then gone
+
+
+def test_the_sink_writes_on_its_own_thread_unless_told_otherwise() -> None:
+    from quiver.online.jvm_sink import DEFAULT_IN_FLIGHT
+    from quiver.streaming.options import StreamOptions
+    from quiver.streaming.runner import parse_args
+
+    assert parse_args([]).sink_in_flight == StreamOptions().sink_in_flight == DEFAULT_IN_FLIGHT == 2
+    assert parse_args(["--sink-in-flight", "0"]).sink_in_flight == 0  # in the task thread

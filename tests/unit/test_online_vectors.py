@@ -73,3 +73,7 @@ def test_sink_options_are_the_with_clause(views) -> None:
     assert timed["flush.interval"] == "200 ms"
     with pytest.raises(ValueError, match="flush_interval_ms"):
         sink_options(views["last"], "last", "redis://h:6379/0", flush_interval_ms=-1)
+    assert options["write.in-flight"] == "2"  # written on the sink's own thread unless asked
+    assert sink_options(views["last"], "last", "redis://h:6379/0", in_flight=0)["write.in-flight"] == "0"
+    with pytest.raises(ValueError, match="in_flight"):
+        sink_options(views["last"], "last", "redis://h:6379/0", in_flight=-1)

@@ -35,6 +35,7 @@ from quiver.online.layout import (
 CONNECTOR: Final = "quiver-redis"
 LAYOUT_VERSION: Final = 1  # bump with the Java reader (SinkLayout.java) when the JSON's shape changes
 DEFAULT_BUFFER_ROWS: Final = 20_000
+DEFAULT_IN_FLIGHT: Final = 2  # flushes out on the sink's writer thread at once
 KEY_DTYPES: Final = ("int64", "string", "bool")  # what the catalog allows for join keys
 SINK_KINDS: Final = {"tiles": "agg", "last": "last"}  # sink kind (compile/flink.py) → view kind
 
@@ -103,13 +104,14 @@ def sink_layout(view: ViewSpec, project: str = "default") -> dict[str, Any]:
 
 def sink_options(view: ViewSpec, kind: str, redis_url: str, *, project: str = "default",
                  markers_key: str | None = None, buffer_rows: int = DEFAULT_BUFFER_ROWS,
-                 flush_interval_ms: int = 0) -> dict[str, str]:
+                 flush_interval_ms: int = 0, in_flight: int = DEFAULT_IN_FLIGHT) -> dict[str, str]:
     """The WITH options of a `quiver-redis` sink table for `view`'s `kind` ("tiles" or "last") sink.
 
     `markers_key`: where the view's batch markers go (`markers_key(project, source)`; only the sink that
     carries the `__batch` column needs it). `buffer_rows`: rows buffered before an early flush (the writer
     also flushes on every checkpoint and at end of input). `flush_interval_ms`: also flush this often (0:
-    not on a timer), which bounds how long a value waits in the buffer."""
+    not on a timer), which bounds how long a value waits in the buffer. `in_flight`: flushes written to Redis on
+    the sink's own thread at once while the job goes on (each checkpoint waits for them); 0: in the task thread."""
     if SINK_KINDS.get(kind) != view.kind:
         raise ValueError(f"view {view.name!r} ({view.kind}) has no {kind!r} sink: expected "
                          f"{'tiles' if view.kind == 'agg' else 'last'!r}")
@@ -117,6 +119,8 @@ def sink_options(view: ViewSpec, kind: str, redis_url: str, *, project: str = "d
         raise ValueError(f"buffer_rows must be positive, got {buffer_rows}")
     if flush_interval_ms < 0:
         raise ValueError(f"flush_interval_ms must not be negative, got {flush_interval_ms}")
+    if in_flight < 0:
+        raise ValueError(f"in_flight must not be negative, got {in_flight}")
     options = {
         "connector": CONNECTOR,
         "redis.url": redis_url,
@@ -124,6 +128,7 @@ def sink_options(view: ViewSpec, kind: str, redis_url: str, *, project: str = "d
         "kind": kind,
         "layout": json.dumps(sink_layout(view, project), separators=(",", ":")),
         "buffer.rows": str(buffer_rows),
+        "write.in-flight": str(in_flight),
     }
     if markers_key:
         options["markers.key"] = markers_key

@@ -42,6 +42,7 @@ class StreamOptions:
     jobmanager: str = ""  # REST "host:port" of a Flink session cluster; empty: the embedded mini-cluster
     sink: str = "auto"  # "redis": the JVM sink writes to Redis; "files": change files + loader; auto: redis if it can
     sink_flush_ms: int = 200  # the JVM sink also writes this often, not only on checkpoints (0: only then)
+    sink_in_flight: int = 2  # JVM sink: flushes written on its own thread at once (0: in the task thread)
 
 
 def default_state_dir(config: Config) -> Path:
@@ -125,6 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sink-flush-ms", type=int, default=200,
                    help="the JVM sink also writes what it holds this often, not only on each checkpoint: how long "
                         "a value can wait before it is readable online (0: only on checkpoints)")
+    p.add_argument("--sink-in-flight", type=int, default=2,
+                   help="the JVM sink writes to Redis on a thread of its own, up to this many flushes at once, "
+                        "while the job goes on (each checkpoint still waits for them); 0: in the job's task thread")
     p.add_argument("--jobmanager", default=None, metavar="HOST:PORT",
                    help="submit to this Flink session cluster (REST endpoint); default: flink_jobmanager in "
                         "quiver.yaml, else the embedded mini-cluster")
@@ -143,4 +147,5 @@ def options_from_args(args: argparse.Namespace, config: Config) -> StreamOptions
                          stream_retention_s=args.stream_retention_s,
                          table_settings=settings_pairs(args.table_set), flink_settings=settings_pairs(args.flink_set),
                          jobmanager=args.jobmanager if args.jobmanager is not None else config.flink_jobmanager,
-                         sink=args.sink, sink_flush_ms=args.sink_flush_ms)
+                         sink=args.sink, sink_flush_ms=args.sink_flush_ms,
+                         sink_in_flight=args.sink_in_flight)

@@ -164,7 +164,8 @@ class StreamRunner:
         project = self.config.project
         return {v.name: sink_options(v, "tiles" if v.kind == "agg" else "last", self.redis_url, project=project,
                                      markers_key=markers_key(project, v.source) if v.name in marking else None,
-                                     flush_interval_ms=self.options.sink_flush_ms)
+                                     flush_interval_ms=self.options.sink_flush_ms,
+                                     in_flight=self.options.sink_in_flight)
                 for v in self.views}
 
     def stop(self, savepoint: bool = False) -> None:

@@ -38,10 +38,22 @@ final class FlushBuffer {
         }
     }
 
+    /** One entity's rows in this flush: its Redis key, built once, and the rows kept for it. */
+    private static final class Entity {
+        final byte[] key;
+        RowEncoder.Encoded last; // last values
+        NavigableMap<Long, RowEncoder.Encoded> tiles; // tiles, by tile_start
+
+        Entity(byte[] key) {
+            this.key = key;
+        }
+    }
+
     private final SinkLayout layout;
     private final RowEncoder encoder;
-    private final Map<ByteBuffer, RowEncoder.Encoded> last = new HashMap<>();
-    private final Map<ByteBuffer, NavigableMap<Long, RowEncoder.Encoded>> tiles = new HashMap<>();
+    // By the entity's own values (RowEncoder.entity), not its key bytes: a Long hashes and compares far cheaper
+    // than a 30-byte key, and this lookup runs for every row the job emits (the profile's largest sink cost).
+    private final Map<Object, Entity> entities = new HashMap<>();
     private Set<String> markers = new LinkedHashSet<>();
     private Long maxEventTs;
     private long dropped;
@@ -69,20 +81,33 @@ final class FlushBuffer {
             dropped++;
             return;
         }
-        RowEncoder.Encoded e = encoder.encode(row);
-        maxEventTs = maxEventTs == null ? e.newest : Math.max(maxEventTs, e.newest);
-        ByteBuffer key = ByteBuffer.wrap(e.key);
+        long newest = encoder.newest(row);
+        maxEventTs = maxEventTs == null ? newest : Math.max(maxEventTs, newest);
+        Object id = encoder.entity(row);
+        Entity entity = entities.get(id);
+        if (entity == null) {
+            entity = new Entity(encoder.key(row));
+            entities.put(id, entity);
+        }
+        long time = encoder.time(row);
+        // A row that loses to the one kept is never encoded.
         if (layout.isTiles()) {
-            NavigableMap<Long, RowEncoder.Encoded> byStart = tiles.computeIfAbsent(key, k -> new TreeMap<>());
-            RowEncoder.Encoded old = byStart.get(e.time);
-            if (old == null || e.events >= old.events) {
-                byStart.put(e.time, e);
+            if (entity.tiles == null) {
+                entity.tiles = new TreeMap<>();
+            }
+            RowEncoder.Encoded old = entity.tiles.get(time);
+            if (old == null || encoder.events(row) >= old.events) {
+                entity.tiles.put(time, encoder.encode(row));
             }
         } else {
-            RowEncoder.Encoded old = last.get(key);
-            if (old == null || e.time > old.time
-                    || (e.time == old.time && RowEncoder.compareOrder(e.order, old.order) >= 0)) {
-                last.put(key, e);
+            RowEncoder.Encoded old = entity.last;
+            if (old == null || time > old.time) {
+                entity.last = encoder.encode(row);
+            } else if (time == old.time) {
+                RowEncoder.Encoded e = encoder.encode(row);
+                if (RowEncoder.compareOrder(e.order, old.order) >= 0) {
+                    entity.last = e;
+                }
             }
         }
     }
@@ -90,9 +115,12 @@ final class FlushBuffer {
     /** Everything buffered, reduced to one value per key; the buffer starts empty again. */
     Flush drain() {
         Flush flush = new Flush(markers, maxEventTs, dropped, rows);
-        if (layout.isTiles()) {
-            for (Map.Entry<ByteBuffer, NavigableMap<Long, RowEncoder.Encoded>> entry : tiles.entrySet()) {
-                NavigableMap<Long, RowEncoder.Encoded> byStart = entry.getValue();
+        for (Entity entity : entities.values()) {
+            flush.keys.add(entity.key);
+            if (!layout.isTiles()) {
+                flush.values.add(entity.last.record);
+            } else {
+                NavigableMap<Long, RowEncoder.Encoded> byStart = entity.tiles;
                 // Older than the entity's newest tile minus the horizon: never read again (codec.TileCodec.encode).
                 NavigableMap<Long, RowEncoder.Encoded> kept =
                         byStart.tailMap(byStart.lastKey() - layout.trimHorizonUs, true);
@@ -104,17 +132,10 @@ final class FlushBuffer {
                 for (RowEncoder.Encoded e : kept.values()) {
                     value.put(e.record);
                 }
-                flush.keys.add(entry.getKey().array());
                 flush.values.add(value.array());
             }
-        } else {
-            for (Map.Entry<ByteBuffer, RowEncoder.Encoded> entry : last.entrySet()) {
-                flush.keys.add(entry.getKey().array());
-                flush.values.add(entry.getValue().record);
-            }
         }
-        last.clear();
-        tiles.clear();
+        entities.clear();
         markers = new LinkedHashSet<>();
         maxEventTs = null;
         dropped = 0;

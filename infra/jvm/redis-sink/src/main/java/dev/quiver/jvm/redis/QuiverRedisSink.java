@@ -29,7 +29,7 @@ public final class QuiverRedisSink implements Sink<RowData> {
         FlushBuffer buffer = new FlushBuffer(layout, new RowEncoder(layout, names, types));
         RedisWriter redis = new RedisWriter(options.redisUrl, options.timeoutMs, layout, options.markersKey);
         QuiverRedisSinkWriter writer = new QuiverRedisSinkWriter(buffer, redis, options.bufferRows,
-                context.metricGroup());
+                options.inFlight, layout.view, context.metricGroup());
         writer.flushEvery(context.getProcessingTimeService(), options.flushIntervalMs);
         return writer;
     }

@@ -36,6 +36,9 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
     public static final ConfigOption<Duration> FLUSH_INTERVAL = ConfigOptions.key("flush.interval").durationType()
             .defaultValue(Duration.ZERO).withDescription("Also write what is buffered this often (0: only on "
                     + "checkpoints, at end of input and when buffer.rows wait): how fresh online values are.");
+    public static final ConfigOption<Integer> IN_FLIGHT = ConfigOptions.key("write.in-flight").intType()
+            .defaultValue(2).withDescription("Flushes written on the sink's own thread at once (the one being "
+                    + "written and those queued), while the task goes on; 0: write in the task thread.");
     public static final ConfigOption<Duration> TIMEOUT = ConfigOptions.key("redis.timeout").durationType()
             .defaultValue(Duration.ofSeconds(10)).withDescription("Connect and read timeout of a Redis call.");
 
@@ -51,7 +54,8 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
 
     @Override
     public Set<ConfigOption<?>> optionalOptions() {
-        return Set.of(BUFFER_ROWS, MARKERS_KEY, TIMEOUT, FLUSH_INTERVAL, FactoryUtil.SINK_PARALLELISM);
+        return Set.of(BUFFER_ROWS, MARKERS_KEY, TIMEOUT, FLUSH_INTERVAL, IN_FLIGHT,
+                FactoryUtil.SINK_PARALLELISM);
     }
 
     @Override
@@ -86,8 +90,12 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
         if (every < 0) {
             throw new IllegalArgumentException("flush.interval must not be negative, got " + every + " ms");
         }
+        int inFlight = config.get(IN_FLIGHT);
+        if (inFlight < 0) {
+            throw new IllegalArgumentException("write.in-flight must not be negative, got " + inFlight);
+        }
         return new SinkOptions(url, config.get(LAYOUT), config.getOptional(MARKERS_KEY).orElse(null), rows,
-                (int) Math.max(1, Math.min(timeout, Integer.MAX_VALUE)), every);
+                (int) Math.max(1, Math.min(timeout, Integer.MAX_VALUE)), every, inFlight);
     }
 
     private static void check(ReadableConfig config, SinkLayout layout) {

@@ -23,21 +23,17 @@ import org.apache.flink.table.types.logical.LogicalTypeRoot;
  * {@code write} returns.
  */
 final class RowEncoder {
-    /** What the buffer keeps of a feature row. */
+    /** What the buffer keeps of a feature row (its key is its entity's, kept once per entity). */
     static final class Encoded {
-        final byte[] key;
         final byte[] record;
         final long time; // tile_start or event_ts
         final long events; // n_events (tiles)
-        final long newest; // the freshness time of the row
         final Object[] order; // last values: field values for the tie rule (Long, Double, Boolean, byte[], null)
 
-        Encoded(byte[] key, byte[] record, long time, long events, long newest, Object[] order) {
-            this.key = key;
+        Encoded(byte[] record, long time, long events, Object[] order) {
             this.record = record;
             this.time = time;
             this.events = events;
-            this.newest = newest;
             this.order = order;
         }
     }
@@ -138,14 +134,50 @@ final class RowEncoder {
         return !row.isNullAt(timeIndex);
     }
 
-    /** Key and record of a complete row. */
+    /** Record, time and tie-rule values of a complete row. */
     Encoded encode(RowData row) {
-        return new Encoded(key(row), record(row), row.getLong(timeIndex),
-                eventsIndex < 0 || row.isNullAt(eventsIndex) ? 0 : row.getLong(eventsIndex), newest(row),
-                layout.isTiles() ? null : order(row));
+        return new Encoded(record(row), time(row), events(row), layout.isTiles() ? null : order(row));
     }
 
-    private long newest(RowData row) {
+    /** The row's tile_start (tiles) or event time (last values). */
+    long time(RowData row) {
+        return row.getLong(timeIndex);
+    }
+
+    /** The tile's event count (0 for last values). */
+    long events(RowData row) {
+        return eventsIndex < 0 || row.isNullAt(eventsIndex) ? 0 : row.getLong(eventsIndex);
+    }
+
+    /**
+     * Which entity the row is for, as a small value that is cheap to hash and compare (a Long for one int64 key):
+     * the buffer groups rows by it and builds the Redis key only once per entity and flush.
+     */
+    Object entity(RowData row) {
+        if (keyIndex.length == 1) {
+            return keyPart(row, 0);
+        }
+        Object[] parts = new Object[keyIndex.length];
+        for (int k = 0; k < keyIndex.length; k++) {
+            parts[k] = keyPart(row, k);
+        }
+        return Arrays.asList(parts);
+    }
+
+    private Object keyPart(RowData row, int k) {
+        int i = keyIndex[k];
+        switch (layout.keys.get(k).dtype) {
+            case "int64":
+                return row.getLong(i);
+            case "bool":
+                return row.getBoolean(i);
+            default:
+                return row.getString(i).toString();
+        }
+    }
+
+    /** The freshness time of the row: a tile's newest event, else its time. */
+    long newest(RowData row) {
         long time = row.getLong(timeIndex);
         // The loader raises freshness to a tile's newest event; the store's own write to its tile_start.
         return newestIndex < 0 || row.isNullAt(newestIndex) ? time : Math.max(time, row.getLong(newestIndex));

@@ -12,14 +12,16 @@ final class SinkOptions implements Serializable {
     final int bufferRows;
     final int timeoutMs;
     final long flushIntervalMs; // 0: only on checkpoints, end of input and a full buffer
+    final int inFlight; // flushes out on the writer thread at once; 0: written in the task thread
 
     SinkOptions(String redisUrl, String layoutJson, String markersKey, int bufferRows, int timeoutMs,
-            long flushIntervalMs) {
+            long flushIntervalMs, int inFlight) {
         this.redisUrl = redisUrl;
         this.layoutJson = layoutJson;
         this.markersKey = markersKey;
         this.bufferRows = bufferRows;
         this.timeoutMs = timeoutMs;
         this.flushIntervalMs = flushIntervalMs;
+        this.inFlight = inFlight;
     }
 }

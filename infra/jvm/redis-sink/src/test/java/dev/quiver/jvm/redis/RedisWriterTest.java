@@ -56,7 +56,11 @@ class RedisWriterTest {
     }
 
     static void assertStored(Vectors.Vector v) {
-        try (Jedis j = server.client()) {
+        assertStored(server, v);
+    }
+
+    static void assertStored(RedisServer on, Vectors.Vector v) {
+        try (Jedis j = on.client()) {
             for (Map.Entry<String, String> e : VectorsTest.expectedWrites(v).entrySet()) {
                 byte[] got = j.get(e.getKey().getBytes(StandardCharsets.UTF_8));
                 assertEquals(e.getValue(), got == null ? null : HexFormat.of().formatHex(got), e.getKey());

@@ -14,9 +14,11 @@ import socket
 class KeepAliveClient:
     """One connection; `post(path, payload)` → (status, body)."""
 
-    def __init__(self, base: str, headers: dict[str, str], path: str = "/predict"):
+    def __init__(self, base: str, headers: dict[str, str], path: str = "/predict", source: str | None = None):
         host, _, port = base.removeprefix("http://").partition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        # `source`: the local address to send from (e.g. 127.0.0.2: another client to the server's limits).
+        self.sock = socket.create_connection((host, int(port)), timeout=30,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.host = f"{host}:{port}"
         self.extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())

@@ -8,7 +8,8 @@
   and reflects whatever a client sent.
 - Times: `quiver.serving.times` (one bounded range, `quiver.online.base.TIME_RANGE`).
 - Per-client concurrency (`ClientLimit`): at most N requests of one client in flight on the data routes;
-  the next gets 429 + Retry-After at once, so one heavy client cannot hold every worker.
+  the next gets 429 + Retry-After at once, so one heavy client cannot hold every worker. Big bodies go
+  through the heavy lane (`HeavyLane`): one at a time, taking turns with the other clients' traffic.
 - Offline docs (`create_fastapi`): /docs and /redoc load Swagger UI and ReDoc from files served by the server
   itself (the fastapi-offline package ships them), not from a CDN.
 """
@@ -170,10 +171,12 @@ class ClientLimit:
     call, so the counts need no lock."""
 
     def __init__(self, app: ASGIApp, per_client: int, paths: frozenset[str], client_header: str = "",
-                 retry_after_s: int = 1, counts: ClientCounts | None = None):
+                 retry_after_s: int = 1, counts: ClientCounts | None = None, heavy_body_bytes: int = 0):
         if per_client < 1:
             raise ValueError("per_client must be at least 1")
         self.app = app
+        self.heavy_body_bytes = heavy_body_bytes
+        self.lane = HeavyLane() if heavy_body_bytes > 0 else None
         self.per_client = per_client
         self.paths = paths
         self.header = client_header.lower().encode()
@@ -202,13 +205,84 @@ class ClientLimit:
             return
         self.in_flight[client] = running + 1
         try:
-            await self.app(scope, receive, send)
+            size = _content_length(scope)
+            if self.lane is None:
+                await self.app(scope, receive, send)
+                return
+            self.lane.seen(client)
+            if size is not None and size <= self.heavy_body_bytes:
+                await self.app(scope, receive, send)
+                return
+            await self.lane.acquire(client, size if size is not None else self.heavy_body_bytes)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.lane.release(client)
         finally:
             left = self.in_flight[client] - 1
             if left:
                 self.in_flight[client] = left
             else:
                 del self.in_flight[client]
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The request's Content-Length, or None (chunked, or not a number: treated as big)."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class HeavyLane:
+    """Where requests with big bodies go: one at a time (the fairest client's next, as in FairSlots), and while
+    other clients are active the lane rests after each request for as long as the request took, once per other
+    client, so it holds at most its share of the server's time (1 / active clients).
+
+    Parsing, reading features for and encoding a 1,000-row request all run on the event loop, between the
+    small requests of everyone else: eight such requests back to back took the light clients to 0.10× their
+    throughput (`benchmarks/fairness.py`). A client is active when a request of its began in the last
+    `active_s`. `clock` is for tests."""
+
+    def __init__(self, active_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.slots = FairSlots(1, max_waiting=1 << 30)  # the per-client limit already bounds who waits here
+        self.active_s = active_s
+        self.clock = clock
+        self.last_seen: dict[str, float] = {}
+        self.resume_at = 0.0
+        self.began = 0.0
+
+    def seen(self, client: str) -> None:
+        """A request of `client` began (small or big)."""
+        now = self.clock()
+        self.last_seen[client] = now
+        if len(self.last_seen) > 10_000:  # forget clients long quiet
+            self.last_seen = {c: t for c, t in self.last_seen.items() if now - t < self.active_s}
+
+    def others_active(self, client: str) -> int:
+        now = self.clock()
+        return sum(1 for c, t in self.last_seen.items() if c != client and now - t < self.active_s)
+
+    async def acquire(self, client: str, size: int) -> None:
+        """Wait for the lane (and its rest, if any); charged `size` bytes to `client`."""
+        await self.slots.acquire(client, size)
+        try:
+            pause = self.resume_at - self.clock()
+            if pause > 0:
+                await asyncio.sleep(pause)
+        except BaseException:
+            self.slots.release()
+            raise
+        self.began = self.clock()
+
+    def release(self, client: str) -> None:
+        ended = self.clock()
+        others = self.others_active(client)
+        self.resume_at = ended + (ended - self.began) * others if others else ended
+        self.slots.release()
 
 
 # ----- fair scoring slots -----

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import signal
@@ -253,6 +254,9 @@ class ServerLimits:
       say, X-Forwarded-For and overwrites what clients send).
     - `scoring_concurrency` (prediction server): scoring calls at once (default: the CPU count, at least 2);
       the next slot goes to the waiting client served the fewest rows lately (`edge.FairSlots`).
+    - `heavy_body_bytes`: a request whose body is bigger (or of unknown size) goes through the heavy lane
+      (`edge.HeavyLane`): one at a time, and no more than its share of the server's time while other
+      clients are active; 0: no lane. 32 KiB is ~200 rows of a /predict body.
     """
 
     max_header_bytes: int = 16 * 1024
@@ -263,12 +267,29 @@ class ServerLimits:
     per_client_concurrency: int = 8
     client_header: str = ""
     scoring_concurrency: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
+    heavy_body_bytes: int = 32 * 1024
 
     def uvicorn_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `uvicorn.run` / `uvicorn.Config` applying these limits."""
         return {"http": guarded_protocol(self), "timeout_keep_alive": self.keep_alive_s,
                 "limit_concurrency": self.max_concurrency, "backlog": self.backlog,
                 "h11_max_incomplete_event_size": self.max_header_bytes}
+
+
+# The cyclic GC's generation-0 threshold (CPython's default: 700), then how many of the younger collections
+# trigger the next older one. A 1,000-row request allocates ~100k objects (dicts, floats): at the default,
+# gen-2 passes over every live object ran several times a second under such traffic, and every request
+# waited for them (light clients' p99 137 → 14.5 ms, heavy throughput 38 → 64 requests/s with these).
+GC_THRESHOLDS = (100_000, 50, 1_000)
+
+
+def tune_gc() -> None:
+    """Set the server's GC: what start-up loaded (models, the catalog, libraries) is frozen out of every
+    collection (`gc.freeze`), and collections come after GC_THRESHOLDS allocations, not 700. Request handling
+    makes few reference cycles; what it makes is still collected, less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def run_uvicorn(app: Any, host: str, port: int, log_level: str,
@@ -299,6 +320,7 @@ def run_uvicorn(app: Any, host: str, port: int, log_level: str,
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             **(limits or ServerLimits()).uvicorn_kwargs())
     server = Server(config)
+    tune_gc()
     server.run()
     if not server.started and server.stopped_by is None:
         from uvicorn.config import STARTUP_FAILURE

@@ -208,7 +208,8 @@ def install_edge(app: FastAPI, *, path: str, model: Any, handler: Any, api_key: 
     everything. Also the state the routes read, and a warning when no API key is set ("" is none)."""
     app.add_middleware(LeanPost, path=path, model=model, handler=handler, api_key=api_key)
     app.add_middleware(ClientLimit, per_client=limits.per_client_concurrency, paths=frozenset({path}),
-                       client_header=limits.client_header, counts=client_counts)
+                       client_header=limits.client_header, counts=client_counts,
+                       heavy_body_bytes=limits.heavy_body_bytes)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, latency=latency, requests=requests, routes=frozenset({path, "/health", "/metrics"}))
     app.state.api_key_required = bool(api_key)

@@ -105,3 +105,23 @@ def test_the_example_catalog_streams_files_until_told_its_brokers() -> None:
     binding = catalog.sources["transactions"].stream
     assert binding is not None and binding.path == "data/stream/transactions" and binding.kafka_topic == "transactions"
     assert not binding.reads_kafka("") and binding.reads_kafka("127.0.0.1:9092")
+
+
+def test_the_jvm_sink_takes_a_redis_it_can_reach_a_unix_socket_included(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import quiver.streaming.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "has_bundle", lambda bundle: True)  # the sink's jar, as setup builds it
+    monkeypatch.setattr(runner_module, "bundle_jars", lambda bundle: [tmp_path / "redis-sink-1.jar"])
+    catalog = two_sources(StreamBinding(path="stream/tx"), StreamBinding(path="stream/refunds"))
+
+    def direct(url: str, sink: str = "auto") -> str:
+        config = Config(root=tmp_path, redis_url=url)
+        return StreamRunner(config, catalog, StreamPaths.at(tmp_path / "state"),
+                            StreamOptions(bounded=True, sink=sink)).redis_url
+
+    sock = "unix:///run/quiver project/.quiver/redis/redis.sock"  # the embedded Redis; a path with a space
+    assert direct(sock) == sock and direct(sock, "redis") == sock
+    assert direct("redis://h:6379/0") == "redis://h:6379/0" and direct(sock, "files") == ""
+    with pytest.raises(QuiverError, match=r"unix:/// URL, not memory://x: use --sink files"):
+        direct("memory://x", "redis")

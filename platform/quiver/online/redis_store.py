@@ -109,7 +109,7 @@ class RedisOnlineStore(OnlineStore):
                 url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
                 retry=Retry(NoBackoff(), 0), health_check_interval=0)
         except ValueError as exc:
-            raise OnlineStoreError(f"invalid Redis URL {_redact(url)!r}: {exc}") from None
+            raise OnlineStoreError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
         self._local = threading.local()
         self._all: list[Any] = []
         self._lock = threading.Lock()
@@ -139,9 +139,9 @@ class RedisOnlineStore(OnlineStore):
     def _refusal(self, exc: BaseException, timeout_s: float | None) -> OnlineStoreError:
         """What a connection problem means for the caller: refused credentials, or the store unavailable."""
         if isinstance(exc, AuthenticationError):
-            return OnlineStoreError(f"Redis at {_redact(self.url)} refused the credentials: {exc}")
+            return OnlineStoreError(f"Redis at {redact_url(self.url)} refused the credentials: {exc}")
         return OnlineStoreUnavailable(
-            f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
+            f"online store unavailable: Redis at {redact_url(self.url)} did not answer within "
             f"{timeout_s or self.timeout_s:g}s ({type(exc).__name__}: {exc})")
 
     def _roundtrip(self, commands: Sequence[bytes], conn: Any = None) -> list[Any]:
@@ -191,7 +191,7 @@ class RedisOnlineStore(OnlineStore):
         for reply in replies:
             if isinstance(reply, ResponseError):
                 if str(reply).startswith(("NOAUTH", "WRONGPASS")):
-                    raise OnlineStoreError(f"Redis at {_redact(self.url)} needs credentials: {reply}")
+                    raise OnlineStoreError(f"Redis at {redact_url(self.url)} needs credentials: {reply}")
                 raise OnlineStoreError(f"Redis error: {reply}")
         return replies
 
@@ -377,11 +377,11 @@ class RedisOnlineStore(OnlineStore):
             reply = await self._aio.roundtrip(pending.command)
         except AsyncRedisUnavailable as exc:
             raise OnlineStoreUnavailable(
-                f"online store unavailable: Redis at {_redact(self.url)} did not answer within "
+                f"online store unavailable: Redis at {redact_url(self.url)} did not answer within "
                 f"{self.timeout_s:g}s ({exc})") from None
         except AsyncRedisError as exc:
             if str(exc).startswith(("NOAUTH", "WRONGPASS")):
-                raise OnlineStoreError(f"Redis at {_redact(self.url)} needs credentials: {exc}") from None
+                raise OnlineStoreError(f"Redis at {redact_url(self.url)} needs credentials: {exc}") from None
             raise OnlineStoreError(f"Redis error: {exc}") from None
         return list(reply)
 
@@ -492,7 +492,7 @@ def _chunks(items: Any, size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without its password."""
     if "@" not in url or "://" not in url:
         return url

@@ -37,7 +37,7 @@ from quiver.config import Config
 from quiver.jars import REDIS_SINK, bundle_jars, has_bundle
 from quiver.online.base import OnlineStore, OnlineStoreError
 from quiver.online.jvm_sink import markers_key, sink_options
-from quiver.online.redis_store import RedisOnlineStore
+from quiver.online.redis_store import RedisOnlineStore, redact_url
 from quiver.streaming.feeder import Feeder, source_feeds
 from quiver.streaming.job import (
     SAVEPOINTS,
@@ -108,22 +108,21 @@ class StreamRunner:
     def _direct_url(self, sink: str) -> str:
         """The Redis URL the JVM sink writes to, or "" when the job writes change files for the loader.
 
-        `auto` takes the sink when it can: a TCP Redis (Jedis has no Unix sockets, which the embedded
-        Redis uses) and the sink's jar built by `make setup`."""
+        `auto` takes the sink when it can: a Redis the JVM reaches (TCP, or the embedded Redis's Unix socket
+        from this machine) and the sink's jar built by `make setup`."""
         if sink not in ("auto", "redis", "files"):
             raise QuiverError(f"sink must be auto, redis or files, got {sink!r}")
         if sink == "files":
             return ""
         url = self.config.redis_url or (self._store.url if isinstance(self._store, RedisOnlineStore) else "")
-        tcp = url.startswith(("redis://", "rediss://"))
+        reachable = url.startswith(("redis://", "rediss://", "unix:///"))
         if sink == "redis":
-            if not tcp:
-                where = "a Unix socket" if url else "the embedded Redis (a Unix socket)"
-                raise QuiverError(f"the JVM Redis sink needs redis_url to be a redis:// URL, not {where}: "
-                                  "use --sink files")
+            if not reachable:
+                raise QuiverError(f"the JVM Redis sink needs a redis://, rediss:// or unix:/// URL, not "
+                                  f"{redact_url(url) or 'none (no redis_url, no store)'}: use --sink files")
             bundle_jars(REDIS_SINK)  # a clear error when setup has not built it
             return url
-        return url if tcp and has_bundle(REDIS_SINK) else ""
+        return url if reachable and has_bundle(REDIS_SINK) else ""
 
     def direct_markers(self) -> dict[str, str] | None:
         """source → the Redis SET of its batch markers, when the JVM sink writes the values."""
@@ -425,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for user errors, 1 when the job failed)."""
     from quiver.catalog.loader import load_catalog
     from quiver.config import load_config
+    from quiver.online.factory import open_online_store
 
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -433,7 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         catalog = load_catalog(args.catalog or config.catalog_dir, root=config.root)
         options = options_from_args(args, config)
         paths = StreamPaths.at(args.state_dir or default_state_dir(config), args.checkpoint_dir)
-        runner = StreamRunner(config, catalog, paths, options)
+        # The project's store, opened now (the run opens it anyway): the embedded Redis's socket is where the
+        # JVM sink writes when no redis_url is set.
+        store = None if options.sink == "files" else open_online_store(config, writer=True)
+        runner = StreamRunner(config, catalog, paths, options, store=store)
     except QuiverError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,5 @@
 package dev.quiver.jvm.redis;
 
-import java.net.URI;
 import java.time.Duration;
 import java.util.List;
 import java.util.Set;
@@ -22,7 +21,7 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
     public static final String IDENTIFIER = "quiver-redis";
 
     public static final ConfigOption<String> REDIS_URL = ConfigOptions.key("redis.url").stringType().noDefaultValue()
-            .withDescription("redis://[[user]:password@]host:port/db (rediss:// for TLS)");
+            .withDescription("redis://[[user]:password@]host:port/db (rediss:// for TLS), or unix:///path.sock[?db=N]");
     public static final ConfigOption<String> VIEW = ConfigOptions.key("view").stringType().noDefaultValue()
             .withDescription("The feature view (must match the layout's).");
     public static final ConfigOption<String> KIND = ConfigOptions.key("kind").stringType().noDefaultValue()
@@ -77,9 +76,10 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
 
     static SinkOptions options(ReadableConfig config) {
         String url = config.get(REDIS_URL);
-        String scheme = URI.create(url).getScheme();
-        if (!"redis".equals(scheme) && !"rediss".equals(scheme)) {
-            throw new IllegalArgumentException("redis.url must be redis:// or rediss://, got " + scheme + "://");
+        if (!url.startsWith("redis://") && !url.startsWith("rediss://") && !url.startsWith("unix:///")) {
+            String scheme = url.contains("://") ? url.substring(0, url.indexOf("://")) : url;
+            throw new IllegalArgumentException("redis.url must be redis://, rediss:// or unix:///path, got "
+                    + scheme + "://");
         }
         int rows = config.get(BUFFER_ROWS);
         if (rows < 1) {

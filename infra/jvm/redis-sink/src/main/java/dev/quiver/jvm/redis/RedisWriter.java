@@ -4,11 +4,13 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.HexFormat;
 import java.util.List;
+import redis.clients.jedis.DefaultJedisClientConfig;
 import redis.clients.jedis.Jedis;
 import redis.clients.jedis.Pipeline;
 import redis.clients.jedis.Response;
@@ -60,7 +62,7 @@ final class RedisWriter implements AutoCloseable {
         }
     }
 
-    private final URI url;
+    private final String url;
     private final int timeoutMs;
     private final SinkLayout layout;
     private final byte[] markersKey;
@@ -69,7 +71,7 @@ final class RedisWriter implements AutoCloseable {
     private Jedis jedis;
 
     RedisWriter(String url, int timeoutMs, SinkLayout layout, String markersKey) {
-        this.url = URI.create(url);
+        this.url = url;
         this.timeoutMs = timeoutMs;
         this.layout = layout;
         this.markersKey = markersKey == null ? null : markersKey.getBytes(StandardCharsets.UTF_8);
@@ -183,9 +185,27 @@ final class RedisWriter implements AutoCloseable {
 
     private Jedis connection() {
         if (jedis == null) {
-            jedis = new Jedis(url, timeoutMs);
+            jedis = url.startsWith("unix://") ? unix(url, timeoutMs) : new Jedis(URI.create(url), timeoutMs);
         }
         return jedis;
+    }
+
+    /** unix:///path/redis.sock[?db=N]: the embedded Redis's socket (no password: its folder is private). */
+    static Jedis unix(String url, int timeoutMs) {
+        // Not java.net.URI: the socket's path is written as is (a project folder may hold spaces).
+        String rest = url.substring("unix://".length());
+        int q = rest.indexOf('?');
+        int db = 0;
+        if (q >= 0) {
+            for (String pair : rest.substring(q + 1).split("&")) {
+                if (pair.startsWith("db=")) {
+                    db = Integer.parseInt(pair.substring(3));
+                }
+            }
+            rest = rest.substring(0, q);
+        }
+        return new Jedis(new UnixSocketFactory(Path.of(rest), timeoutMs),
+                DefaultJedisClientConfig.builder().timeoutMillis(timeoutMs).database(db).build());
     }
 
     private void disconnect() {

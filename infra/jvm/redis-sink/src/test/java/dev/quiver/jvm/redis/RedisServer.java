@@ -11,6 +11,7 @@ import redis.clients.jedis.exceptions.JedisConnectionException;
 /** A private redis-server on a free port (as tests/harness.py starts one); missing redis-server fails, never skips. */
 final class RedisServer implements AutoCloseable {
     final int port;
+    final Path socket; // also listening here (unix:// URLs)
     private final Process process;
 
     RedisServer() throws IOException, InterruptedException {
@@ -19,7 +20,9 @@ final class RedisServer implements AutoCloseable {
             port = socket.getLocalPort();
         }
         Path dir = Files.createTempDirectory("quiver-redis-sink");
+        socket = dir.resolve("redis.sock");
         ProcessBuilder builder = new ProcessBuilder(binary, "--port", Integer.toString(port), "--bind", "127.0.0.1",
+                "--unixsocket", socket.toString(), "--unixsocketperm", "700",
                 "--save", "", "--appendonly", "no", "--dir", dir.toString());
         builder.redirectErrorStream(true).redirectOutput(dir.resolve("redis.log").toFile());
         try {
@@ -44,6 +47,10 @@ final class RedisServer implements AutoCloseable {
 
     String url() {
         return "redis://127.0.0.1:" + port + "/0";
+    }
+
+    String unixUrl() {
+        return "unix://" + socket;
     }
 
     Jedis client() {

@@ -86,6 +86,32 @@ class RedisWriterTest {
     }
 
     @Test
+    void theSameBytesLandThroughAUnixSocket() throws Exception {
+        for (Vectors.Vector v : Vectors.load()) {
+            FlushBuffer buffer = new FlushBuffer(v.layout, v.encoder());
+            v.rows.forEach(buffer::add);
+            try (RedisWriter w = new RedisWriter(server.unixUrl(), 2000, v.layout, MARKERS)) {
+                w.write(buffer.drain());
+            }
+            assertStored(v);
+        }
+        try (Jedis j = server.client()) {
+            assertEquals(3, j.smembers(MARKERS).size());
+        }
+    }
+
+    @Test
+    void aUnixSocketThatIsNotThereFailsTheWriteWithItsPath() throws Exception {
+        Vectors.Vector v = vector("user_spend");
+        FlushBuffer buffer = new FlushBuffer(v.layout, v.encoder());
+        v.rows.forEach(buffer::add);
+        try (RedisWriter w = new RedisWriter("unix:///nonexistent/redis.sock", 500, v.layout, MARKERS)) {
+            IOException e = assertThrows(IOException.class, () -> w.write(buffer.drain()));
+            assertTrue(e.getMessage().contains("/nonexistent/redis.sock"), e.getMessage());
+        }
+    }
+
+    @Test
     void anOlderLastValueNeverOverwritesANewerOne() throws Exception {
         Vectors.Vector v = vector("user_last_transaction");
         write(v, v.rows);

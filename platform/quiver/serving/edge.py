@@ -205,11 +205,11 @@ class ClientLimit:
             return
         self.in_flight[client] = running + 1
         try:
-            size = _content_length(scope)
             if self.lane is None:
                 await self.app(scope, receive, send)
                 return
             self.lane.seen(client)
+            size = _content_length(scope)
             if size is not None and size <= self.heavy_body_bytes:
                 await self.app(scope, receive, send)
                 return

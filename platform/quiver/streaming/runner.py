@@ -457,6 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QuiverError as exc:  # e.g. the Kafka brokers do not answer: one line, no trace
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if store is not None:
+            store.close()
 
 
 if __name__ == "__main__":

@@ -157,24 +157,32 @@ def _scatter(n: int, pieces: Sequence[tuple[np.ndarray, Values]]) -> Values:
     return Values(values, missing, first.numeric)
 
 
-def earlier_moments(t_us: np.ndarray, max_lag_s: float, materialized_us: np.ndarray | None) -> list[np.ndarray]:
+def earlier_moments(t_us: np.ndarray, max_lag_s: float,
+                    materialized_us: Sequence[np.ndarray] | np.ndarray | None) -> list[np.ndarray]:
     """Moments before each request at which serving may have been stuck: the ladder of lags up to
-    `max_lag_s`, then the view's last materialization before the request (`materialized_us`, -1: none)."""
+    `max_lag_s`, then each of the view's materializations before the request (`materialized_us`: one array
+    per materialization, newest first, -1 where there is none)."""
     moments = [t_us - int(lag * US) for lag in LAG_LADDER_S if lag <= max_lag_s]
-    if materialized_us is not None and (materialized_us >= 0).any():
-        moments.append(np.where(materialized_us >= 0, materialized_us, t_us))
+    if materialized_us is None:
+        return moments
+    for done in [materialized_us] if isinstance(materialized_us, np.ndarray) else materialized_us:
+        if (done >= 0).any():
+            moments.append(np.where(done >= 0, done, t_us))
     return moments
 
 
-def last_materialization(registry: Any, view: str, t_us: np.ndarray) -> np.ndarray | None:
-    """Per request, the data time (µs) of the view's newest successful materialization at or before it, -1 when
-    none; None when the registry records none at all."""
+def last_materialization(registry: Any, view: str, t_us: np.ndarray, back: int = 0) -> np.ndarray | None:
+    """Per request, the data time (µs) of the view's newest successful materialization at or before it (with
+    `back` = 1, the one before that), -1 when none; None when the registry records none at all.
+
+    The one before matters because a run is recorded by its data time: a request between that time and the
+    moment its write to the store finished was served by the previous run."""
     ends = sorted(_us(r["end_ts"]) for r in registry.runs(view=view, kind="materialize")
                   if r["status"] == "succeeded" and r["end_ts"] is not None)
     if not ends:
         return None
     known = np.asarray(ends, dtype=np.int64)
-    position = np.searchsorted(known, t_us, side="right") - 1
+    position = np.searchsorted(known, t_us, side="right") - 1 - back
     return np.where(position >= 0, known[np.maximum(position, 0)], -1)
 
 

@@ -320,7 +320,8 @@ def _evidence(config: Config, catalog: Catalog, view: Any, refs: list[FeatureRef
     offline_empty = cons.empty_rows([off[m].take(index) for m in names], zero)
     for m in names:
         evidence[m]["gap"] = spread(online_empty & ~offline_empty)
-    materialized = ev.last_materialization(registry, view.name, sub.t_us) if registry is not None else None
+    materialized = [m for m in (ev.last_materialization(registry, view.name, sub.t_us, back)
+                                for back in (0, 1)) if m is not None] if registry is not None else None
     moments = ev.earlier_moments(sub.t_us, settings.max_lag_s, materialized)
     if moments:  # every earlier moment in one replay: the rows repeated, one copy per moment
         stacked = sub.repeat(len(moments))

@@ -162,3 +162,14 @@ def test_last_materialization_is_the_newest_succeeded_run_at_or_before_each_requ
 
     got = last_materialization(Runs(), "v", np.array([5, 10, 17, 25]) * 1_000_000)
     assert got is not None and got.tolist() == [-1, 10_000_000, 10_000_000, 20_000_000]
+    # The one before: what a request saw while the newest run was still writing.
+    before = last_materialization(Runs(), "v", np.array([5, 10, 17, 25]) * 1_000_000, back=1)
+    assert before is not None and before.tolist() == [-1, -1, -1, 10_000_000]
+
+
+def test_both_last_materializations_are_earlier_moments() -> None:
+    t = np.array([10_000_000_000, 20_000_000_000])
+    newest, previous = np.array([-1, 19_000_000_000]), np.array([-1, 13_000_000_000])
+    moments = earlier_moments(t, max_lag_s=0, materialized_us=[newest, previous])
+    assert [m.tolist() for m in moments] == [[t[0], 19_000_000_000], [t[0], 13_000_000_000]]
+    assert earlier_moments(t, max_lag_s=0, materialized_us=[np.array([-1, -1])]) == []  # none before

@@ -43,12 +43,11 @@ from _http_client import KeepAliveClient  # noqa: E402
 from _serving_fault_probe import KEY, start, start_redis, stop  # noqa: E402
 from http_server import free_port, wait_http  # noqa: E402
 from online_read import quiver_setup, user_frame  # noqa: E402
-from predict import MODEL, quiver_project  # noqa: E402
+from predict import MODEL, body, quiver_project  # noqa: E402
 
 
 def request_body(users: list[int], tag: str) -> bytes:
-    return json.dumps({"rows": [{"request_id": f"{tag}-{i}", "entities": {"user_id": u}}
-                                for i, u in enumerate(users)]}).encode()
+    return json.dumps(body(users, tag)).encode()
 
 
 def client_main(a: argparse.Namespace) -> int:

@@ -4,8 +4,8 @@ Two copies of the demo project (the example catalog, quiver.yaml, the venvs link
 demo data. In one, step 8 (`quiver.pipelines.demo.run.stream`) starts the project's embedded broker, produces
 the two-hour window to the catalog's topic and runs `quiver stream --bounded` against it; in the other it
 writes the window as stream files (`--no-kafka`). Both jobs write their project's embedded Redis themselves,
-through the JVM sink over its Unix socket (no change files for the Python loader). The two Redis servers must hold the same
-keys and values (float tile sums up to their last bits, see `same_value`), and the Kafka run must say it
+through the JVM sink over its Unix socket (no change files for the Python loader). The two Redis servers must
+hold the same keys and values (float tile sums up to their last bits, see `same_value`), and the Kafka run must say it
 streamed through Kafka, every record committed.
 """
 

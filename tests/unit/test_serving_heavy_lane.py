@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 from typing import Any
 
 from quiver.serving.edge import ClientLimit, HeavyLane
@@ -89,7 +88,6 @@ def test_only_big_or_unsized_bodies_enter_the_lane() -> None:
     assert ServerLimits().heavy_body_bytes == 32 * 1024
     off = ClientLimit(app, per_client=8, paths=frozenset({"/predict"}), heavy_body_bytes=0)
     assert off.lane is None
-    json.dumps(ServerLimits().uvicorn_kwargs(), default=str)  # the lane is ours, not a uvicorn setting
 
 
 def test_the_servers_gc_freezes_start_up_and_collects_less_often() -> None:

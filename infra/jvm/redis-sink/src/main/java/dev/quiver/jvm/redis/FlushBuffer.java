@@ -55,7 +55,8 @@ final class FlushBuffer {
     // than a 30-byte key, and this lookup runs for every row the job emits (the profile's largest sink cost).
     private final Map<Object, Entity> entities = new HashMap<>();
     private Set<String> markers = new LinkedHashSet<>();
-    private Long maxEventTs;
+    private long maxEventTs = Long.MIN_VALUE; // a primitive: this runs for every row (no box per row)
+    private boolean featureRows;
     private long dropped;
     private long rows;
 
@@ -82,7 +83,8 @@ final class FlushBuffer {
             return;
         }
         long newest = encoder.newest(row);
-        maxEventTs = maxEventTs == null ? newest : Math.max(maxEventTs, newest);
+        maxEventTs = Math.max(maxEventTs, newest);
+        featureRows = true;
         Object id = encoder.entity(row);
         Entity entity = entities.get(id);
         if (entity == null) {
@@ -114,7 +116,7 @@ final class FlushBuffer {
 
     /** Everything buffered, reduced to one value per key; the buffer starts empty again. */
     Flush drain() {
-        Flush flush = new Flush(markers, maxEventTs, dropped, rows);
+        Flush flush = new Flush(markers, featureRows ? maxEventTs : null, dropped, rows);
         for (Entity entity : entities.values()) {
             flush.keys.add(entity.key);
             if (!layout.isTiles()) {
@@ -137,7 +139,8 @@ final class FlushBuffer {
         }
         entities.clear();
         markers = new LinkedHashSet<>();
-        maxEventTs = null;
+        maxEventTs = Long.MIN_VALUE;
+        featureRows = false;
         dropped = 0;
         rows = 0;
         return flush;

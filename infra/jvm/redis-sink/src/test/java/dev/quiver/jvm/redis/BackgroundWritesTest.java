@@ -8,35 +8,12 @@ import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import redis.clients.jedis.Jedis;
 
 /** Flushes written on the writer thread: the same bytes as a write in the task thread, in order, every one in Redis
  * once the barrier returns, and a failure reported on the task thread with nothing written after it. */
-class BackgroundWritesTest {
-    static RedisServer server;
-    static final String MARKERS = "q:fraud:_markers:transactions";
-
-    @BeforeAll
-    static void start() throws Exception {
-        server = new RedisServer();
-    }
-
-    @AfterAll
-    static void stop() {
-        server.close();
-    }
-
-    @BeforeEach
-    void empty() {
-        try (Jedis j = server.client()) {
-            j.flushAll();
-        }
-    }
-
+class BackgroundWritesTest extends OnRedisServer {
     /** The vector's rows as one flush, then twice more (replays after a restart write the same values). */
     static List<FlushBuffer.Flush> flushes(Vectors.Vector v) {
         FlushBuffer buffer = new FlushBuffer(v.layout, v.encoder());
@@ -63,7 +40,7 @@ class BackgroundWritesTest {
                 assertEquals(0, writes.pending());
                 assertEquals(all, written, "each flush reported once, in the order handed over");
             }
-            RedisWriterTest.assertStored(server, v);
+            assertStored(v);
         }
         try (Jedis j = server.client()) {
             assertEquals(Set.of("batch-user_spend-0001", "batch-merchant_traffic-0001",
@@ -73,7 +50,7 @@ class BackgroundWritesTest {
 
     @Test
     void aFailedWriteSurfacesOnTheTaskThreadAndStopsTheQueue() throws Exception {
-        Vectors.Vector v = RedisWriterTest.vector("user_spend");
+        Vectors.Vector v = vector("user_spend");
         try (Jedis j = server.client()) {
             j.configSet("maxmemory", "1"); // every write refused: OOM
         }
@@ -103,7 +80,7 @@ class BackgroundWritesTest {
     void inFlightMustBePositive() {
         Vectors.Vector v;
         try {
-            v = RedisWriterTest.vector("user_spend");
+            v = vector("user_spend");
         } catch (IOException e) {
             throw new AssertionError(e);
         }

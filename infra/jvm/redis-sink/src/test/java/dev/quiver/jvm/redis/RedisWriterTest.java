@@ -6,65 +6,22 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.util.HexFormat;
 import java.util.List;
-import java.util.Map;
 import java.util.Set;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import redis.clients.jedis.Jedis;
 
 /** The writer on a real redis-server: the vectors' bytes land as they are, replays change nothing, an older last
  * value never overwrites a newer one, NOSCRIPT is survived, freshness and markers are recorded. */
-class RedisWriterTest {
-    static RedisServer server;
-    static final String MARKERS = "q:fraud:_markers:transactions";
-
-    @BeforeAll
-    static void start() throws Exception {
-        server = new RedisServer();
-    }
-
-    @AfterAll
-    static void stop() {
-        server.close();
-    }
-
-    @BeforeEach
-    void empty() {
-        try (Jedis j = server.client()) {
-            j.flushAll();
-        }
-    }
-
-    static Vectors.Vector vector(String name) throws IOException {
-        return Vectors.load().stream().filter(v -> v.name.equals(name)).findFirst().orElseThrow();
-    }
-
+class RedisWriterTest extends OnRedisServer {
     static void write(Vectors.Vector v, List<RowData> rows) throws IOException {
         FlushBuffer buffer = new FlushBuffer(v.layout, v.encoder());
         rows.forEach(buffer::add);
         try (RedisWriter w = new RedisWriter(server.url(), 2000, v.layout, MARKERS)) {
             w.write(buffer.drain());
-        }
-    }
-
-    static void assertStored(Vectors.Vector v) {
-        assertStored(server, v);
-    }
-
-    static void assertStored(RedisServer on, Vectors.Vector v) {
-        try (Jedis j = on.client()) {
-            for (Map.Entry<String, String> e : VectorsTest.expectedWrites(v).entrySet()) {
-                byte[] got = j.get(e.getKey().getBytes(StandardCharsets.UTF_8));
-                assertEquals(e.getValue(), got == null ? null : HexFormat.of().formatHex(got), e.getKey());
-            }
         }
     }
 

@@ -4,8 +4,10 @@ The demo's transactions (`data/labels/labels.parquet`: transaction_id, user_id, 
 is_online, is_fraud, label_arrived_at) are the requests: each is scored by the in-process `PredictionService`
 with `at` = its event time and the transaction's `fields` (amount, is_online), so online features,
 serving-log timestamps (the service logs each row at its `at`) and every window downstream live on the
-simulated clock. Before each simulated hour the online store is materialized as of that hour — the replay
-stands in for the streaming path, so online values lag the events by at most an hour. A request's label
+simulated clock. The online store is materialized as of the window's start and then follows the events
+(`quiver.online.follow.EventFollower`): before each call it holds every event older than the call, as a stream
+with no lag would, so a request reads what the offline point-in-time join computes at its time. A slot's call
+is cut in two where a row's entity had an event after the call's first row (that row must see it). A request's label
 arrives when its `label_arrived_at` says (`quiver.monitoring.labels`; older label files without it: a fixed
 delay after the request).
 """
@@ -64,7 +66,10 @@ def requests_between(config: Config, start: datetime, end: datetime, path: str |
 def replay(config: Config, service: Any, start: datetime, end: datetime, *, materialize: bool = True,
            path: str | Path = LABELS) -> Replay:
     """Score the requests of [start, end) through `service` (a started PredictionService), one call per
-    `REQUEST_EVERY` of simulated time, materializing the online store at each full hour."""
+    `REQUEST_EVERY` of simulated time, the online store following the events (`materialize=False`: left as
+    it is)."""
+    from quiver.online.follow import EventFollower
+
     began = time.perf_counter()
     report = Replay(start, end)
     shadow_before = service.stats.snapshot().get("shadow_rows", 0)
@@ -73,30 +78,58 @@ def replay(config: Config, service: Any, start: datetime, end: datetime, *, mate
     slot_us = int(REQUEST_EVERY.total_seconds() * 1_000_000)
     offsets = pc.divide(pc.subtract(requests["event_ts"].cast(pa.int64()), int(start.timestamp() * 1_000_000)),
                         slot_us)
-    slot = start
-    index = 0
-    while slot < end:
-        if materialize and slot.minute == 0 and slot.second == 0:
-            service.store.materialize(end=slot)  # hourly: what the streaming path would have loaded by now
-        rows = requests.filter(pc.equal(offsets, index))
-        if rows.num_rows:
-            ids, times = rows["transaction_id"].to_pylist(), rows["event_ts"].to_pylist()
-            fields = request_fields(rows)
-            batch = [{"request_id": i, "entities": {"user_id": u, "merchant_id": m}, "at": t, "fields": f}
-                     for i, u, m, t, f in zip(ids, rows["user_id"].to_pylist(), rows["merchant_id"].to_pylist(),
-                                              times, fields, strict=True)]
-            for prediction in service.predict(batch):
+    follower = None
+    if materialize:
+        service.store.materialize(end=start)  # what the stream had loaded by the window's start
+        follower = EventFollower(config, service.store.catalog, service.store.online, start, end)
+    try:
+        calls = []
+        for index in range(int((end - start) / REQUEST_EVERY)):
+            rows = requests.filter(pc.equal(offsets, index))
+            if rows.num_rows:
+                calls += calls_of(request_rows(rows), follower)
+        if follower is not None:
+            follower.plan([call[0]["at"] for call in calls])
+        for call in calls:
+            if follower is not None:
+                follower.advance(call[0]["at"])
+            for prediction in service.predict(call):
                 report.arms[prediction.arm] += 1
                 report.versions[prediction.model_version] += 1
-            report.requests += len(batch)
-        slot += REQUEST_EVERY
-        index += 1
+            report.requests += len(call)
+    finally:
+        if follower is not None:
+            follower.close()
     service.drain()
     report.arms["shadow"] = service.stats.snapshot().get("shadow_rows", 0) - shadow_before
     if service.logger is not None:
         service.logger.flush()
     report.seconds = time.perf_counter() - began
     return report
+
+
+def calls_of(batch: list[dict[str, Any]], follower: Any = None) -> list[list[dict[str, Any]]]:
+    """A slot's rows (oldest first) as calls: a row starts a new call when one of its entities had an event
+    between the call's first row and itself, which a call served as of its first row would not show."""
+    if follower is None:
+        return [batch] if batch else []
+    calls: list[list[dict[str, Any]]] = []
+    for row in batch:
+        if calls:
+            changed = follower.touched(calls[-1][0]["at"], row["at"])
+            if not any(value in changed.get(key, ()) for key, value in row["entities"].items()):
+                calls[-1].append(row)
+                continue
+        calls.append([row])
+    return calls
+
+
+def request_rows(rows: pa.Table) -> list[dict[str, Any]]:
+    """The prediction service's request rows for recorded transactions, in their order."""
+    ids, times = rows["transaction_id"].to_pylist(), rows["event_ts"].to_pylist()
+    return [{"request_id": i, "entities": {"user_id": u, "merchant_id": m}, "at": t, "fields": f}
+            for i, u, m, t, f in zip(ids, rows["user_id"].to_pylist(), rows["merchant_id"].to_pylist(), times,
+                                     request_fields(rows), strict=True)]
 
 
 REQUEST_FIELDS = ("amount", "is_online")  # what the transaction itself says, sent as `fields`

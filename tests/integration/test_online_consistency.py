@@ -209,3 +209,54 @@ def test_a_python_mode_view_equals_its_pandas_twin_online_and_offline(tmp_path, 
             assert_same(f"{name}_py", off, twin, user, t)  # python mode = pandas mode
     assert sum(v is None for v in online["ratio_py"]) > 0 and sum(v is not None for v in online["ratio_py"]) > 0
     store.close()
+
+
+def _differences(store: FeatureStore, features: list[str], config, catalog, t: int) -> list[str]:
+    """Every (feature, user) whose online value at t differs from the point-in-time one."""
+    online = store.get_online_features(features, {"user_id": np.arange(USERS)}, at=t,
+                                       full_feature_names=True).to_dict()
+    labels = pd.DataFrame({"user_id": np.arange(USERS), "event_ts": pd.to_datetime(np.full(USERS, t), unit="us",
+                                                                                  utc=True)})
+    offline = get_historical_features(labels, features, catalog=catalog, config=config, full_feature_names=True)
+    found = []
+    for ref in features:
+        column = ref.replace(":", "__")
+        for user in range(USERS):
+            on = online[column][user]
+            try:
+                assert_same(column, on.item() if hasattr(on, "item") else on, offline[column].iloc[user], user, t)
+            except AssertionError as exc:
+                found.append(str(exc))
+    return found
+
+
+@pytest.mark.parametrize("planned", [True, False], ids=["planned", "one-query-a-moment"])
+def test_following_the_events_keeps_online_equal_offline_at_every_moment(tmp_path, redis_url, planned):
+    """The replay's stand-in for a stream with no lag: materialized once, then `advance` before each moment
+    (random, on tile boundaries, just after an event); online equals the point-in-time join at every one,
+    while before each advance the store was behind at some of them (so the comparison has teeth)."""
+    from quiver.online.follow import EventFollower
+
+    rng = np.random.default_rng(31)
+    events = random_events(seed=31, users=USERS)
+    config, catalog = make_project(tmp_path, redis_url, events)
+    backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
+    features = [f"{v.name}:{f}" for v in catalog.views.values() for f in v.feature_names]
+    start, end = DAY0_US + DAY + 8 * 3_600_000_000, DAY0_US + DAY + 14 * 3_600_000_000
+    ts = events.column("event_ts").cast("int64").to_numpy(zero_copy_only=False)
+    after_events = [int(t) + 1 for t in ts[(ts >= start) & (ts < end)][:6]]
+    on_tiles = [start + 10 * 60_000_000 * k for k in (1, 7, 30)]
+    moments = sorted({*after_events, *on_tiles, *(int(t) for t in start + rng.integers(0, end - start, 12))})
+    store = FeatureStore(config=config, catalog=catalog)
+    materialize(config, catalog, start, store=store.online)
+    behind = 0
+    with EventFollower(config, catalog, store.online, start, end) as follower:
+        if planned:
+            follower.plan(moments)
+            assert follower._tiles, "the tiles were planned"
+        for t in moments:
+            behind += bool(_differences(store, features, config, catalog, t))
+            follower.advance(t)
+            assert _differences(store, features, config, catalog, t) == [], t
+    assert behind > 0
+    store.close()

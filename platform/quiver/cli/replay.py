@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
         config: ConfigOption = None,
     ) -> None:
         """Score the recorded requests of [start, end) through the prediction service as they happened: one
-        call a simulated minute, online features as of each request (materialized hourly), every arm logged
-        at its request time."""
+        call a simulated minute, the online store following the events (every event before a call is in it),
+        every arm logged at its request time."""
         from quiver.pipelines.replay import replay
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry

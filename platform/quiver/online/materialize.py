@@ -142,7 +142,7 @@ def _materialize_view(config: Config, catalog: Catalog, spec: ViewSpec, end_us: 
         selected = [d for d in selected if old.get(d) != fingerprints[d] or d >= since]
     result.run_id = registry.start_run(spec.name, KIND, "redis", None, datetime.fromtimestamp(end_us / 1e6, UTC))
     try:
-        table = _read_partitions(root, spec, kind, selected, lo_us, hi_us, None if remote.is_local else remote)
+        table = read_partitions(root, spec, kind, selected, lo_us, hi_us, None if remote.is_local else remote)
         result.partitions_read = selected
         result.rows_read = table.num_rows
         if spec.kind == "agg":
@@ -175,7 +175,7 @@ def _time_range(spec: ViewSpec, end_us: int) -> tuple[int, int]:
     return floor - spec.max_window_us, floor
 
 
-def _read_partitions(root: Path, spec: ViewSpec, kind: str, days: Sequence[str], lo_us: int,
+def read_partitions(root: Path, spec: ViewSpec, kind: str, days: Sequence[str], lo_us: int,
                      hi_us: int, remote: Any = None) -> pa.Table:
     schema = layout.tile_schema(spec) if kind == layout.TILES else layout.last_values_schema(spec)
     time_column = TILE_START if kind == layout.TILES else layout.EVENT_TS
@@ -204,21 +204,35 @@ def _head_tiles(config: Config, catalog: Catalog, spec: ViewSpec, end_us: int) -
     floor = end_us - end_us % tile
     if floor == end_us:
         return layout.tile_schema(spec).empty_table()
-    from quiver.catalog.schema import source_files
-    from quiver.compile.sql import compile_tiles, query_params
     from quiver.offline.engines import open_engine
 
-    source = catalog.sources[spec.source]
-    files = source_files(source.path, config.root)
-    if not files:
-        return layout.tile_schema(spec).empty_table()
-    schemas = [pq.read_schema(f) for f in files]
     engine = open_engine("duckdb")
     try:
-        engine.register_source(spec.source, files, any(s != schemas[0] for s in schemas))
-        rows = engine.fetch(compile_tiles(engine.dialect, spec), query_params(spec, floor, end_us))
+        if not register_source(engine, config, catalog, spec.source):
+            return layout.tile_schema(spec).empty_table()
+        return tiles_between(engine, spec, floor, end_us)
     finally:
         engine.close()
+
+
+def register_source(engine: Any, config: Config, catalog: Catalog, source: str, as_name: str | None = None) -> bool:
+    """Register the raw files of `source` on `engine` (as `as_name`, default the source's name); False when it
+    has none."""
+    from quiver.catalog.schema import source_files
+
+    files = source_files(catalog.sources[source].path, config.root)
+    if not files:
+        return False
+    schemas = [pq.read_schema(f) for f in files]
+    engine.register_source(as_name or source, files, any(s != schemas[0] for s in schemas))
+    return True
+
+
+def tiles_between(engine: Any, spec: ViewSpec, start_us: int, end_us: int) -> pa.Table:
+    """Tiles of the events with start <= event time < end (the view's compiled tile SQL; tiles schema)."""
+    from quiver.compile.sql import compile_tiles, query_params
+
+    rows = engine.fetch(compile_tiles(engine.dialect, spec), query_params(spec, start_us, end_us))
     schema = layout.tile_schema(spec)
     return rows.select(schema.names).cast(schema)
 

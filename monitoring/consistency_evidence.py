@@ -198,7 +198,7 @@ def _us(moment: datetime) -> int:
 class LateFile:
     """One file of the late-event store: its events' keys and times, and when it was written (arrival)."""
 
-    path: Path
+    path: str  # inside the offline store's filesystem
     arrival_us: int
     keys: list[Key]
     event_us: np.ndarray
@@ -208,14 +208,16 @@ def late_files(config: Config, view: ViewSpec) -> list[LateFile]:
     """The late-event files of the view's source, oldest arrival first."""
     import pyarrow.parquet as pq
 
-    from quiver.offline.layout import late_event_files
+    from quiver.offline.store import store_for
 
+    store = store_for(config)
     out = []
-    for path in late_event_files(config.offline_dir, view.source):
-        table = pq.read_table(path, columns=[*view.key_names, view.timestamp_field], partitioning=None)
+    for path in store.late_event_files(view.source):
+        table = pq.read_table(path, columns=[*view.key_names, view.timestamp_field], partitioning=None,
+                              filesystem=store.fs)
         event_us, _ = timestamps_us(table[view.timestamp_field])
         keys = list(zip(*(table[k].to_pylist() for k in view.key_names), strict=True))
-        out.append(LateFile(path, path.stat().st_mtime_ns // 1000, keys, event_us))
+        out.append(LateFile(path, store.arrival_us(path), keys, event_us))
     return sorted(out, key=lambda f: f.arrival_us)
 
 
@@ -252,13 +254,20 @@ def without_late(config: Config, catalog: Catalog, view: ViewSpec, refs: Sequenc
     reach = view.ttl_us if view.kind == "last" else view.max_window_us + (view.tile_us or 0)
     first = _day(int(rows.t_us.min()) - int(reach or 0))
     last = _day(int(rows.t_us.max()))
+    from quiver.offline.store import store_for
+
+    store = store_for(config)
     scratch = Path(tempfile.mkdtemp(prefix="quiver-consistency-"))
     try:
         for i, late in enumerate(files):
-            if i not in excluded:  # keep the late events that had arrived: their store layout, linked
-                target = scratch / late.path.relative_to(config.offline_dir)
+            if i not in excluded:  # keep the late events that had arrived, at their place in the store's layout
+                target = scratch / late.path[len(store.base.rstrip("/")) + 1:]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(late.path)
+                if store.is_local:
+                    target.symlink_to(late.path)
+                else:
+                    with store.fs.open_input_file(late.path) as stream:
+                        target.write_bytes(stream.read())
         local = dataclasses.replace(config, offline_root=str(scratch))
         backfill(local, catalog, first, last, views=[view.name], registry=_NoRuns(), threads=1)
         return point_in_time(local, catalog, refs, rows, engine=engine)

@@ -134,3 +134,52 @@ def test_bad_offline_roots_fail_with_the_setting_named(stores: tuple[Any, Any, A
                       | {"event_ts": pa.array([0], pa.timestamp("us", tz="UTC"))}).to_pandas()
     with pytest.raises(QuiverError, match="no AWS credentials found"):
         get_historical_features(labels, [feature], catalog=catalog, config=s3)
+
+
+def test_late_stream_events_go_to_the_bucket_and_into_the_next_backfill(tmp_path: Path, s3_server: Any) -> None:
+    """With the offline store on S3, the stream's feeder writes its late events there (one PUT per file) and
+    the next backfill reads them with the source's files: its rows equal a folder store's whose source holds
+    the same events. Before, late events went to a local folder no backfill of a URI root read."""
+    from quiver.streaming.feeder import Feeder, SourceFeed
+    from quiver.streaming.late import late_events
+    from quiver.streaming.paths import StreamPaths
+    from tests.integration.test_backfill_support import day_us, make_events, project, write_events
+
+    events = make_events()
+    s3_config_, catalog = project(tmp_path / "s3")
+    s3 = s3_config(s3_config_, s3_server)
+    source = catalog.sources["events"]
+    keys = tuple((v.name, tuple(v.key_names)) for v in catalog.views.values() if v.source == "events")
+    columns = tuple((c, d) for c, d in source.columns if c != source.timestamp_field)
+    feed = SourceFeed("events", columns, keys, "ts", watermark_delay_us=0, allowed_lateness_us=0)
+    noon = day_us(DAY0 + timedelta(days=1)) + 12 * 3_600_000_000
+    lines = [{"ts_us": noon, "user_id": 3, "merchant_id": 2, "amount": 10.5, "qty": 1, "flag": True, "cat": "a"},
+             # behind the watermark (noon) by hours: late, so the batch route's
+             {"ts_us": noon - 5 * 3_600_000_000, "user_id": 3, "merchant_id": 2, "amount": 99.0, "qty": 4,
+              "flag": False, "cat": "b"},
+             {"ts_us": noon - 7 * 3_600_000_000, "user_id": 7, "merchant_id": 1, "amount": 1.25, "qty": -2,
+              "flag": None, "cat": None}]
+    stream = tmp_path / "stream"
+    stream.mkdir()
+    (stream / "0001.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store = store_for(s3)
+    feeder = Feeder({"events": stream}, StreamPaths.at(tmp_path / "state"), {"events": feed}, store,
+                    clock=lambda: (noon + 3_600_000_000) / 1e6)
+    assert feeder.feed().late == {"events": 2}
+    files = store.late_event_files("events")
+    assert len(files) == 1 and files[0].startswith(f"{store.base}/_late_events/events/date=")
+    assert not (tmp_path / "s3" / "offline").exists()  # nothing late left on the local disk
+    late = late_events(store, "events")
+    assert late is not None and sorted(late.column("amount").to_pylist()) == [1.25, 99.0]
+
+    folder, _ = project(tmp_path / "folder")  # the same events, the late two in the source itself
+    late_rows = pa.Table.from_pylist([{**{k: v for k, v in line.items() if k != "ts_us"},
+                                       "ts": datetime.fromtimestamp(line["ts_us"] / 1e6, UTC)}
+                                      for line in lines[1:]], schema=events.schema)
+    write_events(pa.concat_tables([events, late_rows]), tmp_path / "folder" / "events")
+    write_events(events, tmp_path / "s3" / "events")
+    backfill(s3, catalog, DAY0, END)
+    backfill(folder, catalog, DAY0, END)
+    for view in catalog.views.values():
+        if view.source == "events":
+            assert_rows_equal(s3_rows(s3, view), store_rows(folder.offline_dir, view), f"{view.name}: late on s3")

@@ -1,7 +1,8 @@
 """A Spark standalone cluster — one master, two workers, each with its own work folder — backfills the example
 catalog into S3 (moto's server) through s3a and runs the point-in-time join from it; both equal DuckDB's
 answers. Credentials reach every JVM the usual way (the workers' environment), never through Spark's settings.
-The offline store lives only in the bucket; the source events stay a folder every executor reads.
+The offline store lives only in the bucket, late stream events included (read through s3a beside the
+source's files); the source events stay a folder every executor reads.
 
 Kept small (2 days, 40 users): benchmarks/pit_scale.py carries the sizes.
 """
@@ -49,8 +50,15 @@ def test_cluster_backfill_and_join_on_s3_equal_duckdb(cluster: tuple[str, int], 
     url, web = cluster
     local, catalog, labels, _ = _demo_project(tmp_path)
     s3 = replace(s3_config(local, s3_server, "cluster"), spark_master=url, engine="spark")
-    backfill(local, catalog, FIRST, LAST, engine="duckdb")
+    late = _late_file(local, catalog)  # late stream events, on each side's offline store: executors read s3a
+    for store in (store_for(local), store_for(s3)):
+        store.put(store.path("_late_events", "transactions", f"date={FIRST}", "upto-x.parquet"), late)
+    local_report = backfill(local, catalog, FIRST, LAST, engine="duckdb")
     report = backfill(s3, catalog, FIRST, LAST, engine="spark")
+    in_source = _source_rows_between(local, catalog, "transactions")
+    for name, view in catalog.views.items():
+        if view.source == "transactions":
+            assert report.views[name].events_read == local_report.views[name].events_read == in_source + 5
     status = _status(web)
     assert [a["name"] for a in status["activeapps"]] == ["quiver"]  # it ran on the cluster
     assert spark_session(url).sparkContext.master == url
@@ -65,3 +73,32 @@ def test_cluster_backfill_and_join_on_s3_equal_duckdb(cluster: tuple[str, int], 
     columns = [c for c in expected.columns if "__" in c]
     assert len(columns) >= 15 and len(got) == len(labels)
     pd.testing.assert_frame_equal(got[columns], expected[columns], check_exact=False, rtol=1e-9)
+
+
+def _late_file(config: Any, catalog: Any) -> bytes:
+    """Five transactions of the first day, as the stream's feeder would have set them aside (Parquet)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from quiver.catalog.schema import source_files
+
+    source = catalog.sources["transactions"]
+    table = pa.concat_tables([pq.read_table(f, partitioning=None) for f in source_files(source.path, config.root)])
+    first_day = [t is not None and t.date() == FIRST for t in table[source.timestamp_field].to_pylist()]
+    buffer = io.BytesIO()
+    pq.write_table(table.filter(first_day).slice(0, 5), buffer)
+    return buffer.getvalue()
+
+
+def _source_rows_between(config: Any, catalog: Any, name: str) -> int:
+    """Rows of the source's own files dated FIRST..LAST (what a backfill reads without late events)."""
+    import pyarrow.parquet as pq
+
+    from quiver.catalog.schema import source_files
+
+    source = catalog.sources[name]
+    times = [t for f in source_files(source.path, config.root) for t in
+             pq.read_table(f, columns=[source.timestamp_field], partitioning=None)[source.timestamp_field].to_pylist()]
+    return sum(1 for t in times if t is not None and FIRST <= t.date() <= LAST)

@@ -36,6 +36,7 @@ from quiver.config import Config, load_config
 from quiver.offline import layout
 from quiver.offline.backfill import backfill
 from quiver.offline.pit import get_historical_features
+from quiver.offline.store import store_for
 from quiver.online.base import ViewRead
 from quiver.online.layout import entity_keys, key_prefix, tile_partials, tile_record_dtype
 from quiver.online.redis_store import RedisOnlineStore
@@ -367,7 +368,7 @@ def test_tiles_hold_nan_min_max_and_last_like_the_batch(streamed: Streamed) -> N
 
 def test_late_and_future_events_are_set_aside_not_loaded(streamed: Streamed) -> None:
     s = streamed
-    late = late_events(s.config.offline_dir, "events")
+    late = late_events(store_for(s.config), "events")
     assert late is not None and late.num_rows == s.data.late.num_rows + 1  # + the one dated in 2100
     want = sorted(zip(s.data.late.column("user_id").to_pylist(), s.data.late.column("ts").cast(pa.int64()).to_pylist(),
                       strict=True))

@@ -115,8 +115,7 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
         raise QuiverError(f"engine must be duckdb or spark, got {engine!r}")
     specs = catalog.select_views(views)
     store = store_for(config)  # a bad offline_root (scheme, credentials) fails before any work
-    late = _late_event_files(config, specs) if store.is_local else None
-    files = check_sources(catalog, specs, config.root, engine, extra=late)
+    files = check_sources(catalog, specs, config.root, engine, extra=_late_event_files(store, specs), extra_store=store)
     if registry is None:
         from quiver.registry import Registry
 
@@ -128,7 +127,7 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
     return _run(config, specs, files, start, end, engine, registry, progress, began, threads, store)
 
 
-def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path, pa.Schema]]], start: date,
+def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path | str, pa.Schema]]], start: date,
          end: date, engine: str, registry: Any, progress: Progress | None, began: float,
          threads: int | None = None, store: OfflineStore | None = None) -> BackfillReport:
     remote = store if store is not None and not store.is_local else None
@@ -181,7 +180,7 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
     except BaseException as exc:
         # Footers were fine, so look for a file whose pages do not decode: name it instead of the
         # engine's anonymous error. Only on failure, so a good run never reads its input twice.
-        culprit = _unreadable_file(files, specs) if isinstance(exc, Exception) else None
+        culprit = _unreadable_file(files, specs, store) if isinstance(exc, Exception) else None
         for view_report in report.views.values():
             if view_report.run_id is not None:
                 error = str(culprit) if culprit else f"{type(exc).__name__}: {exc}"
@@ -206,8 +205,11 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
 
 
 def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engine: str = "duckdb",
-                  extra: dict[str, list[Path]] | None = None) -> dict[str, list[tuple[Path, pa.Schema]]]:
-    """Files and footer schemas of every source the views read, checked before any engine runs.
+                  extra: dict[str, list[str]] | None = None, extra_store: OfflineStore | None = None,
+                  ) -> dict[str, list[tuple[Path | str, pa.Schema]]]:
+    """Files and footer schemas of every source the views read, checked before any engine runs. `extra`:
+    more files per source, paths inside `extra_store` (the stream's late events on the offline store), listed
+    as the engines open them (a folder's path, or an object store's URI).
 
     Raises QuiverError naming the file when one is not readable Parquet, lacks a column a view needs,
     has a type the catalog does not expect, disagrees with another file on a column's type, or (Spark)
@@ -218,18 +220,21 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engin
         cols = needed.setdefault(view.source, {})
         for name, dtype in view.source_columns:
             cols.setdefault(name, (dtype, view.name))
-    out: dict[str, list[tuple[Path, pa.Schema]]] = {}
+    out: dict[str, list[tuple[Path | str, pa.Schema]]] = {}
     for source_name, columns in sorted(needed.items()):
         source = catalog.sources[source_name]
         paths = source_files(source.path, root)
         if not paths:
             raise QuiverError(f"source {source_name!r}: no Parquet files match {source.path!r} under {root}")
-        paths = paths + (extra or {}).get(source_name, [])  # e.g. the stream's late events
-        checked: list[tuple[Path, pa.Schema]] = []
-        first: dict[str, tuple[pa.DataType, Path]] = {}
-        for path in paths:
+        more = (extra or {}).get(source_name, [])  # e.g. the stream's late events
+        fs = extra_store.fs if extra_store is not None else None
+        listed: list[tuple[Path | str, Any]] = [(p, None) for p in paths]
+        listed += [(extra_store.uri(p) if extra_store is not None else p, fs) for p in more]
+        checked: list[tuple[Path | str, pa.Schema]] = []
+        first: dict[str, tuple[pa.DataType, Path | str]] = {}
+        for path, filesystem in listed:
             try:
-                schema = pq.read_schema(path)
+                schema = pq.read_schema(_inside(path) if filesystem is not None else path, filesystem=filesystem)
             except (pa.ArrowException, OSError) as exc:
                 raise QuiverError(f"source {source_name!r}: cannot read Parquet file {path}: {exc}") from None
             for column in schema:
@@ -257,13 +262,15 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engin
     return out
 
 
-def _unreadable_file(files: dict[str, list[tuple[Path, pa.Schema]]],
-                     views: Sequence[ViewSpec]) -> QuiverError | None:
+def _unreadable_file(files: dict[str, list[tuple[Path | str, pa.Schema]]], views: Sequence[ViewSpec],
+                     store: OfflineStore | None = None) -> QuiverError | None:
     for source, checked in sorted(files.items()):
         columns = sorted({c for v in views if v.source == source for c, _ in v.source_columns})
         for path, _ in checked:
             try:
-                for _batch in pq.ParquetFile(path).iter_batches(columns=columns):
+                remote = store is not None and not store.is_local and "://" in str(path)
+                source_file = store.fs.open_input_file(_inside(path)) if remote and store else path
+                for _batch in pq.ParquetFile(source_file).iter_batches(columns=columns):
                     pass
             except (pa.ArrowException, OSError) as exc:
                 return QuiverError(f"source {source!r}: cannot read Parquet file {path}: {exc}")
@@ -386,11 +393,16 @@ def _require(store: OfflineStore | None) -> OfflineStore:
     return store
 
 
-def _late_event_files(config: Config, views: Sequence[ViewSpec]) -> dict[str, list[Path]]:
-    """Late and future-dated stream events the streaming job set aside for the batch route (streaming/late.py)."""
-    from quiver.offline.layout import late_event_files
+def _late_event_files(store: OfflineStore, views: Sequence[ViewSpec]) -> dict[str, list[str]]:
+    """Late and future-dated stream events the streaming job set aside for the batch route (streaming/late.py),
+    paths inside the offline store."""
+    return {s: store.late_event_files(s) for s in sorted({v.source for v in views})}
 
-    return {s: late_event_files(config.offline_dir, s) for s in sorted({v.source for v in views})}
+
+def _inside(uri: Path | str) -> str:
+    """A path inside its filesystem: an object-store URI without its scheme (a folder path as it is)."""
+    text = str(uri)
+    return text.split("://", 1)[1] if "://" in text else text
 
 
 def _columns_differ(schemas: list[pa.Schema]) -> bool:

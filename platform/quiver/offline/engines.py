@@ -29,8 +29,9 @@ class BatchEngine(Protocol):
     name: str
     dialect: Dialect
 
-    def register_source(self, name: str, files: Sequence[Path], union_by_name: bool) -> None:
-        """Expose Parquet `files` as a table called `name` to later queries."""
+    def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
+        """Expose Parquet `files` (folder paths, or URIs on the attached offline store) as a table called
+        `name` to later queries."""
 
     def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path | str) -> None:
         """Run `sql` and write its rows with the engine's own writer as Parquet under
@@ -67,7 +68,7 @@ class DuckDBEngine:
         if not store.is_local:
             self.connection.register_filesystem(store.fsspec())
 
-    def register_source(self, name: str, files: Sequence[Path], union_by_name: bool) -> None:
+    def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
         listing = ", ".join(_literal(str(f)) for f in files)
         self.connection.execute(
             f"CREATE OR REPLACE VIEW {self.dialect.quote(name)} AS SELECT * FROM read_parquet([{listing}], "
@@ -99,7 +100,7 @@ class SparkEngine:
         self.dialect = SPARK
         self.session = spark_session(master, conf=spark_store_conf(store))
 
-    def register_source(self, name: str, files: Sequence[Path], union_by_name: bool) -> None:
+    def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
         reader = self.session.read.option("mergeSchema", str(union_by_name).lower())
         reader.parquet(*[_uri(f) for f in files]).createOrReplaceTempView(name)
 
@@ -237,6 +238,10 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _uri(path: Path) -> str:
+def _uri(path: Path | str) -> str:
+    """A file as Hadoop opens it: an object store's URI (s3:// read as s3a://), else file:// and the path."""
+    text = str(path)
+    if "://" in text:
+        return "s3a://" + text[len("s3://"):] if text.startswith("s3://") else text
     # Not Path.as_uri(): Hadoop does not decode it, and hive-style folders (date=…) would become date%3D….
     return "file://" + str(Path(path).resolve())

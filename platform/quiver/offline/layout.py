@@ -62,14 +62,6 @@ def late_dir(offline_root: str | Path) -> Path:
     return Path(offline_root) / LATE_DIR
 
 
-def late_event_files(offline_root: str | Path, source: str) -> list[Path]:
-    """Parquet files of `source`'s late and future-dated stream events, in name order."""
-    folder = late_dir(offline_root) / source
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob("date=*/*.parquet") if not p.name.startswith((".", "_")))
-
-
 def view_dir(root: Path, view: str, kind: str) -> Path:
     return Path(root) / view / kind
 

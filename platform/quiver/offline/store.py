@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from quiver.catalog.errors import QuiverError
+from quiver.offline.layout import LATE_DIR
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -142,6 +143,38 @@ class OfflineStore:
         for path in self.files_under(folder):
             if path[len(folder) + 1:] not in keep:
                 self.fs.delete_file(path)
+
+    # ---- late stream events (`quiver.streaming.late`) ----
+
+    def late_event_files(self, source: str) -> list[str]:
+        """Paths (inside `fs`) of `source`'s late and future-dated stream events, in name order:
+        `<root>/_late_events/<source>/date=<day>/<batch>.parquet`, hidden and _underscored names skipped."""
+        folder = self.path(LATE_DIR, source)
+        found = []
+        for path in self.files_under(folder):
+            day, _, name = path[len(folder) + 1:].partition("/")
+            if day.startswith("date=") and "/" not in name and name.endswith(".parquet") \
+                    and not name.startswith((".", "_")):
+                found.append(path)
+        return found
+
+    def put(self, path: str, data: bytes) -> None:
+        """Write `data` as the whole file `path` (inside `fs`), all or nothing: a folder store writes a hidden
+        file and renames it; an object store's single PUT is atomic already."""
+        if not self.is_local:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        staged.write_bytes(data)
+        os.replace(staged, target)
+
+    def arrival_us(self, path: str) -> int:
+        """When `path` was written (its modification time, epoch µs)."""
+        mtime = self.fs.get_file_info(path).mtime_ns
+        return int(mtime or 0) // 1000
 
     # ---- engines ----
 

@@ -58,6 +58,8 @@ from quiver.catalog.ir import Catalog, ContractSpec, ViewSpec
 from quiver.compile.contracts import counts as contract_counts
 from quiver.compile.contracts import violations
 from quiver.compile.flink import BATCH_FIELD, LEGACY_TIME_FIELD, TIME_FIELD, source_columns
+from quiver.offline.layout import LATE_DIR
+from quiver.offline.store import OfflineStore
 from quiver.streaming.paths import StreamPaths, visible_files
 
 BATCH_PREFIX = "upto-"
@@ -131,10 +133,13 @@ class Feeder:
     """Moves new stream files of each source into its inbox as checked, time-ordered batches."""
 
     def __init__(self, streams: Mapping[str, Path], paths: StreamPaths, feeds: Mapping[str, SourceFeed],
-                 late_dir: Path, max_future_ms: int = 0, max_batch_bytes: int = _MAX_BATCH_BYTES,
+                 late: Path | OfflineStore, max_future_ms: int = 0, max_batch_bytes: int = _MAX_BATCH_BYTES,
                  clock: Callable[[], float] = time.time, stream_retention_s: float | None = None):
+        """`late`: where late and future-dated events go: the offline store (its `_late_events/`, a folder or
+        an object store), or a folder of their own."""
         self.streams = {name: Path(p) for name, p in streams.items()}
-        self.paths, self.feeds, self.late_dir = paths, dict(feeds), Path(late_dir)
+        self.paths, self.feeds = paths, dict(feeds)
+        self.late = late if isinstance(late, OfflineStore) else Path(late)
         self.max_future_us = max_future_ms * 1000
         self.max_batch_bytes = max_batch_bytes
         self.clock = clock
@@ -323,10 +328,13 @@ class Feeder:
         days = pc.strftime(ts, format="%Y-%m-%d").to_pylist()
         for day in sorted(set(days)):
             part = table.filter(pa.array([d == day for d in days]))
-            target = self.late_dir / feed.name / f"date={day}" / f"{batch}.parquet"
             buf = io.BytesIO()
             pq.write_table(part, buf)
-            _atomic_write(target, buf.getvalue())
+            name = f"date={day}/{batch}.parquet"  # the same name again after a crash: rewritten, never doubled
+            if isinstance(self.late, OfflineStore):
+                self.late.put(self.late.path(LATE_DIR, feed.name, name), buf.getvalue())
+            else:
+                _atomic_write(self.late / feed.name / name, buf.getvalue())
 
     # ----- batches and retention -----
 

@@ -5,27 +5,28 @@ than the allowed lateness, or dated after its arrival) as Parquet under
 
     <offline root>/_late_events/<source>/date=<UTC day>/upto-<batch>.parquet
 
-with the source's columns and its event-time column. `late_event_files` lists them; the batch backfill
+with the source's columns and its event-time column, on the offline store wherever it lives (a folder, or
+an object store: one PUT per file). `OfflineStore.late_event_files` lists them; the batch backfill
 reads them together with the source's own files, so the next backfill of their days puts them in the
 offline store (and the next materialization in Redis): no event that reached the stream is lost.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 # The folder is the offline store's (the backfill reads it); its names are re-exported here for the writers.
-from quiver.offline.layout import LATE_DIR, late_dir, late_event_files
+from quiver.offline.layout import LATE_DIR, late_dir
+from quiver.offline.store import OfflineStore
 
-__all__ = ["LATE_DIR", "late_dir", "late_event_files", "late_events"]
+__all__ = ["LATE_DIR", "late_dir", "late_events"]
 
 
-def late_events(offline_root: str | Path, source: str) -> pa.Table | None:
+def late_events(store: OfflineStore, source: str) -> pa.Table | None:
     """Every late or future-dated event of `source` as one table (None when there are none)."""
-    files = late_event_files(offline_root, source)
+    files = store.late_event_files(source)
     if not files:
         return None
-    return pa.concat_tables([pq.read_table(p, partitioning=None) for p in files], promote_options="default")
+    return pa.concat_tables([pq.read_table(p, partitioning=None, filesystem=store.fs) for p in files],
+                            promote_options="default")

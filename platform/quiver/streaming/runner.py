@@ -35,6 +35,8 @@ from quiver.catalog.ir import Catalog
 from quiver.compile.flink import FlinkJob, FlinkTarget, compile_flink, streamed_views
 from quiver.config import Config
 from quiver.jars import REDIS_SINK, bundle_jars, has_bundle
+from quiver.offline.layout import LATE_DIR
+from quiver.offline.store import store_for
 from quiver.online.base import OnlineStore, OnlineStoreError
 from quiver.online.jvm_sink import markers_key, sink_options
 from quiver.online.redis_store import RedisOnlineStore, redact_url
@@ -52,7 +54,6 @@ from quiver.streaming.job import (
     restore_point,
     submit,
 )
-from quiver.streaming.late import late_dir
 from quiver.streaming.loader import Loader
 from quiver.streaming.options import (
     StreamOptions,
@@ -183,7 +184,7 @@ class StreamRunner:
         record_job(self.paths, self.job, self.options.bounded)
         self._status["restored_from"] = str(restore) if restore else None
         feeder = Feeder(self.streams, self.paths, source_feeds(self.catalog, self.views),
-                        late_dir(self.config.offline_dir), self.options.max_future_ms,
+                        store_for(self.config), self.options.max_future_ms,
                         stream_retention_s=self.options.stream_retention_s)
         feed_began = time.perf_counter()
         fed = feeder.feed()
@@ -315,8 +316,9 @@ class StreamRunner:
             shutil.rmtree(folder, ignore_errors=True)
         for name in ("counts.json", "markers.json"):
             (self.paths.root / name).unlink(missing_ok=True)
+        offline = store_for(self.config)
         for source in self.streams:  # the replay writes them again
-            shutil.rmtree(late_dir(self.config.offline_dir) / source, ignore_errors=True)
+            offline.delete_tree(offline.path(LATE_DIR, source))
         if self.topics is not None:
             self.topics.forget_commits()
 

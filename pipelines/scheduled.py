@@ -29,6 +29,7 @@ def quality_gate_day(day: str, config_path: str | None = None, max_bad_fraction:
     """
     import pyarrow.parquet as pq
 
+    from quiver.catalog.locations import is_remote
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
     from quiver.monitoring.quality import QualityGate, read_batch
     from quiver.monitoring.settings import load_settings
@@ -42,6 +43,9 @@ def quality_gate_day(day: str, config_path: str | None = None, max_bad_fraction:
                        on_failure="continue", alerts=alerts)
     sources: dict[str, Any] = {}
     for name, source in sorted(catalog.sources.items()):
+        if is_remote(source.path):  # said, not silently passed: the gate moves failing files between folders
+            sources[name] = [{"skipped": "the source is on an object store; the daily gate reads folders only"}]
+            continue
         folder = config.root / source.path / f"date={day}"
         for batch in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
             table = pq.read_table(batch)
@@ -58,7 +62,7 @@ def quality_gate_day(day: str, config_path: str | None = None, max_bad_fraction:
             else:
                 alerts.resolve("quality", name)
             sources.setdefault(name, []).append(entry)
-    failed = sorted(n for n, batches in sources.items() if any(not b["passed"] for b in batches))
+    failed = sorted(n for n, batches in sources.items() if any(not b.get("passed", True) for b in batches))
     return {"day": day, "sources": sources, "quarantined": failed, "passed": not failed}
 
 

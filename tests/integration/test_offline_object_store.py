@@ -4,6 +4,7 @@ joins, training sets and materialization read it. The Spark cluster's side: test
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from quiver.offline import store_commit
 from quiver.offline.backfill import QUARANTINE, backfill
 from quiver.offline.pit import get_historical_features, write_training_set
 from quiver.offline.store import MANIFEST, store_for
-from tests.integration.object_store_support import listing, partition_table, s3_config, s3_rows
+from tests.integration.object_store_support import BUCKET, listing, partition_table, s3_config, s3_rows
 from tests.integration.test_backfill_support import DAY0, assert_rows_equal, project, store_rows
 
 pytestmark = pytest.mark.integration
@@ -183,3 +184,106 @@ def test_late_stream_events_go_to_the_bucket_and_into_the_next_backfill(tmp_path
     for view in catalog.views.values():
         if view.source == "events":
             assert_rows_equal(s3_rows(s3, view), store_rows(folder.offline_dir, view), f"{view.name}: late on s3")
+
+
+def sources_on_s3(local: Any, catalog: Any, s3_server: Any, prefix: str) -> Any:
+    """`catalog` with every source's files copied to the bucket under `prefix` and its path the bucket's URI."""
+    from dataclasses import replace
+
+    import pyarrow.fs as pafs
+
+    with contextlib.suppress(OSError):
+        s3_server.create_bucket(BUCKET)
+    fs = store_for(replace(local, offline_root=s3_server.uri(BUCKET, prefix))).fs
+    sources = {}
+    for name, source in catalog.sources.items():
+        pafs.copy_files(str(local.root / source.path), f"{BUCKET}/{prefix}/{name}",
+                        source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        sources[name] = replace(source, path=s3_server.uri(BUCKET, f"{prefix}/{name}"))
+    return replace(catalog, sources=sources)
+
+
+def test_sources_on_s3_are_read_by_the_catalog_backfill_join_and_materialization(
+        tmp_path: Path, s3_server: Any, redis_url: str) -> None:
+    """Every source of the demo's catalog in the bucket (its path an s3:// URI): the catalog reads the same
+    schema from the footers there; a DuckDB backfill (into a folder, and into the bucket beside them), the
+    point-in-time join's raw heads and materialization's current tile read them, and every answer equals the
+    same catalog's on local files. Before, a source path could only be a folder."""
+    from dataclasses import replace
+
+    from quiver.catalog.schema import read_source_schema
+    from quiver.online.materialize import materialize
+    from tests.integration.test_pit_backfill import FIRST, LAST, _demo_project
+
+    local, catalog, labels, _ = _demo_project(tmp_path / "local")
+    remote = sources_on_s3(local, catalog, s3_server, f"sources-{tmp_path.name}")
+    for name, source in remote.sources.items():
+        assert source.path.startswith("s3://")
+        assert read_source_schema(source.path, local.root) == read_source_schema(catalog.sources[name].path,
+                                                                                local.root)
+    into_folder = replace(local, offline_root=str(tmp_path / "from-s3"))
+    into_bucket = s3_config(local, s3_server)
+    backfill(local, catalog, FIRST, LAST)
+    backfill(into_folder, remote, FIRST, LAST)
+    backfill(into_bucket, remote, FIRST, LAST)
+    for view in catalog.views.values():
+        expected = store_rows(local.offline_dir, view)
+        assert expected, view.name
+        assert_rows_equal(store_rows(into_folder.offline_dir, view), expected, f"{view.name}: s3 sources")
+        assert_rows_equal(s3_rows(into_bucket, view), expected, f"{view.name}: s3 sources and offline store")
+    expected = get_historical_features(labels, "fraud_model", catalog=catalog, config=local, full_feature_names=True)
+    got = get_historical_features(labels, "fraud_model", catalog=remote, config=into_folder, full_feature_names=True)
+    pd.testing.assert_frame_equal(got, expected)
+    end = datetime(2026, 11, 2, 13, 7, tzinfo=UTC)  # inside a tile: the current tile comes from the raw source
+    heads = []
+    for config, cat, name in ((local, catalog, "local"), (into_folder, remote, "remote")):
+        report = materialize(replace(config, redis_url=redis_url, project=name), cat, end=end, full=True)
+        heads.append({name: v.head_tiles for name, v in report.views.items()})
+    assert heads[0] == heads[1] and sum(heads[0].values()) > 0
+
+
+def test_a_source_uri_with_no_files_or_a_bad_scheme_is_named(tmp_path: Path, s3_server: Any) -> None:
+    from quiver.catalog.schema import read_source_schema
+
+    with pytest.raises(QuiverError, match=r"no Parquet files match 's3://quiver-lake/nothing-here"):
+        with contextlib.suppress(OSError):
+            s3_server.create_bucket(BUCKET)
+        read_source_schema(s3_server.uri(BUCKET, "nothing-here"), tmp_path)
+    with pytest.raises(QuiverError, match=r"source path 'ftp://host/events': unknown URI scheme 'ftp'"):
+        read_source_schema("ftp://host/events", tmp_path)
+
+
+def test_a_catalog_whose_source_is_in_the_bucket_loads_and_the_daily_gate_says_it_skipped_it(
+        tmp_path: Path, s3_server: Any) -> None:
+    """Definitions naming an s3:// source load through the real loader (the schema read from the bucket's
+    footers); the scheduled quality gate, which moves failing files between folders, reports the source as
+    skipped rather than passing it unread."""
+    import pyarrow.fs as pafs
+
+    from quiver.catalog.loader import load_catalog
+    from quiver.pipelines.scheduled import quality_gate_day
+    from tests.integration.test_backfill_support import make_events
+
+    with contextlib.suppress(OSError):
+        s3_server.create_bucket(BUCKET)
+    prefix = f"defs-{tmp_path.name}/events"
+    fs = store_for(s3_config(project(tmp_path / "p")[0], s3_server)).fs
+    with fs.open_output_stream(f"{BUCKET}/{prefix}/date=2024-03-01/part-0.parquet") as out:
+        pq.write_table(make_events(), out)
+    with fs.open_output_stream(f"{BUCKET}/{prefix}/_SUCCESS") as out:  # a marker, not data
+        out.write(b"")
+    uri = s3_server.uri(BUCKET, prefix)
+    root = tmp_path / "defs"
+    (root / "feature_defs").mkdir(parents=True)
+    (root / "quiver.yaml").write_text(f"project: defs\nregistry_url: sqlite:///{root}/registry.db\n")
+    (root / "feature_defs" / "definitions.py").write_text(
+        "from quiver import Entity, FeatureView, Field, Float64, Source\n"
+        "user = Entity(name='user', join_keys=['user_id'])\n"
+        f"events = Source(name='events', path={uri!r}, timestamp_field='ts')\n"
+        "amounts = FeatureView(name='amounts', entities=[user], source=events, ttl='1d',\n"
+        "                      schema=[Field('amount', Float64)])\n")
+    catalog = load_catalog(root / "feature_defs", root=root)
+    assert dict(catalog.sources["events"].columns)["amount"] == "float64"
+    assert pafs.FileType.File == fs.get_file_info(f"{BUCKET}/{prefix}/_SUCCESS").type
+    day = quality_gate_day("2024-03-01", str(root / "quiver.yaml"))
+    assert day["passed"] and "object store" in day["sources"]["events"][0]["skipped"]

@@ -1,8 +1,8 @@
 """A Spark standalone cluster — one master, two workers, each with its own work folder — backfills the example
 catalog into S3 (moto's server) through s3a and runs the point-in-time join from it; both equal DuckDB's
-answers. Credentials reach every JVM the usual way (the workers' environment), never through Spark's settings.
-The offline store lives only in the bucket, late stream events included (read through s3a beside the
-source's files); the source events stay a folder every executor reads.
+answers on local files. Credentials reach every JVM the usual way (the workers' environment), never through
+Spark's settings. The workers share nothing but the bucket: the source events, the late stream events and
+the offline store all live there.
 
 Kept small (2 days, 40 users): benchmarks/pit_scale.py carries the sizes.
 """
@@ -25,6 +25,7 @@ from tests.harness import SparkStandalone
 from tests.integration.object_store_support import listing, s3_config, s3_rows
 from tests.integration.test_backfill_spark_standalone import _status
 from tests.integration.test_backfill_support import assert_rows_equal, store_rows
+from tests.integration.test_offline_object_store import sources_on_s3
 from tests.integration.test_pit_backfill import FIRST, LAST, _demo_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,8 +36,7 @@ WORKERS = 2
 def cluster(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Iterator[tuple[str, int]]:
     """(master URL, master web port) of a running cluster; started after s3_server put the credentials in
     this process's environment, which the daemons (and so their executors) inherit. Each worker has its own
-    folder; they share the bucket, and the source events' folder: catalog sources are still folders, read at
-    the same path by every executor (docs/operations.md)."""
+    folder; they share only the bucket."""
     stop_spark()  # a local session of an earlier module would hold the JVM
     try:
         with SparkStandalone(tmp_path_factory.mktemp("cluster"), workers=WORKERS, cores=1, memory="1g") as running:
@@ -53,8 +53,9 @@ def test_cluster_backfill_and_join_on_s3_equal_duckdb(cluster: tuple[str, int], 
     late = _late_file(local, catalog)  # late stream events, on each side's offline store: executors read s3a
     for store in (store_for(local), store_for(s3)):
         store.put(store.path("_late_events", "transactions", f"date={FIRST}", "upto-x.parquet"), late)
+    remote = sources_on_s3(local, catalog, s3_server, "cluster-sources")  # the same events, in the bucket
     local_report = backfill(local, catalog, FIRST, LAST, engine="duckdb")
-    report = backfill(s3, catalog, FIRST, LAST, engine="spark")
+    report = backfill(s3, remote, FIRST, LAST, engine="spark")
     in_source = _source_rows_between(local, catalog, "transactions")
     for name, view in catalog.views.items():
         if view.source == "transactions":
@@ -68,7 +69,7 @@ def test_cluster_backfill_and_join_on_s3_equal_duckdb(cluster: tuple[str, int], 
         assert report.views[view.name].rows_written > 0
     assert not [p for p in listing(store_for(s3)) if "/.staging-" in p]
     expected = get_historical_features(labels, "fraud_model", catalog=catalog, config=local, full_feature_names=True)
-    got = get_historical_features(labels, "fraud_model", catalog=catalog, config=s3, engine="spark",
+    got = get_historical_features(labels, "fraud_model", catalog=remote, config=s3, engine="spark",
                                   full_feature_names=True)
     columns = [c for c in expected.columns if "__" in c]
     assert len(columns) >= 15 and len(got) == len(labels)

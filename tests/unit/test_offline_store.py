@@ -126,3 +126,27 @@ def test_a_day_is_what_its_manifest_names_and_a_new_commit_replaces_it_whole(tmp
     assert [p.name for p in left] == sorted([MANIFEST, *(Path(f).name for f in second)])  # old files deleted
     store.remove(folder)
     assert store.partition_days("view", "tiles") == [] and not list(Path(folder).glob("*"))
+
+
+def test_duckdb_reads_one_endpoint_per_scheme_and_names_both(aws: None) -> None:
+    """A source and the offline root on two S3 endpoints cannot both answer to s3:// in one DuckDB run."""
+    from quiver.catalog.locations import open_location
+    from quiver.offline.engines import DuckDBEngine
+
+    engine = DuckDBEngine()
+    try:
+        engine.attach(open_store("s3://lake/offline?endpoint_override=minio:9000&scheme=http", Path("/p")))
+        engine.attach(open_location("s3://lake/events?endpoint_override=minio:9000&scheme=http", Path("/p")))
+        engine.attach(open_location("local/events", Path("/p")))  # a folder needs nothing
+        with pytest.raises(QuiverError, match=r"one s3:// endpoint per run: s3://lake/events is on AWS, "
+                                              r"another root on http://minio:9000"):
+            engine.attach(open_location("s3://lake/events", Path("/p"), "source 'tx' path"))
+    finally:
+        engine.close()
+
+
+def test_a_source_uri_names_its_source_in_errors(aws: None) -> None:
+    from quiver.catalog.schema import source_location
+
+    with pytest.raises(QuiverError, match=r"source 'tx' path 'gopher://x/y': unknown URI scheme 'gopher'"):
+        source_location("gopher://x/y", Path("/p"), "source 'tx' path")

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,7 +42,8 @@ import pyarrow.parquet as pq
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog, ViewSpec
-from quiver.catalog.schema import logical_dtype, source_files
+from quiver.catalog.locations import Location
+from quiver.catalog.schema import logical_dtype, source_location
 from quiver.compile.sql import (
     DATE_COLUMN,
     REASON_COLUMN,
@@ -127,7 +128,7 @@ def backfill(config: Config, catalog: Catalog, start: date, end: date, engine: s
     return _run(config, specs, files, start, end, engine, registry, progress, began, threads, store)
 
 
-def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path | str, pa.Schema]]], start: date,
+def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[CheckedFile]], start: date,
          end: date, engine: str, registry: Any, progress: Progress | None, began: float,
          threads: int | None = None, store: OfflineStore | None = None) -> BackfillReport:
     remote = store if store is not None and not store.is_local else None
@@ -154,8 +155,10 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
         else:
             runner = open_engine(engine, config.spark_master, remote)
         for source in sorted({s.source for s in specs}):
-            source_schemas = [schema for _, schema in files[source]]
-            runner.register_source(source, [f for f, _ in files[source]], _columns_differ(source_schemas))
+            for location in {id(f.location): f.location for f in files[source]}.values():
+                runner.attach(location)  # a source (or its late events) on an object store
+            runner.register_source(source, [f.uri for f in files[source]],
+                                   _columns_differ([f.schema for f in files[source]]))
         for spec in specs:
             if progress:
                 progress(done, total, f"{spec.name}: {main_kind(spec)}")
@@ -180,7 +183,7 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
     except BaseException as exc:
         # Footers were fine, so look for a file whose pages do not decode: name it instead of the
         # engine's anonymous error. Only on failure, so a good run never reads its input twice.
-        culprit = _unreadable_file(files, specs, store) if isinstance(exc, Exception) else None
+        culprit = _unreadable_file(files, specs) if isinstance(exc, Exception) else None
         for view_report in report.views.values():
             if view_report.run_id is not None:
                 error = str(culprit) if culprit else f"{type(exc).__name__}: {exc}"
@@ -204,12 +207,21 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[tuple[Path
     return report
 
 
+class CheckedFile(NamedTuple):
+    """A source file whose footer passed `check_sources`: as the engines open it, and where it lives."""
+
+    uri: str  # a folder path, or an object store's URI
+    path: str  # inside `location.fs`
+    schema: pa.Schema
+    location: Location
+
+
 def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engine: str = "duckdb",
                   extra: dict[str, list[str]] | None = None, extra_store: OfflineStore | None = None,
-                  ) -> dict[str, list[tuple[Path | str, pa.Schema]]]:
-    """Files and footer schemas of every source the views read, checked before any engine runs. `extra`:
-    more files per source, paths inside `extra_store` (the stream's late events on the offline store), listed
-    as the engines open them (a folder's path, or an object store's URI).
+                  ) -> dict[str, list[CheckedFile]]:
+    """Files and footer schemas of every source the views read (on disk or on an object store), checked
+    before any engine runs. `extra`: more files per source, paths inside `extra_store` (the stream's late
+    events on the offline store).
 
     Raises QuiverError naming the file when one is not readable Parquet, lacks a column a view needs,
     has a type the catalog does not expect, disagrees with another file on a column's type, or (Spark)
@@ -220,21 +232,22 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engin
         cols = needed.setdefault(view.source, {})
         for name, dtype in view.source_columns:
             cols.setdefault(name, (dtype, view.name))
-    out: dict[str, list[tuple[Path | str, pa.Schema]]] = {}
+    out: dict[str, list[CheckedFile]] = {}
     for source_name, columns in sorted(needed.items()):
         source = catalog.sources[source_name]
-        paths = source_files(source.path, root)
-        if not paths:
-            raise QuiverError(f"source {source_name!r}: no Parquet files match {source.path!r} under {root}")
-        more = (extra or {}).get(source_name, [])  # e.g. the stream's late events
-        fs = extra_store.fs if extra_store is not None else None
-        listed: list[tuple[Path | str, Any]] = [(p, None) for p in paths]
-        listed += [(extra_store.uri(p) if extra_store is not None else p, fs) for p in more]
-        checked: list[tuple[Path | str, pa.Schema]] = []
-        first: dict[str, tuple[pa.DataType, Path | str]] = {}
-        for path, filesystem in listed:
+        files = source_location(source.path, root, f"source {source_name!r} path")
+        if not files:
+            where = "" if not files.location.is_local else f" under {root}"
+            raise QuiverError(f"source {source_name!r}: no Parquet files match {source.path!r}{where}")
+        listed = [(p, files.location) for p in files.paths]
+        if extra_store is not None:
+            listed += [(p, extra_store) for p in (extra or {}).get(source_name, [])]  # e.g. the stream's late events
+        checked: list[CheckedFile] = []
+        first: dict[str, tuple[pa.DataType, str]] = {}
+        for inside, location in listed:
+            path = location.uri(inside)
             try:
-                schema = pq.read_schema(_inside(path) if filesystem is not None else path, filesystem=filesystem)
+                schema = pq.read_schema(inside, filesystem=location.fs)
             except (pa.ArrowException, OSError) as exc:
                 raise QuiverError(f"source {source_name!r}: cannot read Parquet file {path}: {exc}") from None
             for column in schema:
@@ -257,23 +270,21 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engin
                 if found != dtype:
                     raise QuiverError(f"source {source_name!r}: column {name!r} is {found} in {path}, but view "
                                       f"{view_name!r} expects {dtype}; re-apply the catalog or fix the file")
-            checked.append((path, schema))
+            checked.append(CheckedFile(path, inside, schema, location))
         out[source_name] = checked
     return out
 
 
-def _unreadable_file(files: dict[str, list[tuple[Path | str, pa.Schema]]], views: Sequence[ViewSpec],
-                     store: OfflineStore | None = None) -> QuiverError | None:
+def _unreadable_file(files: dict[str, list[CheckedFile]], views: Sequence[ViewSpec]) -> QuiverError | None:
     for source, checked in sorted(files.items()):
         columns = sorted({c for v in views if v.source == source for c, _ in v.source_columns})
-        for path, _ in checked:
+        for file in checked:
             try:
-                remote = store is not None and not store.is_local and "://" in str(path)
-                source_file = store.fs.open_input_file(_inside(path)) if remote and store else path
-                for _batch in pq.ParquetFile(source_file).iter_batches(columns=columns):
-                    pass
+                with file.location.fs.open_input_file(file.path) as stream:
+                    for _batch in pq.ParquetFile(stream).iter_batches(columns=columns):
+                        pass
             except (pa.ArrowException, OSError) as exc:
-                return QuiverError(f"source {source!r}: cannot read Parquet file {path}: {exc}")
+                return QuiverError(f"source {source!r}: cannot read Parquet file {file.uri}: {exc}")
     return None
 
 
@@ -397,12 +408,6 @@ def _late_event_files(store: OfflineStore, views: Sequence[ViewSpec]) -> dict[st
     """Late and future-dated stream events the streaming job set aside for the batch route (streaming/late.py),
     paths inside the offline store."""
     return {s: store.late_event_files(s) for s in sorted({v.source for v in views})}
-
-
-def _inside(uri: Path | str) -> str:
-    """A path inside its filesystem: an object-store URI without its scheme (a folder path as it is)."""
-    text = str(uri)
-    return text.split("://", 1)[1] if "://" in text else text
 
 
 def _columns_differ(schemas: list[pa.Schema]) -> bool:

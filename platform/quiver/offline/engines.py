@@ -3,7 +3,8 @@
 `BatchEngine` is all the backfill needs; DuckDB (embedded) and Spark (local or a standalone master) each
 implement it with their own Parquet writer. Engine libraries are imported only when an engine is opened.
 The one SparkSession of the process is made by `spark_session`, so its settings live in one place.
-Both write to a local folder or, for an object-store offline root (quiver.offline.store), to a URI.
+Both write to a local folder or, for an object-store offline root (quiver.offline.store), to a URI, and read
+sources and late events wherever they live once their location is attached (`attach`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from quiver.catalog.errors import QuiverError
 from quiver.compile.sql import DATE_COLUMN, Dialect
 
 if TYPE_CHECKING:
+    from quiver.catalog.locations import Location
     from quiver.offline.store import OfflineStore
 
 
@@ -28,6 +30,9 @@ class BatchEngine(Protocol):
 
     name: str
     dialect: Dialect
+
+    def attach(self, location: Location) -> None:
+        """Let later queries read (and write) files under `location` by its URIs (a folder: nothing to do)."""
 
     def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
         """Expose Parquet `files` (folder paths, or URIs on the attached offline store) as a table called
@@ -56,6 +61,7 @@ class DuckDBEngine:
         from quiver.compile.duckdb import DUCKDB
 
         self.dialect = DUCKDB
+        self._attached: dict[str, str] = {}  # scheme → endpoint of the filesystem registered for it
         self.connection = duckdb.connect(":memory:")
         self.connection.execute("SET TimeZone = 'UTC'")
         if threads:
@@ -63,10 +69,19 @@ class DuckDBEngine:
         if memory_limit:
             self.connection.execute(f"SET memory_limit = {_literal(memory_limit)}")
 
-    def attach(self, store: OfflineStore) -> None:
-        """Let queries read and write `store`'s URIs (through pyarrow's filesystem: no extension download)."""
-        if not store.is_local:
-            self.connection.register_filesystem(store.fsspec())
+    def attach(self, location: Location) -> None:
+        """Let queries read and write `location`'s URIs (through pyarrow's filesystem: no extension download).
+        One filesystem answers per scheme, so every location on one scheme must share its endpoint."""
+        if location.is_local:
+            return
+        known = self._attached.get(location.scheme)
+        if known is None:
+            self.connection.register_filesystem(location.fsspec())
+            self._attached[location.scheme] = location.endpoint
+        elif known != location.endpoint:
+            raise QuiverError(f"DuckDB reads one {location.scheme}:// endpoint per run: "
+                              f"{location.uri(location.base)} is on {location.endpoint or 'AWS'}, another root on "
+                              f"{known or 'AWS'}; put them on one endpoint or use the spark engine")
 
     def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
         listing = ", ".join(_literal(str(f)) for f in files)
@@ -99,6 +114,10 @@ class SparkEngine:
 
         self.dialect = SPARK
         self.session = spark_session(master, conf=spark_store_conf(store))
+
+    def attach(self, location: Location) -> None:
+        """Hadoop settings for `location` on the running session (its jobs ship them to the executors)."""
+        set_hadoop(self.session, spark_store_conf(location))
 
     def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
         reader = self.session.read.option("mergeSchema", str(union_by_name).lower())
@@ -155,12 +174,13 @@ def s3a_jars() -> Path:
     return jars_dir() / S3A
 
 
-def spark_store_conf(store: OfflineStore | None) -> dict[str, str]:
-    """Spark settings for reading and writing `store`; a clear error when its connector is missing."""
+def spark_store_conf(store: Location | None) -> dict[str, str]:
+    """Spark settings for reading and writing under `store` (the offline root, or a source's location); a
+    clear error when its connector is missing."""
     if store is None or store.is_local:
         return {}
     if store.scheme == "s3" and not list(s3a_jars().glob("hadoop-aws-*.jar")):
-        raise QuiverError(f"Spark cannot reach offline_root {store.uri(store.base)}: the s3a jars are missing in "
+        raise QuiverError(f"Spark cannot reach {store.uri(store.base)}: the s3a jars are missing in "
                           f"{s3a_jars()}; run `bash scripts/jars.sh s3a` (part of `make setup`)")
     return store.spark_conf()
 
@@ -189,7 +209,7 @@ def spark_session(master: str = "local[2]", conf: Mapping[str, str] | None = Non
             for key, value in {**SPARK_CONF, **(conf or {})}.items():
                 if key.startswith("spark.sql.") and existing.conf.get(key, None) != value:
                     existing.conf.set(key, value)
-            _set_hadoop(existing, conf or {})
+            set_hadoop(existing, conf or {})
             _session = existing
             return _session
         existing.stop()
@@ -199,11 +219,11 @@ def spark_session(master: str = "local[2]", conf: Mapping[str, str] | None = Non
         builder = builder.config(key, value)
     _session = builder.getOrCreate()
     _session.sparkContext.setLogLevel("ERROR")
-    _set_hadoop(_session, conf or {})
+    set_hadoop(_session, conf or {})
     return _session
 
 
-def _set_hadoop(session: Any, conf: Mapping[str, str]) -> None:
+def set_hadoop(session: Any, conf: Mapping[str, str]) -> None:
     """Apply `spark.hadoop.*` settings to a running session too: jobs ship its Hadoop configuration to the
     executors, so a later offline root (another endpoint) is reached without a restart."""
     hadoop = session.sparkContext._jsc.hadoopConfiguration()

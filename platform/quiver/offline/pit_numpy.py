@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -158,11 +159,11 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def _read(req: ViewRequest, files: list[Path] | list[str], columns: list[str], what: str,
-          expression: ds.Expression | None = None, source: bool = False) -> pa.Table | None:
+          expression: ds.Expression | None = None, filesystem: Any = None) -> pa.Table | None:
+    """`files` of the offline store (on its filesystem, `req.filesystem`) or, with `filesystem`, of a source."""
     if not files:
         return None
-    # Offline-store files may sit on an object store (req.filesystem); a view's source files are local.
-    filesystem = None if source else req.filesystem
+    filesystem = filesystem or req.filesystem
     try:
         return ds.dataset([str(f) for f in files], format="parquet", filesystem=filesystem).to_table(
             columns=columns, filter=expression)
@@ -392,10 +393,11 @@ def _head_partials(req: ViewRequest, index: EntityIndex, columns: list[str], kin
     files = req.source_files()
     if not files:
         return None
-    dataset = ds.dataset([str(f) for f in files], format="parquet")
+    fs = files.location.fs
+    dataset = ds.dataset(list(files.paths), format="parquet", filesystem=fs)
     expression = _time_filter(dataset.schema.field(ts_name).type, ts_name, lo, hi)
     read = list(dict.fromkeys([*view.key_names, ts_name, *columns, *(view.contract.columns if view.contract else ())]))
-    table = _read(req, files, read, f"source {view.source!r}", expression, source=True)
+    table = _read(req, list(files.paths), read, f"source {view.source!r}", expression, filesystem=fs)
     if table is None or not table.num_rows:
         return None
     codes = index.encode([table[k] for k in view.key_names])

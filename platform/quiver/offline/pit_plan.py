@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.catalog.ir import AggSpec, FieldSpec, ViewSpec
-from quiver.catalog.schema import source_files
+from quiver.catalog.schema import SourceFiles, source_location
 from quiver.offline.layout import LAST_VALUES, TILES, partition_days, view_dir
 
 if TYPE_CHECKING:
@@ -69,9 +69,9 @@ class ViewRequest:
     def aggregations(self) -> list[AggSpec]:
         return [a for a in self.view.aggregations if a.name in self.features]
 
-    def source_files(self) -> list[Path]:
-        """The view source's Parquet files (raw events: the head of every window)."""
-        return source_files(self.source_path, self.project_root)
+    def source_files(self) -> SourceFiles:
+        """The view source's Parquet files (raw events: the head of every window), on disk or an object store."""
+        return source_location(self.source_path, self.project_root, f"source {self.view.source!r} path")
 
     def partition_files(self, kind: str, lo_us: int | None, hi_us: int) -> list[Path] | list[str]:
         """Files of `kind` (tiles or last values) whose date partition can hold times in [lo_us, hi_us):

@@ -221,7 +221,12 @@ def _head(spark: Any, req: ViewRequest, labelled: Any, tile: int, lo: int, hi: i
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    events = _read(spark, req.source_files())
+    from quiver.offline.engines import set_hadoop, spark_store_conf
+
+    files = req.source_files()
+    if not files.location.is_local:  # the source on an object store: its endpoint, shipped to the executors
+        set_hadoop(spark, spark_store_conf(files.location))
+    events = _read(spark, files.uris(spark=True))
     if events is None:
         return None
     d, keys = dialect_for("spark"), req.view.key_names

@@ -216,15 +216,16 @@ def _head_tiles(config: Config, catalog: Catalog, spec: ViewSpec, end_us: int) -
 
 
 def register_source(engine: Any, config: Config, catalog: Catalog, source: str, as_name: str | None = None) -> bool:
-    """Register the raw files of `source` on `engine` (as `as_name`, default the source's name); False when it
-    has none."""
-    from quiver.catalog.schema import source_files
+    """Register the raw files of `source` (on disk or an object store) on `engine` (as `as_name`, default the
+    source's name); False when it has none."""
+    from quiver.catalog.schema import source_location
 
-    files = source_files(catalog.sources[source].path, config.root)
+    files = source_location(catalog.sources[source].path, config.root, f"source {source!r} path")
     if not files:
         return False
-    schemas = [pq.read_schema(f) for f in files]
-    engine.register_source(as_name or source, files, any(s != schemas[0] for s in schemas))
+    schemas = [files.read_schema(p) for p in files.paths]
+    engine.attach(files.location)
+    engine.register_source(as_name or source, files.uris(), any(s != schemas[0] for s in schemas))
     return True
 
 

@@ -49,7 +49,7 @@ after every batch at O(batch) cost; `judge(stats, fraction, settings)` is the de
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from quiver.monitoring.canary_settings import (
@@ -239,19 +239,42 @@ def _log_loss(stats: StepStats, paired: bool) -> GuardrailResult:
     if not math.isfinite(variance):
         return _wait("log_loss", "too few entities or calls for a clustered variance", **extra)
     result = mixture_interval(estimate, variance, tau=floor, alpha=settings.test_alpha)
-    return _decide("log_loss", estimate, result.lower, result.upper, floor, settings, test,
-                   variance=variance, **extra)
+    between = (canary.paired_log_loss.between_variance() if paired
+               else canary.log_loss.between_variance() + champion.log_loss.between_variance())
+    return _unit_limited(_decide("log_loss", estimate, result.lower, result.upper, floor, settings, test,
+                                 variance=variance, **extra), between, floor, settings)
 
 
 def _brier(stats: StepStats, paired: bool) -> GuardrailResult:
     settings, champion, canary = stats.settings, stats.champion, stats.canary
+    floor = settings.brier_floor
     if paired:
         sequence = canary.paired_brier
         lower, upper = sequence.interval()
-        return _decide("brier", 2 * sequence.mean - 1, 2 * lower - 1, 2 * upper - 1, settings.brier_floor,
-                       settings, "paired, empirical-Bernstein betting CS on per-call mean differences",
-                       paired_calls=sequence.n)
-    return _rate("brier", (stats.brier_difference,), champion.brier, canary.brier, settings.brier_floor, settings)
+        result = _decide("brier", 2 * sequence.mean - 1, 2 * lower - 1, 2 * upper - 1, floor, settings,
+                         "paired, empirical-Bernstein betting CS on per-call mean differences",
+                         paired_calls=sequence.n)
+        return _unit_limited(result, 4 * sequence.clustered.between_variance(), floor, settings)  # (Δ + 1) / 2
+    result = _rate("brier", (stats.brier_difference,), champion.brier, canary.brier, floor, settings)
+    between = canary.brier.clustered.between_variance() + champion.brier.clustered.between_variance()
+    return _unit_limited(result, between, floor, settings)
+
+
+def _unit_limited(result: GuardrailResult, between_variance: float, floor: float,
+                  settings: JudgeSettings) -> GuardrailResult:
+    """A waiting quality guardrail whose routing units alone keep its interval wider than the floor says so
+    (`unit_limited_halfwidth`: the mixture's half-width at the between-unit variance): more rows from the
+    same units cannot decide it. Users who come back without paired rows do this on a small canary step;
+    pairing (the champion scoring canary rows) takes the spread between users out of the comparison."""
+    if result.status != "wait" or not math.isfinite(between_variance) or between_variance <= 0:
+        return result
+    half = mixture_interval(0.0, between_variance, tau=floor, alpha=settings.test_alpha).upper
+    statistics = {**result.statistics, "unit_limited_halfwidth": half}
+    if half < floor:
+        return replace(result, statistics=statistics)
+    return replace(result, statistics=statistics, reason=(
+        f"{result.reason}; its routing units alone keep it ±{half:.4g} wide, beyond the floor: more rows from "
+        f"the same units cannot decide it (pair the champion's scores of canary rows, or wait for new units)"))
 
 
 def sample_ratio(champion: ArmStats, canary: ArmStats, fraction: float, alpha: float) -> dict[str, Any]:

@@ -140,6 +140,16 @@ class ClusteredMean:
         both = by_entity + by_call - self._cell.variance(ratio, self.weight)
         return max(both, by_entity, by_call)
 
+    def between_variance(self) -> float:
+        """The part of `variance` that more rows from the same routing units cannot shrink: the entity term
+        less the entity × call cells' (what is left is the covariance of a unit's rows with each other),
+        at least 0. About 0 while every unit is seen once; when units come back, the floor the interval
+        narrows to until new units arrive."""
+        if self.rows == 0:
+            return math.inf
+        ratio = self.mean
+        return max(0.0, self._entity.variance(ratio, self.weight) - self._cell.variance(ratio, self.weight))
+
     def call_variance(self) -> float:
         """The one-way variance by call: right when calls are independent (no unit comes back)."""
         return self._call.variance(self.mean, self.weight) if self.rows else math.inf

@@ -137,6 +137,31 @@ def test_error_rate_and_brier_intervals_hold_when_users_come_back() -> None:
     assert max(excluded.values()) <= 0.05 * runs, excluded
 
 
+def test_a_quality_guardrail_its_routing_units_cannot_decide_says_so() -> None:
+    """200 users coming back ~100 times each, unpaired: the spread between users keeps log loss and Brier
+    wider than their floors however many rows come, and the reason says so (pair, or wait for new units).
+    The same rows from users seen once each carry no such remark."""
+    settings = JudgeSettings()
+    repeat = judge(repeat_user_step(np.random.default_rng(5), settings, users=200, calls=20_000), 0.5)
+    rng = np.random.default_rng(6)
+    fresh = StepStats(settings, THRESHOLD)
+    for start in range(0, 20_000, 2_000):
+        user = start + np.arange(2_000)  # every user once
+        score = sigmoid(-1.0 + rng.normal(0, 1.5, 2_000))
+        label = (rng.random(2_000) < score).astype(float)
+        arm = rng.random(2_000) < 0.5
+        fresh.add_served(user, user, arm, score, np.zeros(2_000, bool), np.full(2_000, 3.0))
+        fresh.add_labelled(user, user, arm, score, label)
+    verdicts = {"repeat": repeat, "fresh": judge(fresh, 0.5)}
+    for name in ("log_loss", "brier"):
+        limited = next(g for g in verdicts["repeat"].guardrails if g.name == name)
+        assert limited.status == "wait" and "routing units alone keep it" in limited.reason, limited.reason
+        assert limited.statistics["unit_limited_halfwidth"] >= limited.statistics["floor"]
+        free = next(g for g in verdicts["fresh"].guardrails if g.name == name)
+        assert "routing units" not in free.reason
+        assert free.statistics.get("unit_limited_halfwidth", 0.0) < free.statistics["floor"]
+
+
 # ----- 5. score shift -----
 
 

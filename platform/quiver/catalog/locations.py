@@ -82,7 +82,7 @@ class Location:
     # ---- engines ----
 
     def fsspec(self) -> Any:
-        """This store's filesystem as fsspec sees it, answering to the root's scheme (DuckDB's
+        """This location's filesystem as fsspec sees it, answering to the root's scheme (DuckDB's
         `register_filesystem`: DuckDB then reads and writes s3://… through pyarrow's client)."""
         from fsspec.implementations.arrow import ArrowFSWrapper
 

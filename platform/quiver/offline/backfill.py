@@ -237,7 +237,7 @@ def check_sources(catalog: Catalog, views: Sequence[ViewSpec], root: Path, engin
         source = catalog.sources[source_name]
         files = source_location(source.path, root, f"source {source_name!r} path")
         if not files:
-            where = "" if not files.location.is_local else f" under {root}"
+            where = f" under {root}" if files.location.is_local else ""
             raise QuiverError(f"source {source_name!r}: no Parquet files match {source.path!r}{where}")
         listed = [(p, files.location) for p in files.paths]
         if extra_store is not None:

@@ -35,7 +35,7 @@ class BatchEngine(Protocol):
         """Let later queries read (and write) files under `location` by its URIs (a folder: nothing to do)."""
 
     def register_source(self, name: str, files: Sequence[Path | str], union_by_name: bool) -> None:
-        """Expose Parquet `files` (folder paths, or URIs on the attached offline store) as a table called
+        """Expose Parquet `files` (folder paths, or URIs of an attached location) as a table called
         `name` to later queries."""
 
     def write_by_date(self, sql: str, params: Mapping[str, int], out_dir: Path | str) -> None:

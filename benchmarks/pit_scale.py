@@ -65,9 +65,15 @@ def disk_bytes(folder: Path) -> int:
 # --- workers: one Spark application each ------------------------------------------------------------------
 
 
-def session_conf(ui_port: int, executor_memory: str) -> dict[str, str]:
+# The driver takes the labels in and every label's answer back (both products collect to it): 2g holds 1M
+# labels; 10M needs more (the docs' model: ~1.5 GB per million labels, 8g with the Arrow transfer).
+DRIVER_MEMORY = {"100k": "2g", "1m": "2g", "10m": "8g"}
+
+
+def session_conf(ui_port: int, executor_memory: str, driver_memory: str = "2g") -> dict[str, str]:
     """The same settings for every job: Quiver's SPARK_CONF plus a UI for the REST API and fast metrics."""
     return {"spark.ui.enabled": "true", "spark.ui.port": str(ui_port), "spark.executor.memory": executor_memory,
+            "spark.driver.memory": driver_memory,
             "spark.executor.heartbeatInterval": "2s", "spark.executor.metrics.pollingInterval": "500ms",
             "spark.app.name": "quiver-bench", "spark.sql.execution.arrow.pyspark.enabled": "true"}
 
@@ -116,15 +122,15 @@ def _feast_job(data: Path, master: str, _: list[str]) -> Any:
     return run
 
 
-def run_worker(name: str, data: Path, master: str, repeats: int, sample: np.ndarray, executor_memory: str) -> dict[
-        str, Any]:
+def run_worker(name: str, data: Path, master: str, repeats: int, sample: np.ndarray, executor_memory: str,
+               driver_memory: str = "2g") -> dict[str, Any]:
     import psutil
 
     from quiver.offline.engines import spark_session
 
     ui = free_port()
     driver_rss = pit_join.PeakRss()
-    spark = spark_session(master, conf=session_conf(ui, executor_memory))  # Feast adopts the active session
+    spark = spark_session(master, conf=session_conf(ui, executor_memory, driver_memory))  # Feast adopts it
     app = spark.sparkContext.applicationId
     features = [f"lv:{f}" for f in LV] + ([f"win:{f}" for f in WIN] if name == "quiver_all" else [])
     job = (_feast_job if name == "feast" else _quiver_job)(data, master, features)
@@ -194,6 +200,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores per worker")
     parser.add_argument("--executor-memory", default="1500m")
+    parser.add_argument("--driver-memory", default="", help="each job's driver JVM (default by size: "
+                        + ", ".join(f"{k} {v}" for k, v in DRIVER_MEMORY.items()) + ")")
     parser.add_argument("--sample", type=int, default=20_000)
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "bench" / "pit_scale")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -203,13 +211,15 @@ def main() -> None:
     if args.worker:
         data = data_for(args.data, SIZES[args.size])
         sample = pq.read_table(data / "sample.parquet")["label_id"].to_numpy()
-        print(json.dumps(run_worker(args.worker, data, args.master, args.repeats, sample, args.executor_memory)))
+        print(json.dumps(run_worker(args.worker, data, args.master, args.repeats, sample, args.executor_memory,
+                                    args.driver_memory or DRIVER_MEMORY[args.size])))
         return
     sizes = [s for s in args.sizes.split(",") if s] + (["10m"] if args.full and "10m" not in args.sizes else [])
     jobs = [j for j in args.jobs.split(",") if j]
     results: dict[str, Any] = {"sizes": {}, "load_average_at_start": os.getloadavg(), "cpus": os.cpu_count(),
                                "cluster": {"workers": args.workers, "cores_per_worker": args.cores,
-                                           "executor_memory": args.executor_memory}}
+                                           "executor_memory": args.executor_memory,
+                                           "driver_memory": args.driver_memory or DRIVER_MEMORY}}
     failures: dict[str, Any] = {}
     began = time.perf_counter()
     with Cluster(args.data / "cluster", workers=args.workers, cores=args.cores, memory="3g") as cluster:
@@ -226,7 +236,8 @@ def main() -> None:
             for job in jobs:
                 cmd = [sys.executable, __file__, "--worker", job, "--master", cluster.url, "--size", size,
                        "--data", str(args.data), "--repeats", str(args.repeats),
-                       "--executor-memory", args.executor_memory]
+                       "--executor-memory", args.executor_memory,
+                       "--driver-memory", args.driver_memory or DRIVER_MEMORY[size]]
                 env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(ROOT / "platform")}
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
                 if out.returncode:

@@ -30,12 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.catalog.aggregations import TILE_START, last_ts_column, view_partials
+from quiver.catalog.aggregations import TILE_START, last_ts_column
 from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.config import Config
 from quiver.offline import layout
 from quiver.online.base import OnlineStore, timestamp_us
 from quiver.online.codec import int64_values, newest_per_entity
+from quiver.online.layout import tile_partials
 from quiver.online.materialize import read_partitions, register_source, tiles_between
 
 _US_PER_DAY = 86_400_000_000
@@ -152,10 +153,10 @@ class EventFollower:
         tiles = tiles_between(self.engine, replace(spec, source=shifted), lo - len(points) * span, self.end_us)
         self.engine.connection.execute(f"DROP TABLE {q(shifted)}")
         index = -np.floor_divide(tiles.column(TILE_START).to_numpy() - lo, span)  # each tile's moment
+        back = pa.array(index * span, pa.int64())
         for column in _time_columns(spec):  # the tile's start, and the time of each `last` value it keeps
             at = tiles.schema.get_field_index(column)
-            shifted = tiles.column(at)
-            tiles = tiles.set_column(at, column, pc.add(shifted, pa.array(index * span, pa.int64())))
+            tiles = tiles.set_column(at, column, pc.add(tiles.column(at), back))
         order = np.argsort(index, kind="stable")
         return tiles.take(pa.array(order)), index[order]
 
@@ -204,8 +205,7 @@ class EventFollower:
 
 def _time_columns(spec: ViewSpec) -> list[str]:
     """The tiles schema's columns holding event times (epoch µs)."""
-    triples = [(a.column, a.fn, a.input_dtype) for a in spec.aggregations]
-    return [TILE_START, *(last_ts_column(p.column) for p in view_partials(triples) if p.partial.kind == "last")]
+    return [TILE_START, *(last_ts_column(p.column) for p in tile_partials(spec) if p.partial.kind == "last")]
 
 
 def _tile(spec: ViewSpec) -> int:

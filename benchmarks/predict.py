@@ -11,12 +11,14 @@ measures the servers rather than itself) drives each setup for the same duration
 request; setups alternate round by round. Both sides must return the same scores for sampled rows (and
 every reply one prediction per row), else the script fails.
 
-    python benchmarks/predict.py [--quick] [--no-targets]
+    python benchmarks/predict.py [--quick] [--no-targets] [--off-path process|thread]
 Last line: RESULT predict ratio=<Quiver req/s (champion + shadow) / peer req/s, 1 row> quiver=<req/s>req/s
            peer=<req/s>req/s
 Targets: ≥ 3× the peer's req/s at 1 row, ≥ 10× at 100 rows; the shadow adds ≤ 10 % to the champion's p99
 (exit 1 when one is missed, unless --no-targets). Every setup's answers are checked when it starts: each
-sampled row's score must equal the version it names, called directly.
+sampled row's score must equal the version it names, called directly; and the run fails when the server
+dropped any shadow or paired row (the shadow must do all its work). The server scores the shadow in its own
+process (`serve-model`'s default `--off-path process`).
 """
 
 from __future__ import annotations
@@ -135,12 +137,13 @@ def quiver_project(root: Path, url: str, frame: pd.DataFrame, defs: str = DEFS) 
     return models
 
 
-def start_quiver(root: Path, micro_batch: bool = False, model: str = MODEL) -> tuple[subprocess.Popen[bytes], str]:
+def start_quiver(root: Path, micro_batch: bool = False, model: str = MODEL,
+                 off_path: str = "process") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "QUIVER_API_KEY": KEY}
     proc = subprocess.Popen([sys.executable, "-c", "from quiver.cli import main; main()", "serve-model", model,
                              "--port", str(port), "--config", str(root / "quiver.yaml"), "--poll-interval", "0.2",
-                             "--micro-batch" if micro_batch else "--no-micro-batch"],
+                             "--micro-batch" if micro_batch else "--no-micro-batch", "--off-path", off_path],
                             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -241,6 +244,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--no-targets", action="store_true", help="report, but exit 0 when a target is missed")
+    parser.add_argument("--off-path", choices=("process", "thread"), default="process",
+                        help="where the Quiver servers score the shadow (`serve-model --off-path`)")
     args = parser.parse_args()
     n_entities = 1_000 if args.quick else 10_000  # Feast materializes ~1k entities/s: keep its setup short
     seconds = 1.0 if args.quick else 6.0
@@ -254,6 +259,7 @@ def main() -> int:
     rng = np.random.default_rng(11)
     frame = user_frame(n_entities, rng)
     report: dict[str, Any] = {"entities": n_entities, "features": F, "concurrency": args.concurrency,
+                              "off_path": args.off_path,
                               "seconds_per_run": seconds, "rounds": rounds, "quick": args.quick,
                               "micro_batching": "off (the default) in every Quiver setup but champion_micro_batch: "
                                                 "the same champion-only server started with --micro-batch "
@@ -269,10 +275,10 @@ def main() -> int:
         models = quiver_project(tmp_path / "quiver", url, frame)
         champion = models.get(MODEL, 1)
         # The Quiver server starts (imports torch, FastAPI, …) while Feast materializes: a shorter setup.
-        quiver_proc, quiver_base = start_quiver(tmp_path / "quiver")
+        quiver_proc, quiver_base = start_quiver(tmp_path / "quiver", off_path=args.off_path)
         # --quick leaves out the --micro-batch variant (off by default; not part of the comparison): one
         # process fewer importing torch on two cores is most of what keeps --quick under a minute.
-        batched = None if args.quick else start_quiver(tmp_path / "quiver", micro_batch=True)
+        batched = None if args.quick else start_quiver(tmp_path / "quiver", micro_batch=True, off_path=args.off_path)
         feast_setup(url, frame, tmp_path / "feast")
         peer_proc, peer_base = start_peer(tmp_path, tmp_path / "feast", models.artifacts.local_dir(champion.artifact_path))
         headers = {"X-API-Key": KEY}
@@ -337,6 +343,11 @@ def main() -> int:
                             acc[2].extend(lat)
             report["quiver_server_metrics"] = [line for line in httpx.get(quiver_base + "/metrics").text.splitlines()
                                                if line.startswith("quiver_prediction_rows")]
+            report["off_path_health"] = httpx.get(quiver_base + "/health").json().get("off_path")
+            # The same work on both sides: a shadow that dropped rows to keep up would flatter its p99.
+            counters = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in report["quiver_server_metrics"]}
+            if counters.get("shadow_dropped", 0) or counters.get("paired_dropped", 0) or not counters.get("shadow_rows"):
+                raise SystemExit(f"the off-path work was not all done: {counters}")
         finally:
             stop(quiver_proc)
             if batched is not None:

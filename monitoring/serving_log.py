@@ -150,6 +150,7 @@ class ServingLogger:
             raise ValueError("flush_rows, max_buffer_bytes and max_write_attempts must be >= 1 and "
                              "flush_interval_s > 0")
         self.root = Path(root)
+        self.schema = schema
         self.directory = self.root / LOG_DIR
         self.quarantine_directory = self.root / QUARANTINE_DIR
         self.flush_rows, self.flush_interval_s = flush_rows, flush_interval_s

@@ -46,6 +46,11 @@ TEST_JAVA_OPTIONS = os.environ.get("QUIVER_TEST_JAVA_OPTIONS", "-XX:TieredStopAt
 if TEST_JAVA_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):  # xdist's workers inherit the controller's
     os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {TEST_JAVA_OPTIONS}".strip()
 
+# The prediction servers the tests start score their shadows in a process of their own, by default in Linux's
+# idle scheduling class: next to three busy test workers on two cores it would wait minutes for CPU (to start,
+# to write its log on a stop). The tests check what it does, not its priority: nice 10 here.
+os.environ.setdefault("QUIVER_OFF_PATH_PRIORITY", "low")
+
 
 def _cache_typer_commands() -> None:
     """Typer's test runner rebuilds the app's whole command tree on every `invoke` (~0.3 s of type-hint

@@ -29,6 +29,8 @@ ALLOWED = {
     # The serving processes' composition root builds their serving logger, alert sinks and settings.
     ("quiver.serving.prediction", "quiver.monitoring"),
     ("quiver.serving.predict_server", "quiver.monitoring"),
+    # The off-path process is a serving process of its own: it builds its serving logger from the parent's settings.
+    ("quiver.serving.off_path_process", "quiver.monitoring"),
 }
 
 

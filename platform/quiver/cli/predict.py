@@ -59,13 +59,23 @@ def register(app: typer.Typer) -> None:
                     log_flush_interval: Annotated[float, typer.Option(help="seconds between serving-log "
                                                                            "flushes")] = 5.0,
                     per_client: Annotated[int, typer.Option(help="requests of one client in flight at most "
-                                                                 "(more: 429)")] = 8) -> None:
+                                                                 "(more: 429)")] = 8,
+                    off_path: Annotated[str, typer.Option(help="where shadow and paired scores are computed: "
+                                                               "process (its own, off the request loop's GIL) or "
+                                                               "thread")] = "process",
+                    off_path_priority: Annotated[str, typer.Option(
+                        envvar="QUIVER_OFF_PATH_PRIORITY",
+                        help="CPU priority of that process: idle (only CPU the server leaves; a saturated "
+                             "machine drops shadow rows, counted) or low (nice 10)")] = "idle") -> None:
         """Serve POST /predict for MODEL: champion scores, canary routing, shadow after the response.
         SIGTERM or SIGINT stops it gracefully: requests in flight finish, the shadow queue is scored and
         every buffered serving-log row is written."""
         from quiver.serving.predict_server import serve_model as run
         from quiver.serving.runtime import ServerLimits
 
+        if off_path not in ("process", "thread") or off_path_priority not in ("idle", "low"):
+            raise QuiverError(f"--off-path is process or thread (got {off_path!r}); --off-path-priority is idle "
+                              f"or low (got {off_path_priority!r})")
         if poll_interval <= 0 or shadow_queue < 1 or log_flush_interval <= 0 or per_client < 1:
             raise QuiverError("--poll-interval and --log-flush-interval must be positive, --shadow-queue and "
                               "--per-client at least 1")
@@ -75,7 +85,8 @@ def register(app: typer.Typer) -> None:
         run(model, str(config) if config else None, host, port, poll_interval_s=poll_interval,
             shadow_queue_size=shadow_queue, torch_threads=torch_threads, micro_batch=micro_batch,
             log_level=log_level, log_flush_interval_s=log_flush_interval,
-            limits=ServerLimits(per_client_concurrency=per_client),
+            limits=ServerLimits(per_client_concurrency=per_client), off_path=off_path,
+            off_path_idle=off_path_priority == "idle",
             say=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
 
     @shadow_app.command("start")

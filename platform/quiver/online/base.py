@@ -166,6 +166,11 @@ class ColumnBlock(Mapping[str, np.ndarray]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
 
+    def __contains__(self, name: object) -> bool:  # Mapping's would slice a column to answer
+        if self._positions is None:
+            self._positions = {n: i for i, n in enumerate(self.names)}
+        return name in self._positions
+
     def __len__(self) -> int:
         return len(self.names)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quiver.serving.arms import Arm, ServiceStats, _concat, join_inputs
+from quiver.serving.off_path_process import OffPathProcess, ScoreJob, score_and_log
 
 if TYPE_CHECKING:
     from quiver.monitoring.serving_log import ServingLogger
@@ -42,57 +43,73 @@ class OffPath:
     call_id: str
 
 
-def score_off_path(batch: list[OffPath], stats: ServiceStats, logger: ServingLogger | None) -> None:
-    """Score a batch of queued items, one model call and one log call per (arm, log arm, rollout tag)."""
+def score_off_path(batch: list[OffPath], stats: ServiceStats, logger: ServingLogger | None,
+                   process: OffPathProcess | None = None) -> None:
+    """Score a batch of queued items, one model call and one log call per (arm, log arm, rollout tag): in
+    `process` when given and the arm's model came from an artifact folder, else in this thread."""
     groups: dict[tuple[int, str, tuple[int, int, float] | None], list[OffPath]] = {}
     for item in batch:
         groups.setdefault((id(item.arm), item.log_arm, item.rollout), []).append(item)
     for items in groups.values():
-        _score(items, stats, logger)
+        job = job_of(items)
+        if process is not None and job.artifact:
+            stats.add(**process.submit(job))
+        else:
+            stats.add(**score_and_log(items[0].arm.model, job, logger))
 
 
-def _score(items: list[OffPath], stats: ServiceStats, logger: ServingLogger | None) -> None:
-    arm, log_arm = items[0].arm, items[0].log_arm
+def job_of(items: list[OffPath]) -> ScoreJob:
+    """One arm's queued items as one job: rows joined (blocks in one numpy call), one value per request kept
+    per request. Each step is one call over the batch, not one per item: in process mode this runs on the
+    server's GIL."""
+    arm = items[0].arm
     assert arm.model is not None
     names = [f for f in arm.model.features if f in items[0].columns]
-    columns = join_inputs([item.columns for item in items], names)
-    n = sum(len(item.request_ids) for item in items)
-    t = time.perf_counter()
-    error = ""
-    try:
-        scores = np.asarray(arm.model.predict(columns), dtype=np.float64)
-        if scores.shape != (n,):
-            raise ValueError(f"{log_arm} returned {scores.shape} scores for {n} rows")
-    except Exception as exc:  # a broken shadow is logged and counted, never seen by a client
-        error = f"{type(exc).__name__}: {exc}"[:500]
-        scores = np.full(n, np.nan)
-        stats.add(**{f"{log_arm}_errors": n})
-    scoring_ms = (time.perf_counter() - t) * 1e3
-    stats.add(**{f"{log_arm}_rows": n})
-    if logger is None:
-        return
-    # One log call for the group, each row with its own request's call_id, time and latency. No features: the
-    # same vector is logged on the primary row of this request_id.
     counts = [len(item.request_ids) for item in items]
-    sized = list(zip(items, counts, strict=True))
     keys = dict.fromkeys(key for item in items for key in item.entities)
-    logger.log_batch([r for item in items for r in item.request_ids],
-                     {key: _concat([item.entities.get(key, [None] * k) for item, k in sized]) for key in keys}, {},
-                     arm.label, log_arm, np.repeat([item.feature_ms + scoring_ms for item in items], counts), scores,
-                     ts_us=np.concatenate([np.broadcast_to(np.asarray(item.logged_at, dtype=np.int64), (k,))
-                                           for item, k in sized]),
-                     error=error, rollout=items[0].rollout,
-                     call_id=np.repeat(np.array([item.call_id for item in items], dtype=object), counts))
+    return ScoreJob(
+        arm.label, str(getattr(arm.model, "path", "") or ""), str(getattr(arm.model, "sha256", "") or ""),
+        items[0].log_arm, items[0].rollout, [r for item in items for r in item.request_ids], counts,
+        {key: _concat([item.entities.get(key, [None] * k) for item, k in zip(items, counts, strict=True)])
+         for key in keys},
+        join_inputs([item.columns for item in items], names), [item.feature_ms for item in items],
+        [item.logged_at for item in items], [item.call_id for item in items])
 
 
 class OffPathQueue:
     """Off-path items waiting for the worker. `offer` never blocks a request: a full queue drops the item
-    and counts its rows under the caller's stat. `run` is the worker's loop until `stop`."""
+    and counts its rows under the caller's stat. `run` is the worker's loop until `stop`. With `process` set
+    (an `OffPathProcess`), the worker batches and sends, and the child scores and logs."""
 
     def __init__(self, stats: ServiceStats, logger: ServingLogger | None, *, size: int, linger_s: float,
                  stopping: threading.Event):
         self.stats, self.logger, self.linger_s, self._stopping = stats, logger, linger_s, stopping
+        self.process: OffPathProcess | None = None
+        self._stopped: OffPathProcess | None = None  # its last health stays readable (the server's stop message)
         self._queue: queue.Queue[OffPath | None] = queue.Queue(maxsize=size)
+
+    def start_process(self, idle: bool) -> None:
+        """Score and log in a process of its own from now on (idempotent)."""
+        if self.process is None:
+            from quiver.serving.off_path_process import LogSettings
+
+            self.process = OffPathProcess(LogSettings.of(self.logger) if self.logger is not None else None,
+                                          idle=idle)
+
+    def stop_process(self) -> None:
+        """Stop the process after it has written every row it was sent (call after the worker stopped)."""
+        process, self.process = self.process, None
+        if process is not None:
+            self.stats.add(**process.close())
+            self._stopped = process
+
+    def health(self, mode: str) -> dict[str, Any]:
+        """Where off-path scoring runs, and for a process its restarts and serving log (/health)."""
+        process = self.process or self._stopped
+        if process is None:
+            return {"mode": mode}
+        return {"mode": "process", "restarts": process.restarts,
+                **({"serving_log": process.log_health} if process.log_health is not None else {})}
 
     def offer(self, item: OffPath, dropped: str) -> None:
         try:
@@ -102,7 +119,12 @@ class OffPathQueue:
 
     def run(self) -> None:
         while True:
-            first = self._queue.get()
+            try:  # with a process, wake up now and then to count what it answered since
+                first = self._queue.get(timeout=1.0 if self.process is not None else None)
+            except queue.Empty:
+                if self.process is not None:
+                    self.stats.add(**self.process.collect())
+                continue
             if first is None:
                 return
             # Nobody waits for the shadow: linger a moment so the requests of the next few milliseconds join
@@ -123,7 +145,7 @@ class OffPathQueue:
                 batch.append(item)
                 rows += len(item.request_ids)
             try:
-                score_off_path(batch, self.stats, self.logger)
+                score_off_path(batch, self.stats, self.logger, self.process)
             except Exception:  # never let one bad batch stop the worker
                 log.exception("shadow scoring failed")
             finally:
@@ -133,12 +155,16 @@ class OffPathQueue:
                 return
 
     def drain(self, timeout_s: float = 10.0) -> bool:
-        """Wait until queued work is done; True when the queue emptied in time."""
+        """Wait until queued work is done; True when the queue emptied in time. A process then answers for
+        everything it was sent and flushes its log, so its rows are on disk as the caller's will be after its
+        own `logger.flush()`."""
         deadline = time.monotonic() + timeout_s
         while self._queue.unfinished_tasks:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.005)
+        if self.process is not None:
+            self.stats.add(**self.process.flush(max(0.0, deadline - time.monotonic())))
         return True
 
     def stop(self, worker_running: bool) -> None:
@@ -155,7 +181,7 @@ class OffPathQueue:
                 return
             try:
                 if item is not None:
-                    score_off_path([item], self.stats, self.logger)
+                    score_off_path([item], self.stats, self.logger, self.process)
             except Exception:
                 log.exception("shadow scoring failed")
             finally:

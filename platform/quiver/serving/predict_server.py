@@ -211,6 +211,10 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
                         "detail": f"the registry's champion {wanted} cannot be loaded; {serving} serves until it can"})
         if log_health is not None and log_health["status"] != "ok":
             out.append({"reason": "serving_log_failing", "detail": "serving logs cannot be written"})
+        off_path_log = service.off_path_health().get("serving_log")
+        if off_path_log is not None and off_path_log["status"] not in ("ok", "closed"):
+            out.append({"reason": "serving_log_failing", "detail": "the off-path process cannot write its "
+                                                                   "serving logs (shadow and paired rows)"})
         if probe.up and probe.views_without_data:
             out.append({"reason": "views_without_data", "views": probe.views_without_data,
                         "detail": "the online store holds no data for some views"})
@@ -231,6 +235,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             "shadow": arms.shadow.label if arms.shadow else None}
         if service.logger is not None:
             info["serving_log"] = service.logger.health()
+        info["off_path"] = service.off_path_health()
         problems = reasons(probe, info.get("serving_log"))
         if not probe.up:
             return JSONResponse({"status": "unavailable", "detail": "online store did not answer", **info,
@@ -273,11 +278,14 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
 def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,
                 api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
                 torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
-                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0, say: Any = None) -> None:
+                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0, say: Any = None,
+                off_path: str = "process", off_path_idle: bool = True) -> None:
     """Run the prediction server with uvicorn until SIGTERM or SIGINT (serving logs under the offline root),
     with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
     requests in flight, then scores the queued shadow work and writes every buffered serving-log row. `say`
-    (a print function) hears what it serves at start and every swap of models or routing afterwards."""
+    (a print function) hears what it serves at start and every swap of models or routing afterwards. The
+    shadow's and the paired scores run in a process of their own (`off_path`, see PredictionService), in
+    Linux's idle scheduling class unless `off_path_idle` is False (then at nice 10)."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
     from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.monitoring.settings import load_settings
@@ -299,7 +307,8 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     try:
         service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
                                     poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,
-                                    micro_batch=micro_batch, logger=logger)
+                                    micro_batch=micro_batch, logger=logger, off_path=off_path,
+                                    off_path_idle=off_path_idle)
         app = create_app(service, api_key, limits=limits)
         if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
             raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
@@ -314,8 +323,11 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     finally:
         logger.close()  # after the service, so the shadow rows it logged while stopping are written too
     if stopped_by is not None:
-        log.warning("stopped by %s: %d serving-log rows written, %d dropped, %d quarantined",
-                    stopped_by.name, logger.written, logger.dropped, logger.quarantined)
+        child = service.off_path_health().get("serving_log") or {}
+        log.warning("stopped by %s: %d serving-log rows written, %d dropped, %d quarantined (and %d shadow and "
+                    "paired rows written by the off-path process, %d dropped, %d quarantined)", stopped_by.name,
+                    logger.written, logger.dropped, logger.quarantined, child.get("written_rows", 0),
+                    child.get("dropped_rows", 0), child.get("quarantined_rows", 0))
 
 
 def _print_swaps(say: Any) -> None:

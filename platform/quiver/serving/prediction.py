@@ -16,7 +16,8 @@ One request, many rows:
    a bounded queue: the shadow (alias `shadow`) scores the very same feature vectors, and the champion scores
    the canary's rows (arm `paired`), so the canary judge compares both models on the same rows. When the
    queue is full the batch is dropped and counted (`shadow_dropped`, `paired_dropped`). Nothing off the path
-   ever changes or delays a response.
+   ever changes or delays a response. With `off_path="process"` (what `quiver serve-model` runs) the worker
+   only batches: a process of its own scores and logs (quiver.serving.off_path_process).
 5. Hot swap: a poller re-reads aliases and the running rollout every `poll_interval_s`; new versions are
    loaded off the request path, then the whole arm set is replaced by one reference assignment. A request
    reads the arm set once, so an in-flight request finishes on the models it started with. A version that
@@ -75,6 +76,9 @@ if TYPE_CHECKING:
     from quiver.serving.store import FeatureStore, OnlineCall
 
 log = logging.getLogger(__name__)
+# Where the shadow's and the paired scores are computed and logged: a thread of this process (in-process SDK
+# use, replays), or a process of their own that keeps their GIL time off the request loop (the server).
+OFF_PATH_MODES = ("thread", "process")
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ class PredictionService:
                  poll_interval_s: float = 2.0, shadow_queue_size: int = 256, alert_interval_s: float = 60.0,
                  loader: Callable[[ModelVersion], Model] | None = None, micro_batch: bool = False,
                  shadow_linger_s: float = 0.05, pair_canary: bool = True, retry_base_s: float = 1.0,
-                 retry_max_s: float = 60.0):
+                 retry_max_s: float = 60.0, off_path: str = "thread", off_path_idle: bool = True):
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry
 
@@ -115,6 +119,9 @@ class PredictionService:
         self.micro_batch = micro_batch
         self.poll_interval_s = poll_interval_s
         self.pair_canary = pair_canary
+        if off_path not in OFF_PATH_MODES:
+            raise QuiverError(f"off_path must be one of {', '.join(OFF_PATH_MODES)}, not {off_path!r}")
+        self.off_path, self.off_path_idle = off_path, off_path_idle
         self.retry_base_s, self.retry_max_s = retry_base_s, retry_max_s
         self.stats = ServiceStats()
         self._loader = loader or self._load
@@ -133,8 +140,11 @@ class PredictionService:
     # ----- lifecycle -----
 
     def start(self) -> PredictionService:
-        """Start the shadow worker, the alert sender and the registry poller (idempotent)."""
+        """Start the shadow worker (and, with `off_path="process"`, its scoring process), the alert sender and
+        the registry poller (idempotent)."""
         if not self._threads:
+            if self.off_path == "process":
+                self._off_path_queue.start_process(idle=self.off_path_idle)
             for target, name in ((self._off_path_queue.run, "shadow"), (self._outbox.run, "alerts"),
                                  (self._poller, "poller")):
                 thread = threading.Thread(target=target, name=f"quiver-predict-{name}", daemon=True)
@@ -173,6 +183,7 @@ class PredictionService:
             thread.join(10)
         self._threads = []
         self._off_path_queue.finish_here()  # never started (or stopped early): score what is still queued
+        self._off_path_queue.stop_process()  # after the queue: the child writes every row it was sent
         if self._owns_logger and self.logger is not None:
             self.logger.close()
 
@@ -497,8 +508,12 @@ class PredictionService:
                               request=request or None, missing=missing)
 
     def drain(self, timeout_s: float = 10.0) -> bool:
-        """Wait until queued shadow work is done (tests, shutdown); True when the queue emptied in time."""
+        """Wait until queued shadow work is done and logged (tests, shutdown); True when it was in time."""
         return self._off_path_queue.drain(timeout_s)
+
+    def off_path_health(self) -> dict[str, Any]:
+        """Where off-path scoring runs, and in process mode the child's restarts and serving log (/health)."""
+        return self._off_path_queue.health(self.off_path)
 
     def _alert(self, kind: str, subject: str, message: str) -> None:
         self._outbox.alert(kind, subject, message, inline=not self._threads)  # not started: deliver inline

@@ -200,3 +200,42 @@ def until(check: Any, timeout_s: float = 60.0) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def test_a_hung_process_cannot_hang_the_stop(project: Project) -> None:
+    """A child that stops answering (SIGSTOP: its pipe fills, the server's sends block) is killed on the stop;
+    what it held is counted as dropped, and nothing is started in its place."""
+    import time
+
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=2)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="t")
+    project.models.set_alias(MODEL, "shadow", v2, expected=None, reason="t")
+    users = list(range(400))
+    logger = ServingLogger(project.config.offline_dir)
+    service = project.service(logger=logger, off_path="process").start()
+    process = service._off_path_queue.process
+    assert process is not None
+    service.predict(rows(users, "before-"))
+    assert service.drain(60)
+    process.stop_timeout_s = 2.0
+    child = process._child
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        sent = 0
+        for k in range(40):  # ~40 batches of 400 rows: far more than a pipe holds
+            service.predict(rows(users, f"hung{k}-"))
+            sent += len(users)
+            time.sleep(0.06)
+        began = time.monotonic()
+        service.close()
+        took = time.monotonic() - began
+    finally:
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+        logger.close()
+    stats = service.stats.snapshot()
+    assert not child.is_alive() and process.restarts == 0 and took < 30
+    assert stats["shadow_dropped"] > 0
+    assert stats["shadow_rows"] + stats["shadow_dropped"] == len(users) + sent
+    assert len(shadow_rows(project, "before-")) == len(users)

@@ -14,7 +14,8 @@ parent's bounded queue then fills and the overflow is dropped and counted, as wi
   (and so written) when the parent stops it, or when the parent dies and the pipe closes;
 - answers every job with the rows scored and failed, and its logger's health; a change of that health between
   jobs (a write failing, or recovering) is sent within a second.
-A child that dies is started again for the next batch; the batch it held is counted as dropped.
+A child that dies is started again for the next batch; the batch it held is counted as dropped. On a stop,
+one that does not answer (hung) is killed after `stop_timeout_s`, what it held counted as dropped.
 """
 
 from __future__ import annotations
@@ -123,8 +124,10 @@ class OffPathProcess:
                  answer_timeout_s: float = 120.0):
         self.settings, self.nice, self.idle, self.torch_threads = settings, nice, idle, torch_threads
         self.answer_timeout_s = answer_timeout_s
+        self.stop_timeout_s = 60.0
         self.log_health: dict[str, Any] | None = None  # the child logger's, from its last answer
         self.restarts = 0
+        self._closing = False  # set by close(): nothing more is sent, a dead child is not replaced
         self._lock = threading.Lock()
         self._context = multiprocessing.get_context("spawn")  # never fork a process holding threads
         self._sent: deque[tuple[str, int]] = deque()  # (log arm, rows) of each message not answered yet
@@ -147,6 +150,8 @@ class OffPathProcess:
         this call then blocks, and the service's queue drops new work, counted."""
         counts: Counter[str] = Counter()
         with self._lock:
+            if self._closing:
+                return {f"{job.log_arm}_dropped": job.rows}
             try:
                 self._conn.send(("score", job))
             except OSError as exc:
@@ -177,11 +182,22 @@ class OffPathProcess:
         last call (tests, and `drain` callers who read the logs next)."""
         return self._control("flush", timeout_s)
 
-    def close(self, timeout_s: float = 60.0) -> dict[str, int]:
-        """Stop the child after it has written what it holds (idempotent); the counts answered last."""
+    def close(self, timeout_s: float | None = None) -> dict[str, int]:
+        """Stop the child after it has written what it holds (idempotent); the counts answered last. A child
+        that does not answer within `timeout_s` (default `stop_timeout_s`; hung, its pipe full so that a send
+        would block) is killed, and what it held is counted as dropped."""
         if self._child is None:
             return {}
-        counts = self._control("stop", timeout_s)
+        timeout_s = self.stop_timeout_s if timeout_s is None else timeout_s
+        self._closing = True
+        counts: dict[str, int] = {}
+        stopper = threading.Thread(target=lambda: counts.update(self._control("stop", timeout_s)), daemon=True)
+        stopper.start()
+        stopper.join(timeout_s + 1)
+        if stopper.is_alive():
+            log.error("the off-path process did not stop within %.0f s; killing it", timeout_s)
+            self._child.kill()  # the blocked send fails, and the rows it held are counted
+            stopper.join(10)
         with self._lock:
             self._child.join(timeout_s)
             if self._child.is_alive():
@@ -200,7 +216,7 @@ class OffPathProcess:
                 self._sent.append(("", 0))
                 self._collect(counts, wait_s=self.answer_timeout_s if timeout_s is None else timeout_s)
             except (EOFError, OSError) as exc:  # TimeoutError included
-                self._lost(counts, exc, restart=kind != "stop")
+                self._lost(counts, exc)
         return dict(counts)
 
     def _collect(self, counts: Counter[str], wait_s: float | None) -> None:
@@ -220,8 +236,10 @@ class OffPathProcess:
                 self._sent.popleft()
                 counts.update(answer)
 
-    def _lost(self, counts: Counter[str], exc: BaseException, restart: bool = True) -> None:
-        """The child died or hangs: what it held is counted as dropped; a new one takes the next job."""
+    def _lost(self, counts: Counter[str], exc: BaseException) -> None:
+        """The child died or hangs: what it held is counted as dropped; a new one takes the next job (unless
+        closing)."""
+        restart = not self._closing
         for log_arm, rows in self._sent:
             if log_arm:
                 counts[f"{log_arm}_dropped"] += rows

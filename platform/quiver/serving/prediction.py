@@ -181,9 +181,12 @@ class PredictionService:
         self._outbox.stop(running)
         for thread in self._threads:
             thread.join(10)
+        # The child writes every row it was sent; a hung one is killed, which frees a worker stuck sending to it.
+        self._off_path_queue.stop_process()
+        for thread in self._threads:
+            thread.join(10)
         self._threads = []
         self._off_path_queue.finish_here()  # never started (or stopped early): score what is still queued
-        self._off_path_queue.stop_process()  # after the queue: the child writes every row it was sent
         if self._owns_logger and self.logger is not None:
             self.logger.close()
 

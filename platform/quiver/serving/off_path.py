@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quiver.serving.arms import Arm, ServiceStats, _concat, join_inputs
-from quiver.serving.off_path_process import OffPathProcess, ScoreJob, score_and_log
+from quiver.serving.off_path_process import LogSettings, OffPathProcess, ScoreJob, score_and_log
 
 if TYPE_CHECKING:
     from quiver.monitoring.serving_log import ServingLogger
@@ -91,13 +91,12 @@ class OffPathQueue:
     def start_process(self, idle: bool) -> None:
         """Score and log in a process of its own from now on (idempotent)."""
         if self.process is None:
-            from quiver.serving.off_path_process import LogSettings
-
             self.process = OffPathProcess(LogSettings.of(self.logger) if self.logger is not None else None,
                                           idle=idle)
 
     def stop_process(self) -> None:
-        """Stop the process after it has written every row it was sent (call after the worker stopped)."""
+        """Stop the process after it has written every row it was sent; a hung one is killed, which frees a
+        worker stuck sending to it (see OffPathProcess.close)."""
         process, self.process = self.process, None
         if process is not None:
             self.stats.add(**process.close())

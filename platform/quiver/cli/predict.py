@@ -71,11 +71,12 @@ def register(app: typer.Typer) -> None:
         SIGTERM or SIGINT stops it gracefully: requests in flight finish, the shadow queue is scored and
         every buffered serving-log row is written."""
         from quiver.serving.predict_server import serve_model as run
+        from quiver.serving.prediction import OFF_PATH_MODES
         from quiver.serving.runtime import ServerLimits
 
-        if off_path not in ("process", "thread") or off_path_priority not in ("idle", "low"):
-            raise QuiverError(f"--off-path is process or thread (got {off_path!r}); --off-path-priority is idle "
-                              f"or low (got {off_path_priority!r})")
+        if off_path not in OFF_PATH_MODES or off_path_priority not in ("idle", "low"):
+            raise QuiverError(f"--off-path is {' or '.join(OFF_PATH_MODES)} (got {off_path!r}); "
+                              f"--off-path-priority is idle or low (got {off_path_priority!r})")
         if poll_interval <= 0 or shadow_queue < 1 or log_flush_interval <= 0 or per_client < 1:
             raise QuiverError("--poll-interval and --log-flush-interval must be positive, --shadow-queue and "
                               "--per-client at least 1")

@@ -204,7 +204,28 @@ def test_a_block_of_inputs_holds_what_to_dict_holds():
     assert result.block(("x", "nope")) is None
     mixed = OnlineResult({"user_id": np.array([1, 2])}, _read_batch(),
                          (("x", ("a", "x")), ("k", ("b", "k"))), T0)
-    assert mixed.block(("x", "k")) is None  # two blocks: the columns path serves it
+    assert mixed.block(("x", "k")) is None  # an int64 column: the columns path serves it
+
+
+def test_a_block_joins_a_views_numbers_and_an_on_demand_views_numbers():
+    # An on-demand view's outputs are columns of their own beside the read's block: a model over both still gets
+    # one array (to_dict's values, nulls as NaN), in the model's order, whatever that order is.
+    outputs = (("x", ("a", "x")), ("y", ("a", "y")), ("z", ("a", "z")), ("k", ("b", "k")),
+               ("amount_x", ("ctx", "amount_x")), ("ratio", ("ctx", "ratio")))
+    for call in range(3):
+        batch = _read_batch()
+        batch.add(("ctx", "amount_x"), Column(np.array([1.5 * call, 9.0]), np.array([True, call != 1]), "float64"))
+        batch.add(("ctx", "ratio"), Column(np.array([0.25, -1.0]), np.array([True, True]), "float64"))
+        result = OnlineResult({"user_id": np.array([1, 2])}, batch, outputs, T0)
+        columns = result.to_dict()
+        for names in (("x", "y", "z", "amount_x", "ratio"), ("ratio", "x", "amount_x"), ("amount_x",),
+                      ("z", "y")):
+            block = result.block(names)
+            assert block is not None and block.names == names, names
+            np.testing.assert_array_equal(block.array, np.column_stack([columns[n] for n in names]))
+        assert result.block(("x", "amount_x", "k")) is None  # an int64 column among them
+        assert result.block(("x", "nope")) is None
+        assert np.isnan(result.block(("amount_x", "x")).array[1, 0]) == (call == 1)  # a null is NaN, as in to_dict
 
 
 @pytest.mark.parametrize("config", [

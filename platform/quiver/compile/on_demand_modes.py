@@ -89,7 +89,9 @@ def _plain_input(values: Any, dtype: str) -> list[Any] | None:
 
 
 def _plain_times(request_ts: Any, n: int) -> list[Any]:
-    if isinstance(request_ts, int | np.integer):
+    if isinstance(request_ts, int | np.integer):  # one time for every row (the usual online call)
+        if -NS_SAFE_US <= request_ts <= NS_SAFE_US:
+            return [_EPOCH + timedelta(microseconds=int(request_ts))] * n  # datetimes are immutable: one is enough
         request_ts = np.full(n, int(request_ts), dtype=np.int64)
     if isinstance(request_ts, np.ndarray) and request_ts.dtype.kind in "iu" and (
             request_ts.size == 0 or (request_ts.max() <= NS_SAFE_US and request_ts.min() >= -NS_SAFE_US)):
@@ -153,8 +155,10 @@ def online_arrays(spec: OnDemandSpec, columns: Mapping[str, Any], request_ts: An
         if array is None:
             out[name] = series_arrays(finite(typed(values, dtype, f"{spec.name}:{name}"), dtype), dtype)
         elif dtype == "float64":
-            array[np.isinf(array)] = np.nan  # ±inf are no values
-            out[name] = array, ~np.isnan(array)
+            valid = np.isfinite(array)  # NaN (None) and ±inf are no values
+            if not valid.all():
+                array[~valid] = np.nan
+            out[name] = array, valid
         else:
             out[name] = array, np.fromiter((v is not None for v in values), bool, len(values))
     return out

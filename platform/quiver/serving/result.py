@@ -24,6 +24,7 @@ _PRESENT, _NULL = np.uint8(FieldStatus.PRESENT), np.uint8(FieldStatus.NULL_VALUE
 _Run = tuple[int, str, Sequence[str], Sequence[int] | None]  # see OnlineResult._runs
 _RUNS: dict[tuple[int, ...], tuple[Any, tuple[Any, ...], list[_Run]]] = {}
 _RUNS_KEPT = 1024  # request shapes remembered (a server sees a handful)
+_PLANS: dict[tuple[int, tuple[str, ...]], tuple[list[_Run], _Plan | None]] = {}  # see _block_plan
 _FEW_VALUES = 256
 
 
@@ -36,6 +37,7 @@ class OnlineResult:
         self.batch = batch
         self.outputs = outputs  # (column name, (view, feature))
         self.at = at
+        self._blocks: dict[tuple[str, ...], ColumnBlock | None] = {}  # `block`'s answers: scoring and logging ask
 
     @property
     def feature_names(self) -> list[str]:
@@ -70,22 +72,38 @@ class OnlineResult:
 
     def block(self, names: Sequence[str]) -> ColumnBlock | None:
         """The float64 features `names` as one ColumnBlock, valued as `to_dict` gives them (NaN for nulls), when
-        they all come from one float64 block of the read (the usual case: numbers of one view); else None.
-        Zero-copy when they are that block's columns in order."""
+        every one of them is float64 (the usual case: numbers of one view, an on-demand view's numbers beside
+        them); else None. Zero-copy when they are one block's columns in order; else one numpy join. Read-only."""
+        key = tuple(names)
+        if key not in self._blocks:
+            self._blocks[key] = self._block(key)
+        return self._blocks[key]
+
+    def _block(self, names: tuple[str, ...]) -> ColumnBlock | None:
         runs = self._runs()
-        if len(runs) != 1:
+        if len(runs) == 1:
+            number, _, run_names, positions = runs[0]
+            if positions is None and tuple(run_names) == names:
+                plain = self._float_block(number)
+                return None if plain is None else ColumnBlock(names, plain)
+        plan = _block_plan(runs, names, self.batch.layout is not None)
+        if plan is None:
             return None
-        number, _, run_names, positions = runs[0]
+        parts = [self._float_block(number) for number in plan.numbers]
+        if any(part is None for part in parts):
+            return None
+        blocks: list[np.ndarray] = parts  # type: ignore[assignment]
+        joined = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
+        columns = plan.columns(tuple(part.shape[1] for part in blocks))
+        return ColumnBlock(names, joined if columns is None else joined[:, columns])
+
+    def _float_block(self, number: int) -> np.ndarray | None:
+        """Block `number` as a 2-D float64 array with NaN for nulls; None when it is not float64."""
         values, valid, dtype = self.batch.blocks[number]
-        if dtype != "float64" or values.ndim != 2:
+        if dtype != "float64":
             return None
         plain = _numpy_block(values, valid, dtype, self.batch.all_valid(number))[0]
-        if positions is None and tuple(run_names) == tuple(names):
-            return ColumnBlock(names, plain)
-        where = dict(zip(run_names, range(len(run_names)) if positions is None else positions, strict=True))
-        if any(name not in where for name in names):
-            return None
-        return ColumnBlock(names, plain[:, [where[name] for name in names]])
+        return plain if plain.ndim == 2 else plain[:, None]
 
     def to_arrow(self) -> pa.Table:
         """An Arrow table with real nulls (exact types, ints stay ints)."""
@@ -198,6 +216,46 @@ class OnlineResult:
         blocks = batch.blocks
         out.update(self._by_output(lambda number, _: _plain_block(*blocks[number], batch.all_valid(number))))
         return out
+
+
+def _block_plan(runs: list[_Run], names: Sequence[str], cache: bool) -> _Plan | None:
+    """Where `names` sit in the runs: the blocks to join, in order, and per name (which of those, its column
+    there); None when a name is not among them. Kept per request shape and names when `cache` (a server asks
+    the same few questions every call)."""
+    key = (id(runs), tuple(names))
+    cached = _PLANS.get(key)
+    if cached is not None and cached[0] is runs:
+        return cached[1]
+    where: dict[str, tuple[int, int]] = {}
+    for number, _, run_names, positions in runs:
+        for name, position in zip(run_names, range(len(run_names)) if positions is None else positions, strict=True):
+            where.setdefault(name, (number, max(position, 0)))  # a 1-D block is one column, at -1
+    plan: _Plan | None = None
+    if all(name in where for name in names):
+        numbers = list(dict.fromkeys(where[name][0] for name in names))
+        order = {number: i for i, number in enumerate(numbers)}
+        plan = _Plan(numbers, [(order[where[name][0]], where[name][1]) for name in names])
+    if cache:
+        if len(_PLANS) >= _RUNS_KEPT:
+            _PLANS.clear()
+        _PLANS[key] = (runs, plan)  # holds `runs`, so its id is not reused meanwhile
+    return plan
+
+
+class _Plan:
+    """`_block_plan`'s answer, and the joined array's columns to take per widths of the blocks joined."""
+
+    def __init__(self, numbers: list[int], places: list[tuple[int, int]]):
+        self.numbers, self.places = numbers, places
+        self._columns: dict[tuple[int, ...], np.ndarray | None] = {}
+
+    def columns(self, widths: tuple[int, ...]) -> np.ndarray | None:
+        """The joined array's columns, in the order asked; None when the join is exactly that."""
+        if widths not in self._columns:
+            starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+            columns = np.array([starts[part] + column for part, column in self.places], dtype=np.int64)
+            self._columns[widths] = None if np.array_equal(columns, np.arange(sum(widths))) else columns
+        return self._columns[widths]
 
 
 def _numpy_block(values: np.ndarray, valid: np.ndarray, dtype: str,

@@ -11,9 +11,10 @@ built on units, never on rows as if they were independent:
 | `latency_p99` | a call slower than the champion's recent p99 + `latency_p99_floor_ms` | same | each call's threshold comes from champion calls before it |
 | `score_shift` | W1 distance of the arms' score distributions | DKW bands at Kish sizes ∩ paired bounds abs(mean Δ) ≤ W1 ≤ mean abs(Δ) on canary rows the champion also scored (betting CS) | every bound valid at every look; pass only when the whole interval is below the floor |
 | `log_loss` | paired difference canary − champion on the same canary rows | normal-mixture CS, two-way (entity × call) cluster-robust variance | asymptotic; log loss is unbounded |
-| `brier` | per-call mean paired difference, calls in order of label completion | betting CS on [−1, 1] × √design effect | as error rate |
+| `brier`, paired | per-call mean paired difference, calls in order of label completion | betting CS on [−1, 1] × √design effect | as error rate |
+| `brier`, unpaired | each arm's mean Brier over its labelled rows | as unpaired log loss | as log loss |
 
-**Over the same time.** Error rate, latency and unpaired Brier compare the arms on one clock of blocks
+**Over the same time.** Error rate and latency compare the arms on one clock of blocks
 (`quiver.monitoring.concurrent`): a run of champion calls and the canary calls right after it form a block;
 each arm's sequence and their difference's take one observation per block, both arms with the same bets, so
 a drift both share (latency rising through the day, a base rate moving) cancels instead of landing on the
@@ -255,8 +256,18 @@ def _brier(stats: StepStats, paired: bool) -> GuardrailResult:
                          "paired, empirical-Bernstein betting CS on per-call mean differences",
                          paired_calls=sequence.n)
         return _unit_limited(result, 4 * sequence.clustered.between_variance(), floor, settings)  # (Δ + 1) / 2
-    result = _rate("brier", (stats.brier_difference,), champion.brier, canary.brier, floor, settings)
-    between = canary.brier.clustered.between_variance() + champion.brier.clustered.between_variance()
+    # Unpaired, as log loss: Brier is bounded, but a betting sequence on per-call values (what this was) kept
+    # healthy canaries waiting until they timed out where no champion scores were paired (docs/prediction.md).
+    estimate = canary.brier.mean - champion.brier.mean
+    variance = canary.brier.variance() + champion.brier.variance()
+    extra = {"canary": canary.brier.mean, "champion": champion.brier.mean}
+    if not math.isfinite(variance):
+        return _wait("brier", "too few entities or calls for a clustered variance", **extra)
+    mixture = mixture_interval(estimate, variance, tau=floor, alpha=settings.test_alpha)
+    result = _decide("brier", estimate, mixture.lower, mixture.upper, floor, settings,
+                     "unpaired, normal-mixture CS, two-way cluster-robust variance (entity × call)",
+                     variance=variance, **extra)
+    between = canary.brier.between_variance() + champion.brier.between_variance()
     return _unit_limited(result, between, floor, settings)
 
 

@@ -44,13 +44,13 @@ class ArmStats:
     failed_rows: int = 0  # rows of failed calls
     errors: CallSequence = field(init=False)  # per call: failed / rows of the call
     slow: CallSequence = field(init=False)  # per call with a threshold: slower than it
-    brier: CallSequence = field(init=False)  # per-call mean Brier (unpaired comparison)
     paired_brier: CallSequence = field(init=False)  # per-call mean (Δ + 1) / 2, canary rows only
     # Score shift on canary rows the champion also scored: per-call mean |Δ| and (Δ + 1) / 2,
     # Δ = canary − champion.
     shift_abs: CallSequence = field(init=False)
     shift_signed: CallSequence = field(init=False)
     log_loss: ClusteredMean = field(default_factory=ClusteredMean)
+    brier: ClusteredMean = field(default_factory=ClusteredMean)  # unpaired comparison, like log loss
     paired_log_loss: ClusteredMean = field(default_factory=ClusteredMean)
     labeled: int = 0
     labeled_calls: int = 0
@@ -66,7 +66,7 @@ class ArmStats:
     _routed: BoolArray = field(default_factory=lambda: np.zeros(0, bool))
 
     def __post_init__(self) -> None:
-        for name in ("errors", "slow", "brier", "paired_brier"):
+        for name in ("errors", "slow", "paired_brier"):
             setattr(self, name, CallSequence(self.alpha))
         for name in ("shift_abs", "shift_signed"):  # the score shift's α is split four ways, not two
             setattr(self, name, CallSequence(self.alpha / 2))
@@ -168,15 +168,13 @@ class StepStats:
     failed_rows_difference: ConcurrentDifference = field(init=False)  # share of rows in failed calls
     error_difference: ConcurrentDifference = field(init=False)  # failed calls per row
     slow_difference: ConcurrentDifference = field(init=False)
-    brier_difference: ConcurrentDifference = field(init=False)  # unpaired, calls in label order
     latency: LatencyThreshold = field(init=False)
 
     def __post_init__(self) -> None:
         half = self.settings.test_alpha / 2
         self.champion = ArmStats(half)
         self.canary = ArmStats(half)
-        for name in ("slow_difference", "brier_difference"):
-            setattr(self, name, ConcurrentDifference(self.settings.test_alpha))
+        self.slow_difference = ConcurrentDifference(self.settings.test_alpha)
         for name in ("failed_rows_difference", "error_difference"):  # the error rate reads both, α/2 each
             setattr(self, name, ConcurrentDifference(self.settings.test_alpha / 2))
         self.latency = LatencyThreshold(self.latency_threshold_ms, self.settings.latency_p99_floor_ms)
@@ -222,12 +220,6 @@ class StepStats:
         s, y = np.asarray(score, np.float64), np.asarray(label, np.float64)
         paired = np.asarray(champion_score, dtype=np.float64) if champion_score is not None else None
         _same_length(e, s, y, *([paired] if paired is not None else []))
-        if e.size:
-            from quiver.monitoring.evaluation import brier_losses
-
-            order, inverse, first, sizes = _calls_in_order(c)
-            call_brier = np.bincount(inverse, weights=brier_losses(s, y)) / sizes
-            self.brier_difference.extend(np.clip(call_brier[order], 0.0, 1.0), arm[first][order])
         self.champion.add_labelled(e[~arm], c[~arm], s[~arm], y[~arm], None)
         self.canary.add_labelled(e[arm], c[arm], s[arm], y[arm], paired[arm] if paired is not None else None)
         return self

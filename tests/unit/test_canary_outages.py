@@ -162,6 +162,41 @@ def test_a_quality_guardrail_its_routing_units_cannot_decide_says_so() -> None:
         assert free.statistics.get("unit_limited_halfwidth", 0.0) < free.statistics["floor"]
 
 
+def unpaired_step(seed: int, *, rows: int, fraction: float, extra_noise: float = 0.0) -> StepStats:
+    """Rows of one user each from 400,000 users of lognormal activity, no champion scores paired: the
+    judge compares the arms' log loss and Brier unpaired. The canary's scores carry `extra_noise` more."""
+    rng = np.random.default_rng(seed)
+    stats = StepStats(SETTINGS, THRESHOLD)
+    users = 400_000
+    risk = rng.normal(0, 0.8, users)
+    activity = np.exp(rng.normal(0, 1.0, users))
+    route = rng.random(users) < fraction
+    for start in range(0, rows, 5_000):
+        user = rng.choice(users, 5_000, p=activity / activity.sum())
+        call = start + np.arange(5_000)
+        noise = rng.normal(0, 0.6, 5_000) + route[user] * rng.normal(0, extra_noise, 5_000)
+        score = sigmoid(-2.5 + risk[user] + noise)
+        label = (rng.random(5_000) < sigmoid(-2.5 + risk[user])).astype(float)
+        stats.add_served(user, call, route[user], score, np.zeros(5_000, bool), np.full(5_000, 3.0))
+        stats.add_labelled(user, call, route[user], score, label)
+    return stats
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_unpaired_brier_decides_where_log_loss_does(seed: int) -> None:
+    """Without paired rows, Brier was a betting sequence on per-call values: about twice as wide as log
+    loss's clustered mixture, so a healthy canary whose log loss had passed still waited on Brier (here at
+    200,000 rows; over whole rollouts, 35 % of A/A canaries promoted among 400,000 users, the rest timed out or
+    ran out of traffic). Judged as log loss is, it passes; a canary with noisier scores still fails it."""
+    verdict = judge(unpaired_step(seed, rows=200_000, fraction=0.25), 0.25)
+    results = {g.name: g for g in verdict.guardrails}
+    assert results["log_loss"].status == "pass" and results["brier"].status == "pass", verdict.reason
+    assert verdict.outcome == "advance"
+    assert "unpaired" in results["brier"].statistics["test"]
+    worse = judge(unpaired_step(seed, rows=200_000, fraction=0.25, extra_noise=1.5), 0.25)
+    assert worse.outcome == "rollback" and "brier" in worse.reason, worse.reason
+
+
 # ----- 5. score shift -----
 
 

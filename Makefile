@@ -36,7 +36,7 @@ test-fast: setup  ## the inner loop: unit, golden and integration tests without 
 	$(PY) -m pytest tests -m "not heavy" $(XDIST) $(PYTEST_ARGS)
 
 lint: setup  ## ruff + mypy (strict, platform/quiver)
-	.venv/bin/ruff check platform pipelines monitoring dags benchmarks tests
+	.venv/bin/ruff check platform feature_defs pipelines monitoring dags benchmarks tests
 	.venv/bin/mypy platform/quiver
 
 # Scripts starting with "_" are shared helpers, not benchmarks.

@@ -7,8 +7,6 @@ alike in training sets and at serving time.
 
 import math
 
-from user_features import user_spend
-
 from quiver import Bool, Check, Contract, Field, Float64, Int64, OnDemandFeatureView, RequestSource
 
 transaction = RequestSource(

@@ -93,6 +93,7 @@ from quiver.monitoring.serving_log_tables import (
     as_batches,
     batches_to_table,
     conform,
+    dictionary_columns,
     first_bad,
     log_schema,
     micros,
@@ -534,7 +535,7 @@ def _write_atomically(table: pa.Table, folder: Path, compression: str) -> None:
     name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
     tmp = folder / f".{name}.tmp"
     try:
-        pq.write_table(table, tmp, compression=compression)
+        pq.write_table(table, tmp, compression=compression, use_dictionary=dictionary_columns(table.schema))
         os.replace(tmp, folder / name)
     finally:
         tmp.unlink(missing_ok=True)

@@ -328,3 +328,16 @@ def first_bad(column: pa.ChunkedArray | pa.Array, want: pa.DataType) -> str:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return repr(value)[:40]
     return "?"
+
+
+_UNIQUE_COLUMNS = ("request_id", "call_id")  # one value per row or per call
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth Parquet's dictionary encoding: strings, integers and booleans (versions, arms, errors,
+    entity keys repeat within a file), not ids that never repeat nor floats and times, which rarely do. By
+    default every column gets a dictionary until it outgrows its page: with 50 float features a 10,000-row
+    file took 52 ms to write instead of 18 and came out 23 % larger."""
+    return [f.name for f in schema if f.name not in _UNIQUE_COLUMNS and (
+        pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_integer(f.type)
+        or pa.types.is_boolean(f.type))]

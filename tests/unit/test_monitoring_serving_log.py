@@ -46,6 +46,23 @@ def test_round_trip_identical(tmp_path: Path) -> None:
     assert set(features.column_names) == set(logged[0]["features"])
 
 
+def test_files_keep_dictionaries_for_what_repeats_only(tmp_path: Path) -> None:
+    # Parquet's default gives every column a dictionary: request ids never repeat and float features rarely
+    # do, so most of a log file's write went into dictionaries that were thrown away or doubled the data.
+    logged = rows(2_500)
+    with ServingLogger(tmp_path, flush_interval_s=60) as logger:
+        for r in logged:
+            logger.log(**r)
+    files = sorted(tmp_path.rglob("part-*.parquet"))
+    assert files
+    metadata = pq.ParquetFile(files[0]).metadata
+    encodings = {metadata.schema.column(i).name: metadata.row_group(0).column(i).encodings
+                 for i in range(metadata.num_columns)}
+    dictionary = {name for name, used in encodings.items() if any("DICTIONARY" in e for e in used)}
+    assert {"model_version", "arm", "key.user_id", "feature.user_profile:country"} <= dictionary
+    assert not dictionary & {"request_id", "ts", "latency_ms", "prediction", "feature.user_spend:amount_sum_1h"}
+    assert read_serving_logs(tmp_path).num_rows == len(logged)  # the round trip above holds for these files
+
 def test_hourly_partitions_and_atomic_files(tmp_path: Path) -> None:
     # 4,000 rows 1 ms apart starting 2 s before 10:00 straddle two hours.
     with ServingLogger(tmp_path, flush_interval_s=60) as logger:

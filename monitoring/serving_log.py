@@ -92,6 +92,7 @@ from quiver.monitoring.serving_log_tables import (
     SchemaMismatch,
     as_batches,
     batches_to_table,
+    column_compression,
     conform,
     dictionary_columns,
     first_bad,
@@ -535,7 +536,8 @@ def _write_atomically(table: pa.Table, folder: Path, compression: str) -> None:
     name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
     tmp = folder / f".{name}.tmp"
     try:
-        pq.write_table(table, tmp, compression=compression, use_dictionary=dictionary_columns(table.schema))
+        pq.write_table(table, tmp, compression=column_compression(table, compression) if len(table) else compression,
+                       use_dictionary=dictionary_columns(table.schema))
         os.replace(tmp, folder / name)
     finally:
         tmp.unlink(missing_ok=True)

@@ -22,12 +22,12 @@ Regimes (A/A, ≥ 300 rollouts each in the full run): `independent` (1 entity pe
 entities per request, shared labels, repeat users), `champion_outage` (20 entities per request, the
 champion's call raising in 1.5 % of requests: its rows fail, the canary's rows are logged as not run;
 `--drop-not-run` replays the old serving path that never logged them), `repeat_unpaired` (repeat users, no
-paired champion scores), `unpaired` (400k users of lognormal activity, no paired champion scores), `latency_drift` (both arms' latency rising ×e over the rollout's first 150k requests,
-the base rate with it), `error_drift` (both arms' call error rate rising from 0.2 % to 3.2 % over 150k
-requests), `daily_wave` (latency ×e^±0.4 and the base rate's logit ±0.4 on a 60k-request
-period), `row_failures` (20
-entities per request, a call failing with each of its rows' chance 0.05 %: a 19-row champion call fails ~19×
-as often as a 1-row canary call). Canaries worse by ½, 1 and 2 log-loss floors, a better
+paired champion scores), `unpaired` (400k users of lognormal activity, no paired champion scores),
+`latency_drift` (both arms' latency rising ×e over the rollout's first 150k requests, the base rate with it),
+`error_drift` (both arms' call error rate rising from 0.2 % to 3.2 % over 150k requests), `daily_wave` (latency
+×e^±0.4 and the base rate's logit ±0.4 on a 60k-request period), `row_failures` (20 entities per request, a
+call failing with each of its rows' chance 0.05 %: a 19-row champion call fails ~19× as often as a 1-row canary
+call). Canaries worse by ½, 1 and 2 log-loss floors, a better
 canary, error-rate / latency canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own
 scores moved; no labels, so the score shift is judged alone) run in the `clustered` world; a canary whose
 rows fail one floor more often (per row) runs in `row_failures`; canaries worse by ½ and 1 floor run in

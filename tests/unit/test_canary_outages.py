@@ -162,6 +162,9 @@ def test_a_quality_guardrail_its_routing_units_cannot_decide_says_so() -> None:
         assert free.statistics.get("unit_limited_halfwidth", 0.0) < free.statistics["floor"]
 
 
+# ----- 3b. no paired rows -----
+
+
 def unpaired_step(seed: int, *, rows: int, fraction: float, extra_noise: float = 0.0) -> StepStats:
     """Rows of one user each from 400,000 users of lognormal activity, no champion scores paired: the
     judge compares the arms' log loss and Brier unpaired. The canary's scores carry `extra_noise` more."""

@@ -4,9 +4,10 @@ rows, writing its files) never holds the request loop's GIL.
 
 The parent's off-path worker thread still lingers and batches (`quiver.serving.off_path.OffPathQueue`); per
 batch and arm it joins the rows' inputs into one `ScoreJob` and sends it down a pipe without waiting; the
-child's answers (counts) are taken with the next batch, or within a second when idle. The child runs in Linux's idle scheduling class (else at `nice` 10): it
-takes only CPU the server leaves, so on a saturated machine the shadow falls behind, never the champion; the
-parent's bounded queue then fills and the overflow is dropped and counted, as with the thread. The child:
+child's answers (counts) are taken with the next batch, or within a second when idle. The child runs in
+Linux's idle scheduling class (else at `nice` 10): it takes only CPU the server leaves, so on a saturated
+machine the shadow falls behind, never the champion; the parent's bounded queue then fills and the overflow
+is dropped and counted, as with the thread. The child:
 - loads each version from its verified artifact folder the first time a job names it (the parent loaded and
   verified it already; the child checks the same checksum) and keeps the last few: a hot swap in the parent
   is a new version name in the next job;

@@ -3,8 +3,8 @@
 Which rows count: only rows **tagged** with the rollout and step being judged (`rollout_id`,
 `rollout_step`: every served row carries the arm set's tag), so rows a server routed at the old fraction
 before its next poll never count in the new step. Per arm, the rows of the model version the rollout
-compares; the champion's scores of the canary rows (arm `paired`, scored off the request path) are matched
-to them by `request_id`.
+compares; the champion's scores of the canary rows (arm `paired`, scored off the request path, or replayed
+by the judge: `quiver.monitoring.canary_replay`) are matched to them by `request_id`.
 
 Rows routed to an arm that never ran (error `NOT_RUN…`: the request failed first) count as routed units for
 the sample-ratio check and nowhere else. Units: the routing unit is the key the split hashed (`routing_columns`); a model call is one request's rows
@@ -100,14 +100,13 @@ def _complete_calls(call: np.ndarray, has_label: np.ndarray, arrived: pd.Series,
     return positions[np.argsort(keys, kind="stable")].astype(np.int64)
 
 
-def watch_evidence(joined: pd.DataFrame, rollout: Rollout, settings: JudgeSettings,
-                   routing_columns: list[str]) -> StepStats:
-    """After a promotion: the new champion's rows paired with the old champion's scores of the same rows —
-    the rollout's canary rows (paired while it ran) and, since the promotion, the champion's rows that the
-    old champion shadowed. The new champion is the `canary` side of the result."""
+def watch_rows(joined: pd.DataFrame, rollout: Rollout) -> pd.DataFrame:
+    """After a promotion, as a step's rows: the new champion's rows (arm `canary`) and the old champion's
+    scores of the same rows (arm `paired`) — the rollout's canary rows, paired while it ran, and since the
+    promotion the champion's rows that the old champion shadowed."""
     new, old = f"{rollout.model}:{rollout.canary_version}", f"{rollout.model}:{rollout.champion_version}"
     if joined.empty:
-        return StepStats(settings, np.nan)
+        return joined
     during = joined[(joined["rollout_id"] == rollout.id)] if "rollout_id" in joined else joined.iloc[0:0]
     during = during[((during["arm"] == "canary") & (during["model_version"] == new))
                     | ((during["arm"] == PAIRED_ARM) & (during["model_version"] == old))]
@@ -118,4 +117,4 @@ def watch_evidence(joined: pd.DataFrame, rollout: Rollout, settings: JudgeSettin
                   | ((after["arm"] == "shadow") & (after["model_version"] == old))]
     rows = pd.concat([during, after], ignore_index=True)
     rows["arm"] = rows["arm"].replace({"champion": "canary", "shadow": PAIRED_ARM})
-    return step_evidence(rows, settings, None, routing_columns)
+    return rows

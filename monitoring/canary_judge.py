@@ -37,8 +37,10 @@ from quiver.registry.rollouts import Decision, Rollout
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from quiver.config import Config
+    from quiver.monitoring.canary_replay import Pairing
 
 REFERENCE_WINDOW = timedelta(hours=1)  # champion traffic before a rollout that fixes its latency reference
 # Rows are judged by their rollout tag; the time bound only limits the files read. Rows a server served in
@@ -86,10 +88,10 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
     if rollout is None:
         raise QuiverError(f"model {model_name!r} has no running rollout; start one with `quiver canary start`")
     settings = JudgeSettings.from_dict(rollout.settings)
-    joined = _joined(config, rollout.started_at - _READ_SLACK, as_of)
+    logs, joined = _read(config, rollout.started_at - _READ_SLACK, as_of)
     from quiver.monitoring.canary_evidence import step_evidence, step_rows
 
-    rows = step_rows(joined, rollout)
+    rows, pairing = _replayed(loop, rollout, step_rows(joined, rollout), logs)
     threshold = rollout.reference.get("latency_threshold_ms")
     if threshold is None and not dry_run:  # no traffic before the rollout: fix it once, from the first look
         first = _call_latencies(rows[rows["arm"] == "champion"])
@@ -103,7 +105,7 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
     verdict = judge(stats, rollout.fraction)
     if dry_run:
         return JudgeOutcome(verdict, None, (), rollout)
-    statistics = verdict.to_dict()
+    statistics = {**verdict.to_dict(), "pairing": pairing.to_dict()}
     key = _key("canary_step", rollout.id, rollout.step, statistics)
     statistics["window"] = {"step_started_at": rollout.step_started_at.isoformat(), "as_of": as_of.isoformat()}
     statistics["reference"] = rollout.reference
@@ -130,13 +132,14 @@ def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None
     if rollout is None:
         return {"model": model_name, "outcome": "none", "reason": "no promotion under watch"}
     settings = JudgeSettings.from_dict(rollout.settings)
-    joined = _joined(config, rollout.started_at - _READ_SLACK, as_of)
-    from quiver.monitoring.canary_evidence import watch_evidence
+    logs, joined = _read(config, rollout.started_at - _READ_SLACK, as_of)
+    from quiver.monitoring.canary_evidence import step_evidence, watch_rows
 
-    stats = watch_evidence(joined, rollout, settings, _routing_columns(loop, model_name, rollout, joined))
+    rows, pairing = _replayed(loop, rollout, watch_rows(joined, rollout), logs)
+    stats = step_evidence(rows, settings, None, _routing_columns(loop, model_name, rollout, joined))
     assert rollout.watch_until is not None
     verdict = watch_verdict(stats, ended=as_of >= rollout.watch_until)
-    statistics = verdict.to_dict()
+    statistics = {**verdict.to_dict(), "pairing": pairing.to_dict()}
     key = _key("watch", rollout.id, statistics, as_of >= rollout.watch_until)
     statistics["window"] = {"promoted_at": rollout.finished_at.isoformat() if rollout.finished_at else None,
                             "watch_until": rollout.watch_until.isoformat(), "as_of": as_of.isoformat()}
@@ -154,12 +157,25 @@ def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None
             "rollout_id": rollout.id, "as_of": as_of.isoformat()}
 
 
-def _joined(config: Config, start: datetime, as_of: datetime) -> pd.DataFrame:
+def _replayed(loop: _Loop, rollout: Rollout, rows: pd.DataFrame, logs: pa.Table) -> tuple[pd.DataFrame, Pairing]:
+    """`rows` with the rollout's champion's scores replayed from the logged inputs of the canary-side rows
+    the serving path did not pair (`quiver.monitoring.canary_replay`)."""
+    from quiver.monitoring.canary_replay import replay_pairs
+
+    version = rollout.champion_version
+    return replay_pairs(rows, logs, lambda: loop.models.load(rollout.model, version),
+                        f"{rollout.model}:{version}")
+
+
+def _read(config: Config, start: datetime, as_of: datetime) -> tuple[pa.Table, pd.DataFrame]:
+    """The serving logs of [start, as_of) (feature columns and all), and their rows joined to the labels
+    arrived by `as_of` (without the feature columns)."""
     from quiver.monitoring.evaluation import join_labels
     from quiver.monitoring.labels import read_labels
     from quiver.monitoring.serving_log import read_serving_logs
 
-    return join_labels(read_serving_logs(config.offline_dir, start, as_of), read_labels(config.offline_dir, as_of))
+    logs = read_serving_logs(config.offline_dir, start, as_of)
+    return logs, join_labels(logs, read_labels(config.offline_dir, as_of))
 
 
 def _call_latencies(rows: pd.DataFrame) -> np.ndarray:

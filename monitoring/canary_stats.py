@@ -28,11 +28,12 @@ when each row may break the call (failures grow with rows), that share makes a w
 failed calls per row (F / rows) is the fair one. The error rate is judged on both, each at α/2: it fails when
 either fails and passes when both pass — the worse reading of whichever way failures scale.
 
-Without paired rows (older logs, a dropped pairing queue) log loss and Brier compare the arms unpaired and
-score shift uses its DKW bands only. The design effect is the two-way (entity × call) over the by-call
-variance (`quiver.monitoring.clustered.CallSequence`). Sample-ratio mismatch counts distinct routing units
-the router **assigned** to each arm — rows whose arm never ran (the request failed first) count — against the
-split with the anytime-valid Dirichlet-multinomial test; a mismatch **halts** the rollout.
+Without paired rows (what the judge could not replay either: `quiver.monitoring.canary_replay`) log loss
+and Brier compare the arms unpaired and score shift uses its DKW bands only. The design effect is the two-way
+(entity × call) over the by-call variance (`quiver.monitoring.clustered.CallSequence`). Sample-ratio
+mismatch counts distinct routing units the router **assigned** to each arm — rows whose arm never ran (the
+request failed first) count — against the split with the anytime-valid Dirichlet-multinomial test; a
+mismatch **halts** the rollout.
 
 **What "fail" means.** A guardrail *fails* when its whole confidence sequence lies beyond `fail_fraction` ×
 floor (default half the floor): a canary worse by at most half the floor is rolled back by it at most at the

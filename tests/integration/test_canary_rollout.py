@@ -28,13 +28,14 @@ SETTINGS = JudgeSettings(steps=(0.5, 1.0), min_rows=300, min_labels=300, log_los
 ROWS_PER_CALL = 4
 
 
-def serve(project: Project, batches: int, seed: int, truth: int) -> tuple[int, datetime]:
+def serve(project: Project, batches: int, seed: int, truth: int, pair_canary: bool = True) -> tuple[int, datetime]:
     """Send every user `batches` times through the service, 4 rows a call; labels drawn from version
     `truth`'s scores arrive afterwards. Returns (rows served, a moment after everything was logged)."""
     rng = np.random.default_rng(seed)
     truth_scores = dict(zip(range(USERS), project.scores(truth, list(range(USERS))), strict=True))
     ids: list[str] = []
-    with ServingLogger(project.config.offline_dir) as logger, project.service(logger=logger) as service:
+    with ServingLogger(project.config.offline_dir) as logger, \
+            project.service(logger=logger, pair_canary=pair_canary) as service:
         for b in range(batches):
             users = list(range(USERS))
             for start in range(0, USERS, ROWS_PER_CALL):

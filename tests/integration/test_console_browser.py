@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sqlite3
 import threading
@@ -197,6 +198,8 @@ def test_why_was_fraud_model_3_promoted_is_two_clicks_from_home(browser_page: An
     guardrails = page.locator("#guardrails tr").all_inner_texts()[1:]
     assert {g.split("\t")[0] for g in guardrails} == {"error_rate", "latency_p99", "score_shift", "log_loss", "brier"}
     assert all("pass" in g and "[" in g for g in guardrails), guardrails  # a verdict and an interval each
+    # Where the champion's scores of the canary rows came from: the service paired them all.
+    assert re.search(r"[1-9][\d,]* paired while serving, 0 replayed .* 0 unpaired", page.inner_text("#pairing"))
     # The rollout's confidence sequence per guardrail over its looks, each with its floor.
     charts = page.locator("svg.cs-chart[data-kind=canary_step]")
     assert charts.count() == 5 and page.locator("svg.cs-chart[data-kind=watch]").count() == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -39,6 +40,7 @@ def test_decisions_show_prints_the_guardrail_table_and_json_has_every_number(ope
     for name in ("error_rate", "latency_p99", "score_shift", "log_loss", "brier"):
         assert name in text
     assert "champion → fraud_model:3" in text  # what applying it did
+    assert re.search(r"[1-9][\d,]* paired while serving, 0 replayed by the judge .* 0 unpaired", text)
     record = json.loads(done(quiver("decisions", "show", str(promote), "--json", cwd=world.root)))
     assert record["id"] == promote and record["outcome"] == "promote" and record["kind"] == "canary_step"
     assert {g["name"] for g in record["guardrails"]} == {"error_rate", "latency_p99", "score_shift", "log_loss",

@@ -140,6 +140,9 @@ def _print(decision: Any) -> None:
         console.print(f"sample ratio: canary share of routing units {srm.get('observed_fraction', 0):.4f} vs "
                       f"{srm.get('expected_fraction', 0):g} expected; mismatch: {srm.get('significant')}",
                       highlight=False)
+    pairing = explain.pairing_line(decision)
+    if pairing:
+        console.print(escape(pairing), highlight=False, soft_wrap=True)
     intervals = explain.shadow_rows(decision)
     if intervals:
         table = Table("metric", f"champion {decision.champion_version}", f"shadow {decision.candidate_version}",

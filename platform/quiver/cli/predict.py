@@ -66,7 +66,11 @@ def register(app: typer.Typer) -> None:
                     off_path_priority: Annotated[str, typer.Option(
                         envvar="QUIVER_OFF_PATH_PRIORITY",
                         help="CPU priority of that process: idle (only CPU the server leaves; a saturated "
-                             "machine drops shadow rows, counted) or low (nice 10)")] = "idle") -> None:
+                             "machine drops shadow rows, counted) or low (nice 10)")] = "idle",
+                    pair_canary: Annotated[bool, typer.Option(
+                        help="the champion also scores the canary's rows after the response (the judge's "
+                             "paired comparison); off, the judge replays them from the logged inputs")] = True,
+                    ) -> None:
         """Serve POST /predict for MODEL: champion scores, canary routing, shadow after the response.
         SIGTERM or SIGINT stops it gracefully: requests in flight finish, the shadow queue is scored and
         every buffered serving-log row is written."""
@@ -87,7 +91,7 @@ def register(app: typer.Typer) -> None:
             shadow_queue_size=shadow_queue, torch_threads=torch_threads, micro_batch=micro_batch,
             log_level=log_level, log_flush_interval_s=log_flush_interval,
             limits=ServerLimits(per_client_concurrency=per_client), off_path=off_path,
-            off_path_idle=off_path_priority == "idle",
+            off_path_idle=off_path_priority == "idle", pair_canary=pair_canary,
             say=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
 
     @shadow_app.command("start")

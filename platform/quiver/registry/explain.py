@@ -108,6 +108,18 @@ def headline(decision: Decision) -> str:
     return f"#{decision.id} {kind}: {decision.outcome} — {versions}{share}" + (f"; {reason}" if reason else "")
 
 
+def pairing_line(decision: Decision) -> str:
+    """Where the champion's scores of the canary rows came from (paired comparisons need them); "" when the
+    decision does not say (older decisions, other kinds)."""
+    p = decision.statistics.get("pairing") or {}
+    if not p:
+        return ""
+    line = (f"champion's scores of the canary rows: {p.get('logged', 0):,} paired while serving, "
+            f"{p.get('replayed', 0):,} replayed by the judge from the logged inputs, "
+            f"{p.get('unpaired', 0):,} unpaired")
+    return line + (f" ({p['reason']})" if p.get("reason") else "")
+
+
 def decision_record(decision: Decision) -> dict[str, Any]:
     """Everything about a decision as JSON-ready data (what `quiver decisions show --json` prints)."""
     from dataclasses import asdict

@@ -279,13 +279,14 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
                 api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
                 torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
                 limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0, say: Any = None,
-                off_path: str = "process", off_path_idle: bool = True) -> None:
+                off_path: str = "process", off_path_idle: bool = True, pair_canary: bool = True) -> None:
     """Run the prediction server with uvicorn until SIGTERM or SIGINT (serving logs under the offline root),
     with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
     requests in flight, then scores the queued shadow work and writes every buffered serving-log row. `say`
     (a print function) hears what it serves at start and every swap of models or routing afterwards. The
     shadow's and the paired scores run in a process of their own (`off_path`, see PredictionService), in
-    Linux's idle scheduling class unless `off_path_idle` is False (then at nice 10)."""
+    Linux's idle scheduling class unless `off_path_idle` is False (then at nice 10). `pair_canary` False:
+    the champion does not score the canary's rows here; the canary judge replays them from the logs."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
     from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.monitoring.settings import load_settings
@@ -308,7 +309,7 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
         service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
                                     poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,
                                     micro_batch=micro_batch, logger=logger, off_path=off_path,
-                                    off_path_idle=off_path_idle)
+                                    off_path_idle=off_path_idle, pair_canary=pair_canary)
         app = create_app(service, api_key, limits=limits)
         if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
             raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")

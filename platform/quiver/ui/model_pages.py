@@ -189,6 +189,9 @@ def decision_page(console: Console, decision_id: int) -> str:
         if srm:
             body += (f"<p>sample ratio: canary share of routing units {num(srm.get('observed_fraction'))} vs "
                      f"{num(srm.get('expected_fraction'), 2)} expected; mismatch: {esc(srm.get('significant'))}</p>")
+        pairing = explain.pairing_line(d)
+        if pairing:
+            body += f"<p id='pairing'>{esc(pairing)}</p>"
         body += _arms(stats)
     intervals = explain.shadow_rows(d)
     if intervals:

@@ -59,10 +59,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import threading
 import time
-import uuid
 import weakref
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -73,8 +71,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from quiver.monitoring.serving_log_files import estimate_bytes, newest_types, write_atomically
 from quiver.monitoring.serving_log_read import (
     LOG_DIR,
     QUARANTINE_DIR,
@@ -92,9 +90,7 @@ from quiver.monitoring.serving_log_tables import (
     SchemaMismatch,
     as_batches,
     batches_to_table,
-    column_compression,
     conform,
-    dictionary_columns,
     first_bad,
     log_schema,
     micros,
@@ -177,7 +173,7 @@ class ServingLogger:
         # column keeps the type it was first written with (here or by an earlier process).
         self._order: list[str] = schema.names if schema is not None else BASE_SCHEMA.names
         self._declared = {f.name: f.type for f in schema} if schema is not None else {}
-        self._types: dict[str, pa.DataType] = {**_newest_types(self.directory), **self._declared}
+        self._types: dict[str, pa.DataType] = {**newest_types(self.directory), **self._declared}
         self._thread = threading.Thread(target=self._run, name="quiver-serving-log", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -241,14 +237,14 @@ class ServingLogger:
             outside = (stamp < MIN_TIME_US) | (stamp >= MAX_TIME_US)
             bad = outside if outside.any() else None
         if bad is None:
-            self._append(batch, n, _estimate_bytes(batch))
+            self._append(batch, n, estimate_bytes(batch))
             return
         good = np.flatnonzero(~bad)
         if len(good):
             kept = take_rows(batch, good)
-            self._append(kept, len(good), _estimate_bytes(kept))
+            self._append(kept, len(good), estimate_bytes(kept))
         poisoned = take_rows(batch, np.flatnonzero(bad))
-        self._append(_Quarantined(poisoned, _OUT_OF_RANGE), poisoned.n, _estimate_bytes(poisoned))
+        self._append(_Quarantined(poisoned, _OUT_OF_RANGE), poisoned.n, estimate_bytes(poisoned))
 
     def _append(self, item: Item, rows: int, size: int) -> None:
         dropped: list[tuple[str, int]] = []
@@ -425,7 +421,7 @@ class ServingLogger:
         moment = datetime.fromtimestamp(part.hour * 3600, UTC)
         folder = self.directory / f"date={moment:%Y-%m-%d}" / f"hour={moment:%H}"
         try:
-            _write_atomically(part.table, folder, self.compression)
+            write_atomically(part.table, folder, self.compression)
         except Exception as exc:
             part.attempts += 1
             part.error = f"{type(exc).__name__}: {exc}"
@@ -473,7 +469,7 @@ class ServingLogger:
         table = table.drop_columns(["ts"]).add_column(0, "ts_us", ts)
         table = table.append_column("quarantine_reason", pa.array([reason] * rows, pa.string()))
         try:
-            _write_atomically(table, self.quarantine_directory, self.compression)
+            write_atomically(table, self.quarantine_directory, self.compression)
         except Exception as exc:
             log.error("serving log: the quarantine cannot be written either (%s: %s): %d rows dropped",
                       type(exc).__name__, exc, rows)
@@ -518,56 +514,6 @@ class ServingLogger:
                 self._flush(retry_all=False)
             except Exception:  # never let the writer thread die: log and go on
                 log.exception("serving-log flush failed")
-
-
-def _newest_types(directory: Path) -> dict[str, pa.DataType]:
-    """The column types of the newest file of a log dataset (none yet: empty), which later files keep."""
-    with contextlib.suppress(OSError, ValueError, pa.ArrowException):
-        for day in sorted(directory.glob("date=*"), reverse=True):
-            for hour in sorted(day.glob("hour=*"), reverse=True):
-                files = sorted(hour.glob("part-*.parquet"))
-                if files:
-                    return {f.name: f.type for f in pq.read_schema(files[-1]) if f.type != pa.null()}
-    return {}
-
-
-def _write_atomically(table: pa.Table, folder: Path, compression: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = folder / f".{name}.tmp"
-    try:
-        pq.write_table(table, tmp, compression=column_compression(table, compression) if len(table) else compression,
-                       use_dictionary=dictionary_columns(table.schema))
-        os.replace(tmp, folder / name)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _size(values: Any, n: int) -> int:
-    """Rough memory of one column (or one value for all rows) of a batch."""
-    if values is None or isinstance(values, bool | int | float):
-        return 8
-    if isinstance(values, str | bytes):
-        return len(values)
-    if isinstance(values, np.ndarray):
-        if values.dtype != object:
-            return int(values.nbytes)
-        first = values[0] if n else None
-        return n * (16 + (len(first) + 49 if isinstance(first, str) else 24))
-    first = values[0] if n else None
-    return n * (8 + (len(first) + 49 if isinstance(first, str) else 24))
-
-
-def _estimate_bytes(batch: Batch) -> int:
-    features = batch.features
-    block = isinstance(features, ColumnBlock)
-    columns: Iterable[Any] = (batch.ts_us, batch.request_ids, batch.model_version, batch.arm, batch.latency_ms,
-                              batch.predictions, batch.error, batch.call_id, *batch.entity_keys.values(),
-                              *(() if block else features.values()), *(batch.request or {}).values())
-    total, n = 256 + (features.array.nbytes if isinstance(features, ColumnBlock) else 0), batch.n
-    for values in columns:  # per request: the numeric arrays (most columns) without a call each
-        total += values.nbytes if type(values) is np.ndarray and values.dtype.kind != "O" else _size(values, n)
-    return total
 
 
 class _BufferCollector:

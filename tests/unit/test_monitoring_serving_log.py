@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quiver.monitoring import serving_log
+from quiver.monitoring import serving_log_files
 from quiver.monitoring.serving_log import ServingLogger, feature_frame, read_serving_logs
 from quiver.monitoring.serving_log_tables import BASE_SCHEMA
 
@@ -149,7 +149,7 @@ def test_close_flushes_everything_from_many_threads(tmp_path: Path) -> None:
 
 
 def test_failed_write_keeps_rows_for_the_next_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_write = serving_log.pq.write_table
+    real_write = serving_log_files.pq.write_table
     calls = {"n": 0}
 
     def flaky(*args: object, **kwargs: object) -> None:
@@ -158,7 +158,7 @@ def test_failed_write_keeps_rows_for_the_next_flush(tmp_path: Path, monkeypatch:
             raise OSError("disk full")
         real_write(*args, **kwargs)
 
-    monkeypatch.setattr(serving_log.pq, "write_table", flaky)
+    monkeypatch.setattr(serving_log_files.pq, "write_table", flaky)
     logger = ServingLogger(tmp_path, flush_interval_s=3_600)
     for r in rows(50):
         logger.log(**r)

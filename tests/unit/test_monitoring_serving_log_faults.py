@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from prometheus_client import REGISTRY
 
-from quiver.monitoring import serving_log
+from quiver.monitoring import serving_log_files
 from quiver.monitoring.serving_log import ServingLogger, read_quarantine, read_serving_logs
 
 H = 3_600_000_000
@@ -59,7 +59,7 @@ def test_log_with_an_impossible_datetime_is_quarantined(tmp_path: Path) -> None:
 
 def failing_for(monkeypatch: pytest.MonkeyPatch, fragment: str, times: int) -> Counter[str]:
     """Make writes into paths containing `fragment` fail `times` times (then work); count every attempt."""
-    real_write = serving_log.pq.write_table
+    real_write = serving_log_files.pq.write_table
     attempts: Counter[str] = Counter()
 
     def write(table: object, where: object, **kwargs: object) -> None:
@@ -70,7 +70,7 @@ def failing_for(monkeypatch: pytest.MonkeyPatch, fragment: str, times: int) -> C
             raise OSError(28, "No space left on device")
         real_write(table, where, **kwargs)
 
-    monkeypatch.setattr(serving_log.pq, "write_table", write)
+    monkeypatch.setattr(serving_log_files.pq, "write_table", write)
     return attempts
 
 

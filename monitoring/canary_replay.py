@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 SERVED_ARMS = ["champion", "canary"]  # the arms whose rows carry feature columns (off-path rows do not)
 
+
 @dataclass(frozen=True)
 class Pairing:
     """Where the champion's scores of a step's scored canary rows came from."""

@@ -4,13 +4,14 @@ canary rows' logged inputs — the same scores the paired arm logs when pairing 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from quiver.monitoring.canary_evidence import PAIRED_ARM, step_rows
-from quiver.monitoring.canary_judge import judge_step, start_canary
+from quiver.monitoring.canary_judge import judge_step, start_canary, watch_step
 from quiver.monitoring.canary_replay import replay_pairs
 from quiver.monitoring.evaluation import join_labels
 from quiver.monitoring.labels import read_labels
@@ -71,3 +72,23 @@ def test_replayed_scores_equal_the_ones_the_serving_path_paired(project: Project
     again = replayed[replayed["arm"] == PAIRED_ARM].set_index("request_id")["prediction"]
     # The network computes in float32: a batch of other rows may round a score's last bits differently.
     np.testing.assert_allclose(again.loc[paired.index].to_numpy(), paired.to_numpy(), rtol=0, atol=1e-6)
+
+
+def test_the_watch_replays_the_previous_champion_where_no_shadow_scored(project: Project) -> None:
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=1)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+    start_canary(project.config, MODEL, v2, settings=SETTINGS)
+    _, moment = serve(project, batches=14, seed=1, truth=v1)
+    assert judge_step(project.config, MODEL, as_of=moment).verdict.outcome == "promote"
+    canary_rows = int((read_serving_logs(project.config.offline_dir).to_pandas()["arm"] == "canary").sum())
+    # The old champion stops shadowing (its alias removed): the watch's rows since the promotion go unpaired.
+    project.models.set_alias(MODEL, "shadow", None, expected=v1, reason="no shadow")
+    time.sleep(1.1)  # served after the promotion's data time
+    after, later = serve(project, batches=2, seed=4, truth=v1)
+    logged = read_serving_logs(project.config.offline_dir).to_pandas()
+    assert "shadow" not in set(logged["arm"])
+    watched = watch_step(project.config, MODEL, as_of=later)
+    stored = rollouts.get_decision(project.registry, watched["decision_id"])
+    assert stored.statistics["pairing"] == {"logged": canary_rows, "replayed": after, "unpaired": 0, "reason": ""}
+    assert explain.pairing_line(stored).startswith("the previous champion's scores of the new champion's rows")

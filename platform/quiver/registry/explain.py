@@ -114,7 +114,9 @@ def pairing_line(decision: Decision) -> str:
     p = decision.statistics.get("pairing") or {}
     if not p:
         return ""
-    line = (f"champion's scores of the canary rows: {p.get('logged', 0):,} paired while serving, "
+    whose = "the previous champion's scores of the new champion's rows" if decision.kind == "watch" else \
+        "the champion's scores of the canary rows"
+    line = (f"{whose}: {p.get('logged', 0):,} paired while serving, "
             f"{p.get('replayed', 0):,} replayed by the judge from the logged inputs, "
             f"{p.get('unpaired', 0):,} unpaired")
     return line + (f" ({p['reason']})" if p.get("reason") else "")

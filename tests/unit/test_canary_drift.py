@@ -167,3 +167,11 @@ def test_calls_that_fail_at_their_own_rate_are_compared_by_the_rows_they_lose() 
         stats.add_served(user, call, on_canary, np.where(failed, np.nan, 0.1), failed, np.full(len(user), 3.0))
     status, statistics = guardrail(stats, "error_rate", 0.05)
     assert status == "fail", statistics
+
+
+def test_the_latency_guardrail_says_how_many_rows_each_arms_calls_hold() -> None:
+    # At a 5 % step of 20-user requests a canary call holds ~1 row and a champion call ~19: where latency grows
+    # with rows the arms' latencies are not alike, and the decision shows why.
+    stats = row_failure_step(np.random.default_rng(46), requests=4_000, canary_hazard=0.0, champion_hazard=0.0)
+    _, statistics = guardrail(stats, "latency_p99", 0.05)
+    assert 0.9 < statistics["rows_per_call_canary"] < 1.3 and 18.5 < statistics["rows_per_call_champion"] < 19.5

@@ -135,7 +135,9 @@ def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None
     logs, joined = _read(config, rollout.started_at - _READ_SLACK, as_of)
     from quiver.monitoring.canary_evidence import step_evidence, watch_rows
 
-    rows, pairing = _replayed(loop, rollout, watch_rows(joined, rollout), logs)
+    # Since the promotion a row logs the new champion's inputs only: the old one's must be among them.
+    served = loop.models.get(model_name, rollout.canary_version).features
+    rows, pairing = _replayed(loop, rollout, watch_rows(joined, rollout), logs, served)
     stats = step_evidence(rows, settings, None, _routing_columns(loop, model_name, rollout, joined))
     assert rollout.watch_until is not None
     verdict = watch_verdict(stats, ended=as_of >= rollout.watch_until)
@@ -157,14 +159,16 @@ def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None
             "rollout_id": rollout.id, "as_of": as_of.isoformat()}
 
 
-def _replayed(loop: _Loop, rollout: Rollout, rows: pd.DataFrame, logs: pa.Table) -> tuple[pd.DataFrame, Pairing]:
+def _replayed(loop: _Loop, rollout: Rollout, rows: pd.DataFrame, logs: pa.Table,
+              served_inputs: list[str] | None = None) -> tuple[pd.DataFrame, Pairing]:
     """`rows` with the rollout's champion's scores replayed from the logged inputs of the canary-side rows
-    the serving path did not pair (`quiver.monitoring.canary_replay`)."""
+    the serving path did not pair (`quiver.monitoring.canary_replay`). During a rollout every row logs the
+    inputs of both models, so `served_inputs` is needed only after it."""
     from quiver.monitoring.canary_replay import replay_pairs
 
     version = rollout.champion_version
     return replay_pairs(rows, logs, lambda: loop.models.load(rollout.model, version),
-                        f"{rollout.model}:{version}")
+                        f"{rollout.model}:{version}", served_inputs=served_inputs)
 
 
 def _read(config: Config, start: datetime, as_of: datetime) -> tuple[pa.Table, pd.DataFrame]:

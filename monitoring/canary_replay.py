@@ -14,7 +14,7 @@ What could not be replayed stays unpaired, and `Pairing.reason` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +46,15 @@ class Pairing:
 
 
 def replay_pairs(rows: pd.DataFrame, logs: pa.Table, load_champion: Callable[[], Scorer], champion_label: str,
-                 served_arm: str = "canary") -> tuple[pd.DataFrame, Pairing]:
+                 served_arm: str = "canary", served_inputs: Collection[str] | None = None,
+                 ) -> tuple[pd.DataFrame, Pairing]:
     """`rows` (a step's rows, as `canary_evidence.step_rows` gives them) with a `paired` row added for each
     scored `served_arm` row that has no finite paired score, from that row's inputs in `logs` (the serving
     log the rows were read from, feature columns and all). `load_champion` is called only when a row needs
-    it. Paired rows logged without a score (the champion's off-path call failed) give way to replayed ones."""
+    it. Paired rows logged without a score (the champion's off-path call failed) give way to replayed ones.
+    `served_inputs`: the inputs the rows' serving logged, when not every input of the champion (a row logs
+    its arm set's inputs; a column the log holds is null on rows that did not read it, which is not a
+    missing value to score)."""
     arm = rows["arm"].to_numpy()
     scores = rows["prediction"].to_numpy(np.float64, na_value=np.nan)
     request_id = rows["request_id"].astype(str)
@@ -65,10 +69,11 @@ def replay_pairs(rows: pd.DataFrame, logs: pa.Table, load_champion: Callable[[],
         model = load_champion()
     except Exception as exc:  # the judge still judges, unpaired; the decision says why
         return rows, Pairing(logged, 0, int(todo.sum()), f"{champion_label} could not be loaded: {exc}"[:500])
-    absent = [name for name in model.features if FEATURE_PREFIX + name not in logs.column_names]
+    absent = [name for name in model.features if FEATURE_PREFIX + name not in logs.column_names
+              or (served_inputs is not None and name not in served_inputs)]
     if absent:
         return rows, Pairing(logged, 0, int(todo.sum()),
-                             f"inputs of {champion_label} not in the serving log: {', '.join(absent)}")
+                             f"inputs of {champion_label} not logged on these rows: {', '.join(absent)}")
     need = rows[todo]
     inputs, found = logged_inputs(logs, need["request_id"].astype(str), model.features)
     need, inputs = need[found], inputs[found]

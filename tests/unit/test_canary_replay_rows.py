@@ -87,7 +87,7 @@ def test_nothing_to_replay_loads_no_model() -> None:
 
 @pytest.mark.parametrize(("load", "logs_without", "reason"), [
     (lambda: (_ for _ in ()).throw(OSError("artifact gone")), None, "m:1 could not be loaded: artifact gone"),
-    (Formula, "feature.category", "inputs of m:1 not in the serving log: category"),
+    (Formula, "feature.category", "inputs of m:1 not logged on these rows: category"),
 ])
 def test_what_cannot_be_replayed_stays_unpaired_and_says_why(load: Any, logs_without: str | None,
                                                              reason: str) -> None:
@@ -104,3 +104,12 @@ def test_a_row_the_log_holds_no_inputs_for_stays_unpaired() -> None:
     out, pairing = replay_pairs(rows, logs, Formula, "m:1")
     assert (pairing.logged, pairing.replayed, pairing.unpaired) == (1, 1, 1) and "1 rows" in pairing.reason
     assert "r3" not in set(out.loc[out["arm"] == PAIRED_ARM, "request_id"])
+
+
+def test_an_input_the_served_rows_did_not_read_is_not_taken_as_missing() -> None:
+    # After a promotion a row logs the new champion's inputs; a column of the old one's that the log's schema
+    # holds is null there because nobody read it, not because the value was missing.
+    rows, logs = log_rows()
+    out, pairing = replay_pairs(rows, logs, Formula, "m:1", served_inputs=["f0"])
+    assert out is rows and pairing == Pairing(1, 0, 2, "inputs of m:1 not logged on these rows: category")
+    assert replay_pairs(rows, logs, Formula, "m:1", served_inputs=["category", "f0", "f9"])[1].replayed == 2

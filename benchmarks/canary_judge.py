@@ -35,8 +35,8 @@ call). Canaries worse by ½, 1 and 2 log-loss floors, a better
 canary, error-rate / latency canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own
 scores moved; no labels, so the score shift is judged alone) run in the `clustered` world; a canary whose
 rows fail one floor more often (per row) runs in `row_failures`; canaries worse by ½ and 1 floor run in
-`unpaired` too (½ floor rolled back ≤ 5 % is a target there; detecting 1 floor is reported, not a target:
-without pairing it can take more than the 1.5M requests a simulated rollout is given). Reported per
+`unpaired` too (½ floor rolled back by a guardrail ≤ 5 % is a target there; detecting 1 floor is reported,
+not a target: without pairing it can take more than the 1.5M requests a simulated rollout is given). Reported per
 case: outcomes, the rate of rollbacks (+ halts + timeouts) with a 95 % Wilson interval, false rollbacks,
 halts, timeouts and promotions (Wilson intervals in the JSON), median requests to a decision.
 
@@ -46,7 +46,9 @@ Last line: RESULT canary_judge ratio=<0.05 / Wilson upper bound of the worst A/A
            saturate, since zero false rollbacks still leave an upper bound above 0)
 Exits non-zero when a target is missed: every A/A rate ≤ 5 % and promoted ≥ 95 % (reported only in
 `repeat_unpaired`), detection ≥ 95 % at 1 and 2 floors (score shift included), a canary worse (or shifted)
-by ½ floor rolled back at most 5 %.
+by ½ floor rolled back by a failed guardrail or halted at most 5 % (the issue's false rollbacks; a canary
+that no guardrail decided within `max_canary_calls` is rolled back too, and counted apart as a timeout: at
+½ a floor worse, it is no false rollback of a healthy canary).
 """
 
 from __future__ import annotations
@@ -381,9 +383,11 @@ def main() -> int:
             checks[f"{name} detected ≥ 95 %"] = effects[name]["rollback_rate"] >= 0.95
     for name in ("worse by ½ floor", "score shift ½ floor", "unpaired, worse by ½ floor"):
         if name in effects:
-            checks[f"{name} rolled back ≤ 5 %"] = effects[name]["rollback_rate"] <= 0.05
-    report.update(checks=checks, reported=reported, worst_aa=worst["world"]["name"], seconds=round(time.perf_counter() - began, 1),
-                  load_average=os.getloadavg(),
+            case = effects[name]
+            checks[f"{name} rolled back by a guardrail ≤ 5 %"] = \
+                (case["guardrail_rollbacks"] + case["halts"]) / case["runs"] <= 0.05
+    report.update(checks=checks, reported=reported, worst_aa=worst["world"]["name"],
+                  seconds=round(time.perf_counter() - began, 1), load_average=os.getloadavg(),
                   note="rates depend on the seed and the simulated world, not on the machine's speed")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,25 +20,24 @@ The world is drawn the way production traffic comes, not the way a test assumes:
 Regimes (A/A, ≥ 300 rollouts each in the full run): `independent` (1 entity per request, no repeat users),
 `shared_label` (10-row requests sharing one label and one call), `many_entities` (20 entities per request),
 `repeat_users` (30 rows per entity on average, per-entity risk and noise), `clustered` (all at once: 20
-entities per request, shared labels, repeat users), `champion_outage` (20 entities per request, the
-champion's call raising in 1.5 % of requests: its rows fail, the canary's rows are logged as not run;
-`--drop-not-run` replays the old serving path that never logged them), `repeat_unpaired` (repeat users and no
-champion score of any canary row: what the judge meets only when it cannot replay them — the champion's artifact
-unreadable, its inputs not logged; no interval valid at every look promotes 95 % there, so that target is
-reported, not checked: docs/prediction.md), `unpaired` (400k users of lognormal activity, no paired champion
-scores),
+entities per request, shared labels, repeat users), `champion_outage` (20 entities per request, the champion's
+call raising in 1.5 % of requests: its rows fail, the canary's rows are logged as not run; `--drop-not-run`
+replays the old serving path that never logged them), `repeat_unpaired` (repeat users and no champion score of
+any canary row: what the judge meets only when it cannot replay them — the champion's artifact unreadable, its
+inputs not logged; no interval valid at every look promotes 95 % there, so that target is reported, not
+checked: docs/prediction.md), `unpaired` (400k users of lognormal activity, no paired champion scores),
 `latency_drift` (both arms' latency rising ×e over the rollout's first 150k requests, the base rate with it),
-`error_drift` (both arms' call error rate rising from 0.2 % to 3.2 % over 150k requests), `daily_wave` (latency
-×e^±0.4 and the base rate's logit ±0.4 on a 60k-request period), `row_failures` (20 entities per request, a
-call failing with each of its rows' chance 0.05 %: a 19-row champion call fails ~19× as often as a 1-row canary
-call). Canaries worse by ½, 1 and 2 log-loss floors, a better
-canary, error-rate / latency canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own
-scores moved; no labels, so the score shift is judged alone) run in the `clustered` world; a canary whose
-rows fail one floor more often (per row) runs in `row_failures`; canaries worse by ½ and 1 floor run in
-`unpaired` too (½ floor rolled back by a guardrail ≤ 5 % is a target there; detecting 1 floor is reported,
-not a target: without pairing it can take more than the 1.5M requests a simulated rollout is given). Reported per
-case: outcomes, the rate of rollbacks (+ halts + timeouts) with a 95 % Wilson interval, false rollbacks,
-halts, timeouts and promotions (Wilson intervals in the JSON), median requests to a decision.
+`error_drift` (both arms' call error rate rising from 0.2 % to 3.2 % over 150k requests), `daily_wave`
+(latency ×e^±0.4 and the base rate's logit ±0.4 on a 60k-request period), `row_failures` (20 entities per
+request, a call failing with each of its rows' chance 0.05 %: a 19-row champion call fails ~19× as often as a
+1-row canary call). Canaries worse by ½, 1 and 2 log-loss floors, a better canary, error-rate / latency
+canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own scores moved; no labels, so the
+score shift is judged alone) run in the `clustered` world; a canary whose rows fail one floor more often (per
+row) runs in `row_failures`; canaries worse by ½ and 1 floor run in `unpaired` too (½ floor rolled back by a
+guardrail ≤ 5 % is a target there; detecting 1 floor is reported, not a target: without pairing it can take
+more than the 1.5M requests a simulated rollout is given). Reported per case: outcomes, the rate of rollbacks
+(+ halts + timeouts) with a 95 % Wilson interval, false rollbacks, halts, timeouts and promotions (Wilson
+intervals in the JSON), median requests to a decision.
 
     python benchmarks/canary_judge.py [--quick] [--runs N] [--look-every N]
 Last line: RESULT canary_judge ratio=<0.05 / Wilson upper bound of the worst A/A false-rollback rate>

@@ -51,12 +51,14 @@ _READ_SLACK = timedelta(hours=1)
 @dataclass(frozen=True)
 class JudgeOutcome:
     """What one `judge_step` did: the verdict, its decision record (`created` False on a repeat; None on a
-    dry run), the actions applied, and the rollout afterwards."""
+    dry run), the actions applied, the rollout afterwards, and where the champion's scores of the canary
+    rows came from."""
 
     verdict: StepVerdict
     decision: Decision | None
     actions: tuple[str, ...]
     rollout: Rollout
+    pairing: Pairing | None = None
 
 
 class _Loop:
@@ -104,7 +106,7 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
     stats = step_evidence(rows, settings, threshold, _routing_columns(loop, model_name, rollout, joined))
     verdict = judge(stats, rollout.fraction)
     if dry_run:
-        return JudgeOutcome(verdict, None, (), rollout)
+        return JudgeOutcome(verdict, None, (), rollout, pairing)
     statistics = {**verdict.to_dict(), "pairing": pairing.to_dict()}
     key = _key("canary_step", rollout.id, rollout.step, statistics)
     statistics["window"] = {"step_started_at": rollout.step_started_at.isoformat(), "as_of": as_of.isoformat()}
@@ -118,7 +120,7 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
 
     faults.point("judge.recorded")
     actions = apply_decision(config, decision, by=by, at=as_of) if apply else ()
-    return JudgeOutcome(verdict, decision, actions, rollouts.get_rollout(loop.registry, rollout.id))
+    return JudgeOutcome(verdict, decision, actions, rollouts.get_rollout(loop.registry, rollout.id), pairing)
 
 
 def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None,

@@ -185,6 +185,8 @@ def test_readme_tour_runs_as_written(project: Path) -> None:
     assert re.search(r"wrote [1-9][\d,]* labels", model), model
     assert "verdict not worse" in model or "verdict better" in model  # the same weights: not worse
     assert "gets canary share 0.5" in model and "(dry run: nothing recorded)" in model
+    # Every canary row was paired while serving (the replay scored them), so the judge replays none.
+    assert re.search(r"[1-9][\d,]* paired while serving, 0 replayed by the judge", model), model
     assert "estimate (canary − champion)" in model and "confidence sequence" in model
     assert "why: registered" in model and "[95 %]" in model and "score" in model
     page = (project / "data" / "reports" / "console-model.html").read_text()

@@ -220,6 +220,7 @@ def register(app: typer.Typer) -> None:
                              dry_run=dry_run)
         if as_json:
             console.print_json(json.dumps({"verdict": outcome.verdict.to_dict(),
+                                           "pairing": outcome.pairing.to_dict() if outcome.pairing else None,
                                            "decision": _decision_dict(outcome.decision) if outcome.decision else None,
                                            "actions": list(outcome.actions), "dry_run": dry_run,
                                            "rollout": _rollout_dict(outcome.rollout)}, default=str))
@@ -230,6 +231,10 @@ def register(app: typer.Typer) -> None:
             color = {"pass": "green", "fail": "red"}.get(g.status, "yellow")
             table.add_row(g.name, f"[{color}]{g.status}[/{color}]", escape(g.reason))
         console.print(table)
+        if outcome.pairing is not None:
+            from quiver.registry.explain import pairing_text
+
+            console.print(escape(pairing_text(outcome.pairing.to_dict())), highlight=False, soft_wrap=True)
         if outcome.decision is None:
             console.print(f"step {outcome.rollout.step + 1} at canary share {v.fraction:g}: [bold]{v.outcome}"
                           f"[/bold] — {escape(v.reason)} (dry run: nothing recorded)", highlight=False)

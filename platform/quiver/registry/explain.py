@@ -111,10 +111,14 @@ def headline(decision: Decision) -> str:
 def pairing_line(decision: Decision) -> str:
     """Where the champion's scores of the canary rows came from (paired comparisons need them); "" when the
     decision does not say (older decisions, other kinds)."""
-    p = decision.statistics.get("pairing") or {}
+    return pairing_text(decision.statistics.get("pairing") or {}, watch=decision.kind == "watch")
+
+
+def pairing_text(p: Mapping[str, Any], watch: bool = False) -> str:
+    """`pairing_line` from a judgement's `pairing` counts (`quiver.monitoring.canary_replay.Pairing`)."""
     if not p:
         return ""
-    whose = "the previous champion's scores of the new champion's rows" if decision.kind == "watch" else \
+    whose = "the previous champion's scores of the new champion's rows" if watch else \
         "the champion's scores of the canary rows"
     line = (f"{whose}: {p.get('logged', 0):,} paired while serving, "
             f"{p.get('replayed', 0):,} replayed by the judge from the logged inputs, "

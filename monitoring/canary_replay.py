@@ -23,13 +23,12 @@ import pandas as pd
 import pyarrow as pa
 
 from quiver.monitoring.canary_evidence import PAIRED_ARM
+from quiver.monitoring.serving_log_read import ANSWERING_ARMS
 from quiver.monitoring.serving_log_tables import FEATURE_PREFIX
 from quiver.serving.arms import NOT_RUN
 
 if TYPE_CHECKING:
     from quiver.models.artifact import Scorer
-
-SERVED_ARMS = ["champion", "canary"]  # the arms whose rows carry feature columns (off-path rows do not)
 
 
 @dataclass(frozen=True)
@@ -96,12 +95,13 @@ def replay_pairs(rows: pd.DataFrame, logs: pa.Table, load_champion: Callable[[],
 
 def logged_inputs(logs: pa.Table, request_ids: pd.Series, names: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
     """The logged values of input columns `names` on the served rows `request_ids` (a row each, in their
-    order), and which of them the log holds a served row of."""
+    order), and which of them the log holds a served row of. Served: an answering arm's row; off-path rows
+    carry no feature columns."""
     import pyarrow.compute as pc
 
     wanted = pa.array(request_ids.unique(), pa.string())
     mask = pc.and_(pc.is_in(logs["request_id"], value_set=wanted),
-                   pc.is_in(logs["arm"], value_set=pa.array(SERVED_ARMS, pa.string())))
+                   pc.is_in(logs["arm"], value_set=pa.array(ANSWERING_ARMS, pa.string())))
     frame = logs.filter(mask).select(["request_id", *(FEATURE_PREFIX + name for name in names)]).to_pandas()
     frame = frame.drop_duplicates("request_id").set_index("request_id")
     frame.columns = names

@@ -7,7 +7,7 @@ built on units, never on rows as if they were independent:
 
 | guardrail | observation (unit) | test | why it is valid |
 |---|---|---|---|
-| `error_rate` | the worse of: rows in failed calls per row, failed calls per row | betting CSs on one clock of blocks with shared bets (same time) × √design effect; each reading at α/2 | exact for independent blocks; widened when units come back |
+| `error_rate` | a failed call (every routed call; the canary's × `size_factor`, below) | betting CSs on one clock of blocks with shared bets (same time) × √design effect | exact for independent blocks, under calls failing at a rate of their own, by their rows, or both; widened when units come back |
 | `latency_p99` | a call slower than the champion's recent p99 + `latency_p99_floor_ms` | same | each call's threshold comes from champion calls before it |
 | `score_shift` | W1 distance of the arms' score distributions | DKW bands at Kish sizes ∩ paired bounds abs(mean Δ) ≤ W1 ≤ mean abs(Δ) on canary rows the champion also scored (betting CS) | every bound valid at every look; pass only when the whole interval is below the floor |
 | `log_loss` | paired difference canary − champion on the same canary rows | normal-mixture CS, two-way (entity × call) cluster-robust variance | asymptotic; log loss is unbounded |
@@ -23,10 +23,16 @@ last 2,000 calls before each call, + the floor (the pre-rollout reference only f
 champion calls).
 
 **Calls of different sizes.** At a 5 % step a canary call holds ~1 row of a multi-user request and a champion
-call ~19. When a call fails at a rate of its own, the share of rows in failed calls compares the arms fairly;
-when each row may break the call (failures grow with rows), that share makes a worse canary look better and
-failed calls per row (F / rows) is the fair one. The error rate is judged on both, each at α/2: it fails when
-either fails and passes when both pass — the worse reading of whichever way failures scale.
+call ~19. A call may fail at a rate of its own (a timeout), because one of its rows breaks it (failures grow
+with rows), or both: p(s) = 1 − (1 − a)(1 − b)^s. The error rate compares failed calls, a failed canary call
+counting `quiver.monitoring.canary_step.size_factor` of a failure: 1 where the canary's calls are no larger
+than the champion's (every step up to ½), less where they are larger, so that under every such curve an equal
+canary's expected failures never exceed the champion's. An equal canary is then rolled back at most at α
+whatever the curve, and a canary whose calls fail more is measured exactly while its calls are the smaller.
+One whose rows break calls more shows only what its small calls carry at a small step, and in full once the
+arms' calls match in size (the ½ step, which the default steps keep). Every routed call counts, run or not:
+a canary call the champion's failure stopped did not fail (had it been left out, blocks would close on the
+canary's calls that ran, and the champion's failures would weigh less than its successes).
 
 Without paired rows (what the judge could not replay either: `quiver.monitoring.canary_replay`) log loss
 and Brier compare the arms unpaired and score shift uses its DKW bands only. The design effect is the two-way
@@ -74,6 +80,9 @@ from quiver.monitoring.sequential import (
 # The judge's public names, wherever they live (settings and evidence have modules of their own).
 __all__ = ["GUARDRAILS", "OUTCOMES", "ROLLBACK_ONLY", "ArmStats", "GuardrailResult", "JudgeSettings", "StepStats",
            "StepVerdict", "guardrails", "judge", "latency_threshold", "sample_ratio", "watch_verdict"]
+
+# The test behind error rate and latency, as the decision records it.
+_BLOCKS = "empirical-Bernstein betting CSs on one clock of blocks, shared bets (same time) × √design effect"
 
 
 @dataclass(frozen=True)
@@ -134,30 +143,32 @@ def guardrails(stats: StepStats) -> list[GuardrailResult]:
             out.append(_wait(name, f"{canary.rows} canary / {champion.rows} champion rows, need "
                                    f"{settings.min_rows} per arm", n_canary=canary.rows, n_champion=champion.rows))
     else:
-        out += [_rate("error_rate", (stats.failed_rows_difference, stats.error_difference), champion.errors,
-                      canary.errors, settings.error_rate_floor, settings,
+        out += [_rate("error_rate", stats.error_difference, champion.errors, canary.errors,
+                      settings.error_rate_floor, settings,
+                      f"failed calls, a canary call larger than the block's smallest champion call counting "
+                      f"s_min / s of a failure; {_BLOCKS}",
                       failed_row_share_canary=canary.failed_rows / max(canary.rows, 1),
-                      failed_row_share_champion=champion.failed_rows / max(champion.rows, 1)),
+                      failed_row_share_champion=champion.failed_rows / max(champion.rows, 1), **_rows_per_call(stats)),
                 _latency(stats), _score_shift(stats)]
     out += _quality(stats)
     return out
 
 
-def _rate(name: str, differences: tuple[ConcurrentDifference, ...], champion: CallSequence,
-          canary: CallSequence, floor: float, settings: JudgeSettings, **extra: Any) -> GuardrailResult:
+def _rows_per_call(stats: StepStats) -> dict[str, float]:
+    return {"rows_per_call_champion": stats.champion.rows / max(stats.champion.calls, 1),
+            "rows_per_call_canary": stats.canary.rows / max(stats.canary.calls, 1)}
+
+
+def _rate(name: str, difference: ConcurrentDifference, champion: CallSequence, canary: CallSequence,
+          floor: float, settings: JudgeSettings, test: str, **extra: Any) -> GuardrailResult:
     """Canary − champion of a per-call rate over the same time (blocks), each arm widened by its design
-    effect; with several readings (each at its share of α), the worst: the largest lower and upper
-    bounds. Each arm's own per-call mean is reported beside."""
+    effect. Each arm's own per-call mean is reported beside."""
     stretches = math.sqrt(canary.design_effect()), math.sqrt(champion.design_effect())
-    bounds = [d.interval(*stretches) for d in differences]
-    estimates = [d.mean for d in differences]
-    return _decide(name, max(estimates), max(b[0] for b in bounds), max(b[1] for b in bounds), floor, settings,
-                   "empirical-Bernstein betting CSs on one clock of blocks, shared bets (same time) × √design effect",
+    lower, upper = difference.interval(*stretches)
+    return _decide(name, difference.mean, lower, upper, floor, settings, test,
                    canary=canary.mean, champion=champion.mean, n_canary=canary.n, n_champion=champion.n,
-                   blocks=differences[0].blocks, design_effect_canary=canary.design_effect(),
-                   design_effect_champion=champion.design_effect(),
-                   **({"readings": [[e, lo, hi] for e, (lo, hi) in zip(estimates, bounds, strict=True)]}
-                      if len(differences) > 1 else {}), **extra)
+                   blocks=difference.blocks, design_effect_canary=canary.design_effect(),
+                   design_effect_champion=champion.design_effect(), **extra)
 
 
 def _latency(stats: StepStats) -> GuardrailResult:
@@ -166,13 +177,12 @@ def _latency(stats: StepStats) -> GuardrailResult:
     # where latency grows with rows the arms are compared fairly only once their calls match (docs).
     latency = {"reference_ms": stats.latency_threshold_ms, "threshold_ms": stats.latency.current_ms(),
                "champion_p99_ms": champion.latency_p99_ms(), "canary_p99_ms": canary.latency_p99_ms(),
-               "rows_per_call_champion": champion.rows / max(champion.calls, 1),
-               "rows_per_call_canary": canary.rows / max(canary.calls, 1)}
+               **_rows_per_call(stats)}
     if stats.slow_difference.blocks == 0:
         return _wait("latency_p99", f"no latency threshold for a call yet: no reference p99 from before the rollout "
                                     f"and fewer than {stats.latency.chunk} champion calls in this step", **latency)
-    return _rate("latency_p99", (stats.slow_difference,), champion.slow, canary.slow,
-                 settings.latency_exceedance_floor, settings, **latency)
+    return _rate("latency_p99", stats.slow_difference, champion.slow, canary.slow,
+                 settings.latency_exceedance_floor, settings, _BLOCKS, **latency)
 
 
 def _score_shift(stats: StepStats) -> GuardrailResult:

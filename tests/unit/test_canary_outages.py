@@ -95,9 +95,9 @@ def test_a_failed_champion_call_logs_every_routed_row_and_the_judge_counts_them(
                          "label": np.nan, "ts": pd.Timestamp("2026-01-01", tz="UTC")})
     stats = step_evidence(rows, SETTINGS, THRESHOLD, ["user_id"])
     assert (stats.canary.entities, stats.canary.calls, stats.canary.rows) == (2, 0, 0)
-    # One failed champion call of two rows: both rows failed, one failed call per two rows.
+    # One failed champion call of two rows: both rows failed, one failed call.
     assert (stats.champion.entities, stats.champion.calls, stats.champion.failed_rows) == (2, 1, 2)
-    assert stats.champion.errors.total == 0.5
+    assert stats.champion.errors.total == 1.0
 
 
 # ----- 3. repeat users -----

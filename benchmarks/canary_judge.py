@@ -30,10 +30,15 @@ checked: docs/prediction.md), `unpaired` (400k users of lognormal activity, no p
 `error_drift` (both arms' call error rate rising from 0.2 % to 3.2 % over 150k requests), `daily_wave`
 (latency ×e^±0.4 and the base rate's logit ±0.4 on a 60k-request period), `row_failures` (20 entities per
 request, a call failing with each of its rows' chance 0.05 %: a 19-row champion call fails ~19× as often as a
-1-row canary call). Canaries worse by ½, 1 and 2 log-loss floors, a better canary, error-rate / latency
+1-row canary call), and five worlds of 20-user requests where the champion's failed call fails the request (its
+canary rows logged as not run): `call_failures_0.5`, `_1.5` and `_5` (both arms' calls failing at 0.5, 1.5 and
+5 % of their own, whatever their rows), `row_failures_blocking` (each row breaks its call 0.05 % of the time)
+and `mixed_failures` (1 % per call and 0.03 % per row: p(s) = 1 − (1 − a)(1 − b)^s). Canaries worse by ½, 1 and 2 log-loss floors, a better canary, error-rate / latency
 canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own scores moved; no labels, so the
 score shift is judged alone) run in the `clustered` world; a canary whose rows fail one floor more often (per
-row) runs in `row_failures`; canaries worse by ½ and 1 floor run in `unpaired` too (½ floor rolled back by a
+row) runs in `row_failures`; a canary whose calls fail 1 point more (`call_failures_1.5`), one whose calls fail
+1 % of their own where the champion's rows break its calls (`row_failures_blocking`) and one whose rows break
+calls 1 point more (`mixed_failures`) run there; canaries worse by ½ and 1 floor run in `unpaired` too (½ floor rolled back by a
 guardrail ≤ 5 % is a target there; detecting 1 floor is reported, not a target: without pairing it can take
 more than the 1.5M requests a simulated rollout is given). Reported per case: outcomes, the rate of rollbacks
 (+ halts + timeouts) with a 95 % Wilson interval, false rollbacks, halts, timeouts and promotions (Wilson
@@ -97,7 +102,8 @@ class World:
     latency_drift: float = 0.0  # both arms' log latency rises by this over `drift_span` requests
     wave: float = 0.0  # daily wave: log latency and base-rate logit ± this, period `wave_period` requests
     wave_period: float = 100_000.0
-    row_hazard: float = 0.0  # > 0: a call fails with 1 − (1 − h)^rows (each row may break it), not error_rate
+    row_hazard: float = 0.0  # per row: a call fails with 1 − (1 − error_rate)(1 − h)^rows (each row may break it)
+    champion_blocks: bool = False  # the champion's failed call fails the request: its canary rows never run
     error_drift: float = 0.0  # both arms' per-call error rate rises by this over `drift_span` requests
 
 
@@ -127,6 +133,15 @@ WORLDS = {w.name: w for w in (
     World("daily_wave", entities=2_000_000, wave=0.4, wave_period=60_000.0),
     World("row_failures", entities=2_000_000, rows_per_request=20, error_rate=0.0, row_hazard=0.0005),
     World("error_drift", entities=2_000_000, error_drift=0.03, drift_span=150_000.0),
+    # Issue 57: both arms' calls fail at a rate of their own (or their rows break them), and the champion's
+    # failure fails the request, its canary rows logged as not run.
+    World("call_failures_0.5", entities=2_000_000, rows_per_request=20, error_rate=0.005, champion_blocks=True),
+    World("call_failures_1.5", entities=2_000_000, rows_per_request=20, error_rate=0.015, champion_blocks=True),
+    World("call_failures_5", entities=2_000_000, rows_per_request=20, error_rate=0.05, champion_blocks=True),
+    World("row_failures_blocking", entities=2_000_000, rows_per_request=20, error_rate=0.0, row_hazard=0.0005,
+          champion_blocks=True),
+    World("mixed_failures", entities=2_000_000, rows_per_request=20, error_rate=0.01, row_hazard=0.0003,
+          champion_blocks=True),
 )}
 AA = Canary("A/A")
 EFFECTS = (Canary("worse by ½ floor", 0.5), Canary("worse by 1 floor", 1.0), Canary("worse by 2 floors", 2.0),
@@ -134,6 +149,9 @@ EFFECTS = (Canary("worse by ½ floor", 0.5), Canary("worse by 1 floor", 1.0), Ca
            Canary("latency ×3", latency_factor=3.0), Canary("score shift ½ floor", score_shift=0.5),
            Canary("score shift 1 floor", score_shift=1.0), Canary("score shift 2 floors", score_shift=2.0),
            Canary("row errors +1 floor", row_hazard=0.0105, world="row_failures"),
+           Canary("calls fail +1 pp", error_rate=0.025, world="call_failures_1.5"),
+           Canary("calls fail +1 pp, rows break them", error_rate=0.01, world="row_failures_blocking"),
+           Canary("rows break calls +1 pp", row_hazard=1 - 0.9997 * 0.99, world="mixed_failures"),
            Canary("unpaired, worse by ½ floor", 0.5, world="unpaired"),
            Canary("unpaired, worse by 1 floor", 1.0, world="unpaired"))
 
@@ -210,12 +228,14 @@ class Run:
         codes, first, inverse, size = np.unique(call, return_index=True, return_inverse=True, return_counts=True)
         hazard = np.where(on_canary, self.canary.row_hazard if self.canary.row_hazard is not None
                           else w.row_hazard, w.row_hazard)
-        if w.row_hazard:  # failures grow with the call's rows
-            error_rate = 1 - (1 - hazard) ** size[inverse]
+        error_rate = 1 - (1 - error_rate) * (1 - hazard) ** size[inverse]  # a call's own rate, and its rows'
         call_failed = failed_draw[first] < error_rate[first]
         failed = call_failed[inverse]
         # The champion's call raising fails the request: its rows fail, the canary's rows never run.
         outage = np.repeat(rng.random(requests) < w.champion_failure, m)
+        if w.champion_blocks:
+            champion_failed = np.bincount(request - self.requests, weights=failed & ~on_canary, minlength=requests)
+            outage |= np.repeat(champion_failed > 0, m)
         ran = ~(outage & on_canary)
         failed = (failed & ran) | (outage & ~on_canary)
         call_latency = np.where(on_canary[first], latencies(rng, len(codes), self.canary.latency_factor),
@@ -377,7 +397,8 @@ def main() -> int:
     reported = {f"A/A {c['world']['name']} promoted (reported)": c["promoted_rate"] for c in aa
                 if not c["world"]["promote_target"]}
     for name in ("worse by 1 floor", "worse by 2 floors", "errors +1 floor", "latency ×3", "score shift 1 floor",
-                 "score shift 2 floors", "row errors +1 floor"):
+                 "score shift 2 floors", "row errors +1 floor", "calls fail +1 pp",
+                 "calls fail +1 pp, rows break them", "rows break calls +1 pp"):
         if name in effects:
             checks[f"{name} detected ≥ 95 %"] = effects[name]["rollback_rate"] >= 0.95
     for name in ("worse by ½ floor", "score shift ½ floor", "unpaired, worse by ½ floor"):

@@ -20,11 +20,11 @@ LOOK = 500  # requests between looks
 
 
 def rollout_step(seed: int, *, fraction: float, requests: int, champion: tuple[float, float],
-                 canary: tuple[float, float]) -> str:
+                 canary: tuple[float, float], settings: JudgeSettings = SETTINGS) -> str:
     """One step of `requests` requests, judged every `LOOK`: "fail" as soon as the error rate fails, else its
     status at the last look. `champion` and `canary` are each arm's (a per call, b per row)."""
     rng = np.random.default_rng(seed)
-    stats = StepStats(SETTINGS, 20.0)
+    stats = StepStats(settings, 20.0)
     status = "wait"
     for start in range(0, requests, LOOK):
         request = start + np.repeat(np.arange(LOOK), USERS)
@@ -94,6 +94,20 @@ def test_a_canary_whose_rows_break_calls_one_point_more_is_caught_once_its_calls
         outcomes = [rollout_step(seed, fraction=fraction, requests=20_000, champion=(a, b),
                                  canary=(a, 1 - (1 - b) * 0.99)) for seed in range(200, 204)]
         assert outcomes == ["fail"] * 4, (fraction, outcomes)
+
+
+@pytest.mark.parametrize("curve", [(0.05, 0.0), (0.0, 0.0025), (0.02, 0.001)])
+def test_where_the_canarys_calls_are_the_larger_an_equal_canary_is_still_not_rolled_back(
+        curve: tuple[float, float]) -> None:
+    # At a ¾ step a canary call holds ~15 rows and a champion call ~5: rows that break calls make the canary's
+    # calls fail ~3× as often. Its failures count the size factor (here ~⅓), whatever the curve.
+    settings = JudgeSettings(require_labels=False, steps=(0.05, 0.25, 0.5, 0.75, 1.0))
+    outcomes = [rollout_step(seed, fraction=0.75, requests=15_000, champion=curve, canary=curve, settings=settings)
+                for seed in range(400, 404)]
+    assert "fail" not in outcomes, outcomes
+    worse = rollout_step(404, fraction=0.75, requests=15_000, champion=(0.0, 0.0005), canary=(0.0, 0.0105),
+                         settings=settings)
+    assert worse == "fail"
 
 
 def sizes(*rows: int) -> np.ndarray:

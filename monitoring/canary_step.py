@@ -185,35 +185,33 @@ class StepStats:
         """Rows routed in this step: routing unit and call codes, arm, score (NaN on failure), failure and the
         call's latency, one value per row; `champion_score`: the champion's score of a canary row (paired,
         NaN where not); `ran`: False for rows whose arm never ran (the request failed first) — they count
-        as routed units for the sample-ratio check, and as calls that did not fail for the error rate."""
+        as routed units for the sample-ratio check, and as calls neither failed nor slow for the error rate
+        and latency (see below)."""
         e, c, arm = _codes(entity, call, on_canary)
         s, f, lat = (np.asarray(score, np.float64), np.asarray(failed, bool), np.asarray(latency_ms, np.float64))
         paired = np.full(len(s), np.nan) if champion_score is None else np.asarray(champion_score, np.float64)
         done = np.ones(len(s), bool) if ran is None else np.asarray(ran, bool)
         _same_length(e, s, f, lat, paired, done)
-        threshold = np.full(len(s), np.nan)
-        # Every routed call, run or not: when the champion's failure stops the canary's call of a request, a
-        # block left without that call would close later, and the champion's failures would weigh less than
-        # its successes (a champion failing 5 % of its calls read 2.8 %). A call never made did not fail: the
-        # canary's rate is then at most its own, never above it.
+        # Error rate and latency take every routed call, run or not: when the champion's failure stops the
+        # canary's call of a request, a block left without that call would close later, and the champion's
+        # failures (often slow: timeouts) would weigh less than its successes (a champion failing 5 % of its
+        # calls read 2.8 %). A call never made neither failed nor was slow: the canary's rates are then at
+        # most its own, never above them.
         order, inverse, first, sizes = _calls_in_order(c)
-        call_failed = (np.bincount(inverse, weights=(f & done).astype(np.float64), minlength=len(sizes)) > 0)[order]
         call_arm, rows = arm[first][order], sizes[order].astype(np.int64)
+        call_failed = (np.bincount(inverse, weights=(f & done).astype(np.float64), minlength=len(sizes)) > 0)[order]
         self.champion_call_sizes = _count_sizes(self.champion_call_sizes, rows[~call_arm])
         self.canary_call_sizes = _count_sizes(self.canary_call_sizes, rows[call_arm])
         factor = size_factor(self.champion_call_sizes, self.canary_call_sizes)
         self.error_difference.extend(np.where(call_arm, factor * call_failed, call_failed.astype(np.float64)),
                                      call_arm)
-        if done.any():
-            order, inverse, first, sizes = _calls_in_order(c[done])
-            call_arm, call_latency = arm[done][first], lat[done][first]
-            call_threshold = self.latency.thresholds(call_latency[order], call_arm[order])
-            judged = np.isfinite(call_threshold)
-            self.slow_difference.extend((call_latency[order] > call_threshold)[judged].astype(np.float64),
-                                        call_arm[order][judged])
-            by_call = np.empty(len(sizes))
-            by_call[order] = call_threshold
-            threshold[done] = by_call[inverse]
+        call_latency = np.where(done[first], lat[first], np.nan)[order]
+        call_threshold = self.latency.thresholds(call_latency, call_arm)
+        judged = np.isfinite(call_threshold)
+        self.slow_difference.extend((call_latency > call_threshold)[judged].astype(np.float64), call_arm[judged])
+        by_call = np.empty(len(sizes))
+        by_call[order] = call_threshold
+        threshold = by_call[inverse]
         for stats, mask in ((self.champion, ~arm), (self.canary, arm)):
             stats.add_routed(e[mask])
             mask = mask & done

@@ -146,3 +146,27 @@ def test_blocks_are_cut_by_routing_so_the_champions_failures_keep_their_weight()
     assert abs(champion_block_mean - 0.05) < 0.005, champion_block_mean
     # The canary's calls that never ran count as calls that did not fail: its rate is at most its own.
     assert stats.error_difference.canary.mean < stats.canary.errors.mean
+
+
+def test_slow_champion_failures_that_stop_the_canary_keep_their_weight_in_the_latency_blocks() -> None:
+    # A timeout is slow and fails the request: the canary's call of it never runs. Blocks that closed only on
+    # canary calls that ran merged each slow failed champion call into the next block at half its weight, so
+    # an equal canary looked slower than the champion.
+    rng = np.random.default_rng(8)
+    stats = StepStats(SETTINGS, 20.0)
+    for start in range(0, 20_000, LOOK):
+        request = start + np.repeat(np.arange(LOOK), USERS)
+        user = request * USERS + np.tile(np.arange(USERS), LOOK)
+        on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < 0.05
+        call = 2 * request + on_canary
+        _, first, inverse = np.unique(call, return_index=True, return_inverse=True)
+        timeout = rng.random(len(first)) < 0.005  # either arm's call times out: slow, and failed
+        latency = np.where(timeout, 50.0, rng.lognormal(np.log(3.0), 0.3, len(first)))[inverse]
+        failed = timeout[inverse]
+        champion_failed = np.bincount(request - start, weights=failed & ~on_canary, minlength=LOOK) > 0
+        ran = ~(on_canary & champion_failed[request - start])
+        stats.add_served(user, call, on_canary, np.full(len(user), 0.1), failed & ran, latency, ran=ran)
+    in_blocks, over_calls = stats.slow_difference.champion.mean, stats.champion.slow.mean
+    assert over_calls > 0.004  # the timeouts are beyond the champion's p99 + floor
+    assert abs(in_blocks - over_calls) < 0.1 * over_calls, (in_blocks, over_calls)
+    assert next(g.status for g in judge(stats, 0.05).guardrails if g.name == "latency_p99") != "fail"

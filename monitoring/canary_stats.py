@@ -67,7 +67,7 @@ from quiver.monitoring.canary_settings import (
     JudgeSettings,
     latency_threshold,
 )
-from quiver.monitoring.canary_step import ArmStats, StepStats
+from quiver.monitoring.canary_step import ArmStats, StepStats, size_factor
 from quiver.monitoring.clustered import CallSequence
 from quiver.monitoring.concurrent import ConcurrentDifference
 from quiver.monitoring.sequential import (
@@ -145,8 +145,8 @@ def guardrails(stats: StepStats) -> list[GuardrailResult]:
     else:
         out += [_rate("error_rate", stats.error_difference, champion.errors, canary.errors,
                       settings.error_rate_floor, settings,
-                      f"failed calls, a canary call larger than the block's smallest champion call counting "
-                      f"s_min / s of a failure; {_BLOCKS}",
+                      f"failed calls of every routed call, a failed canary call counting the size factor; {_BLOCKS}",
+                      size_factor=size_factor(stats.champion_call_sizes, stats.canary_call_sizes),
                       failed_row_share_canary=canary.failed_rows / max(canary.rows, 1),
                       failed_row_share_champion=champion.failed_rows / max(champion.rows, 1), **_rows_per_call(stats)),
                 _latency(stats), _score_shift(stats)]

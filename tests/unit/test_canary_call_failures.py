@@ -170,3 +170,16 @@ def test_slow_champion_failures_that_stop_the_canary_keep_their_weight_in_the_la
     assert over_calls > 0.004  # the timeouts are beyond the champion's p99 + floor
     assert abs(in_blocks - over_calls) < 0.1 * over_calls, (in_blocks, over_calls)
     assert next(g.status for g in judge(stats, 0.05).guardrails if g.name == "latency_p99") != "fail"
+
+
+@pytest.mark.parametrize(("fraction", "expected"), [(0.05, 1.0), (0.75, 0.34)])
+def test_the_decision_records_the_size_factor_it_used(fraction: float, expected: float) -> None:
+    stats = StepStats(JudgeSettings(require_labels=False, steps=(0.05, 0.75, 1.0)), 20.0)
+    request = np.repeat(np.arange(2_000), USERS)
+    user = request * USERS + np.tile(np.arange(USERS), 2_000)
+    on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < fraction
+    stats.add_served(user, 2 * request + on_canary, on_canary, np.full(len(user), 0.1), np.zeros(len(user), bool),
+                     np.full(len(user), 3.0))
+    error_rate = next(g for g in judge(stats, fraction).guardrails if g.name == "error_rate")
+    assert error_rate.statistics["size_factor"] == pytest.approx(expected, abs=0.02)
+    assert "size factor" in error_rate.statistics["test"]

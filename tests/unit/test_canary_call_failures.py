@@ -8,6 +8,9 @@ logged as not run, as the serving path does."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -19,6 +22,34 @@ USERS = 20  # entities per request
 LOOK = 500  # requests between looks
 
 
+class Batch(NamedTuple):
+    """`LOOK` requests of `USERS` users, routed by user hash: per row its user, request (from 0 in the batch),
+    arm and call; per call its first row and size, and each row's call."""
+
+    user: np.ndarray
+    request: np.ndarray
+    on_canary: np.ndarray
+    call: np.ndarray
+    first: np.ndarray
+    inverse: np.ndarray
+    size: np.ndarray
+
+    def ran(self, failed: np.ndarray) -> np.ndarray:
+        """False for canary rows of requests whose champion call failed: never run."""
+        champion_failed = np.bincount(self.request, weights=failed & ~self.on_canary, minlength=LOOK) > 0
+        return ~(self.on_canary & champion_failed[self.request])
+
+
+def batches(requests: int, fraction: float) -> Iterator[Batch]:
+    for start in range(0, requests, LOOK):
+        request = np.repeat(np.arange(LOOK), USERS)
+        user = (start + request) * USERS + np.tile(np.arange(USERS), LOOK)
+        on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < fraction
+        call = 2 * (start + request) + on_canary
+        _, first, inverse, size = np.unique(call, return_index=True, return_inverse=True, return_counts=True)
+        yield Batch(user, request, on_canary, call, first, inverse, size)
+
+
 def rollout_step(seed: int, *, fraction: float, requests: int, champion: tuple[float, float],
                  canary: tuple[float, float], settings: JudgeSettings = SETTINGS) -> str:
     """One step of `requests` requests, judged every `LOOK`: "fail" as soon as the error rate fails, else its
@@ -26,21 +57,15 @@ def rollout_step(seed: int, *, fraction: float, requests: int, champion: tuple[f
     rng = np.random.default_rng(seed)
     stats = StepStats(settings, 20.0)
     status = "wait"
-    for start in range(0, requests, LOOK):
-        request = start + np.repeat(np.arange(LOOK), USERS)
-        user = request * USERS + np.tile(np.arange(USERS), LOOK)
-        on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < fraction
-        call = 2 * request + on_canary
-        _, first, inverse, size = np.unique(call, return_index=True, return_inverse=True, return_counts=True)
-        a = np.where(on_canary[first], canary[0], champion[0])
-        b = np.where(on_canary[first], canary[1], champion[1])
-        call_failed = rng.random(len(first)) < 1 - (1 - a) * (1 - b) ** size
-        failed = call_failed[inverse]
-        champion_failed = np.bincount(request - start, weights=failed & ~on_canary, minlength=LOOK) > 0
-        ran = ~(on_canary & champion_failed[request - start])  # the champion failed first: never run
+    for batch in batches(requests, fraction):
+        call_canary = batch.on_canary[batch.first]
+        a = np.where(call_canary, canary[0], champion[0])
+        b = np.where(call_canary, canary[1], champion[1])
+        failed = (rng.random(len(batch.first)) < 1 - (1 - a) * (1 - b) ** batch.size)[batch.inverse]
+        ran = batch.ran(failed)
         failed &= ran
-        stats.add_served(user, call, on_canary, np.where(failed, np.nan, 0.1), failed, np.full(len(user), 3.0),
-                         ran=ran)
+        stats.add_served(batch.user, batch.call, batch.on_canary, np.where(failed, np.nan, 0.1), failed,
+                         np.full(len(batch.user), 3.0), ran=ran)
         status = next(g.status for g in judge(stats, fraction).guardrails if g.name == "error_rate")
         if status == "fail":
             break
@@ -131,17 +156,11 @@ def test_blocks_are_cut_by_routing_so_the_champions_failures_keep_their_weight()
     # read 2.8 % for a true 5 %, and equal canaries were rolled back at 5 % per call.
     rng = np.random.default_rng(7)
     stats = StepStats(SETTINGS, 20.0)
-    for start in range(0, 20_000, LOOK):
-        request = start + np.repeat(np.arange(LOOK), USERS)
-        user = request * USERS + np.tile(np.arange(USERS), LOOK)
-        on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < 0.05
-        call = 2 * request + on_canary
-        _, first, inverse = np.unique(call, return_index=True, return_inverse=True)
-        failed = (rng.random(len(first)) < 0.05)[inverse]
-        champion_failed = np.bincount(request - start, weights=failed & ~on_canary, minlength=LOOK) > 0
-        ran = ~(on_canary & champion_failed[request - start])
-        stats.add_served(user, call, on_canary, np.full(len(user), 0.1), failed & ran, np.full(len(user), 3.0),
-                         ran=ran)
+    for batch in batches(20_000, 0.05):
+        failed = (rng.random(len(batch.first)) < 0.05)[batch.inverse]
+        ran = batch.ran(failed)
+        stats.add_served(batch.user, batch.call, batch.on_canary, np.full(len(batch.user), 0.1), failed & ran,
+                         np.full(len(batch.user), 3.0), ran=ran)
     champion_block_mean = stats.error_difference.champion.mean
     assert abs(champion_block_mean - 0.05) < 0.005, champion_block_mean
     # The canary's calls that never ran count as calls that did not fail: its rate is at most its own.
@@ -154,18 +173,13 @@ def test_slow_champion_failures_that_stop_the_canary_keep_their_weight_in_the_la
     # an equal canary looked slower than the champion.
     rng = np.random.default_rng(8)
     stats = StepStats(SETTINGS, 20.0)
-    for start in range(0, 20_000, LOOK):
-        request = start + np.repeat(np.arange(LOOK), USERS)
-        user = request * USERS + np.tile(np.arange(USERS), LOOK)
-        on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < 0.05
-        call = 2 * request + on_canary
-        _, first, inverse = np.unique(call, return_index=True, return_inverse=True)
-        timeout = rng.random(len(first)) < 0.005  # either arm's call times out: slow, and failed
-        latency = np.where(timeout, 50.0, rng.lognormal(np.log(3.0), 0.3, len(first)))[inverse]
-        failed = timeout[inverse]
-        champion_failed = np.bincount(request - start, weights=failed & ~on_canary, minlength=LOOK) > 0
-        ran = ~(on_canary & champion_failed[request - start])
-        stats.add_served(user, call, on_canary, np.full(len(user), 0.1), failed & ran, latency, ran=ran)
+    for batch in batches(20_000, 0.05):
+        timeout = rng.random(len(batch.first)) < 0.005  # either arm's call times out: slow, and failed
+        latency = np.where(timeout, 50.0, rng.lognormal(np.log(3.0), 0.3, len(batch.first)))[batch.inverse]
+        failed = timeout[batch.inverse]
+        ran = batch.ran(failed)
+        stats.add_served(batch.user, batch.call, batch.on_canary, np.full(len(batch.user), 0.1), failed & ran,
+                         latency, ran=ran)
     in_blocks, over_calls = stats.slow_difference.champion.mean, stats.champion.slow.mean
     assert over_calls > 0.004  # the timeouts are beyond the champion's p99 + floor
     assert abs(in_blocks - over_calls) < 0.1 * over_calls, (in_blocks, over_calls)
@@ -175,11 +189,10 @@ def test_slow_champion_failures_that_stop_the_canary_keep_their_weight_in_the_la
 @pytest.mark.parametrize(("fraction", "expected"), [(0.05, 1.0), (0.75, 0.34)])
 def test_the_decision_records_the_size_factor_it_used(fraction: float, expected: float) -> None:
     stats = StepStats(JudgeSettings(require_labels=False, steps=(0.05, 0.75, 1.0)), 20.0)
-    request = np.repeat(np.arange(2_000), USERS)
-    user = request * USERS + np.tile(np.arange(USERS), 2_000)
-    on_canary = (user * 2_654_435_761 % 2**32) / 2**32 < fraction
-    stats.add_served(user, 2 * request + on_canary, on_canary, np.full(len(user), 0.1), np.zeros(len(user), bool),
-                     np.full(len(user), 3.0))
+    for batch in batches(2_000, fraction):
+        rows = len(batch.user)
+        stats.add_served(batch.user, batch.call, batch.on_canary, np.full(rows, 0.1), np.zeros(rows, bool),
+                         np.full(rows, 3.0))
     error_rate = next(g for g in judge(stats, fraction).guardrails if g.name == "error_rate")
     assert error_rate.statistics["size_factor"] == pytest.approx(expected, abs=0.02)
     assert "size factor" in error_rate.statistics["test"]

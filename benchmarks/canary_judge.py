@@ -33,12 +33,13 @@ request, a call failing with each of its rows' chance 0.05 %: a 19-row champion 
 1-row canary call), and five worlds of 20-user requests where the champion's failed call fails the request (its
 canary rows logged as not run): `call_failures_0.5`, `_1.5` and `_5` (both arms' calls failing at 0.5, 1.5 and
 5 % of their own, whatever their rows), `row_failures_blocking` (each row breaks its call 0.05 % of the time)
-and `mixed_failures` (1 % per call and 0.03 % per row: p(s) = 1 − (1 − a)(1 − b)^s). Canaries worse by ½, 1 and 2 log-loss floors, a better canary, error-rate / latency
-canaries and score shifts of ½, 1 and 2 score-shift floors (the champion's own scores moved; no labels, so the
-score shift is judged alone) run in the `clustered` world; a canary whose rows fail one floor more often (per
-row) runs in `row_failures`; a canary whose calls fail 1 point more (`call_failures_1.5`), one whose calls fail
-1 % of their own where the champion's rows break its calls (`row_failures_blocking`) and one whose rows break
-calls 1 point more (`mixed_failures`) run there; canaries worse by ½ and 1 floor run in `unpaired` too (½ floor rolled back by a
+and `mixed_failures` (1 % per call and 0.03 % per row: p(s) = 1 − (1 − a)(1 − b)^s). Canaries worse by ½, 1
+and 2 log-loss floors, a better canary, error-rate / latency canaries and score shifts of ½, 1 and 2
+score-shift floors (the champion's own scores moved; no labels, so the score shift is judged alone) run in
+the `clustered` world; a canary whose rows fail one floor more often (per row) runs in `row_failures`; a
+canary whose calls fail 1 point more (`call_failures_1.5`), one whose calls fail 1 % of their own where the
+champion's rows break its calls (`row_failures_blocking`) and one whose rows break calls 1 point more
+(`mixed_failures`) run there; canaries worse by ½ and 1 floor run in `unpaired` too (½ floor rolled back by a
 guardrail ≤ 5 % is a target there; detecting 1 floor is reported, not a target: without pairing it can take
 more than the 1.5M requests a simulated rollout is given). Reported per case: outcomes, the rate of rollbacks
 (+ halts + timeouts) with a 95 % Wilson interval, false rollbacks, halts, timeouts and promotions (Wilson

@@ -32,6 +32,7 @@ import numpy as np
 
 from quiver.catalog.errors import QuiverError
 from quiver.monitoring.canary_stats import JudgeSettings, StepVerdict, judge, latency_threshold, watch_verdict
+from quiver.offline.store import store_for
 from quiver.registry import Registry, rollouts
 from quiver.registry.rollouts import Decision, Rollout
 
@@ -180,8 +181,8 @@ def _read(config: Config, start: datetime, as_of: datetime) -> tuple[pa.Table, p
     from quiver.monitoring.labels import read_labels
     from quiver.monitoring.serving_log import read_serving_logs
 
-    logs = read_serving_logs(config.offline_dir, start, as_of)
-    return logs, join_labels(logs, read_labels(config.offline_dir, as_of))
+    logs = read_serving_logs(store_for(config), start, as_of)
+    return logs, join_labels(logs, read_labels(store_for(config), as_of))
 
 
 def _call_latencies(rows: pd.DataFrame) -> np.ndarray:
@@ -404,7 +405,7 @@ def start_canary(config: Config, model_name: str, version: int, *, settings: Jud
 def _latency_reference(config: Config, settings: JudgeSettings, at: datetime) -> dict[str, Any]:
     from quiver.monitoring.serving_log import read_serving_logs
 
-    logs = read_serving_logs(config.offline_dir, at - REFERENCE_WINDOW, at, arm="champion")
+    logs = read_serving_logs(store_for(config), at - REFERENCE_WINDOW, at, arm="champion")
     if logs.num_rows == 0:
         return {}
     frame = logs.select([c for c in ("call_id", "latency_ms") if c in logs.column_names]).to_pandas()

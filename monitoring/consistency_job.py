@@ -33,6 +33,7 @@ from quiver.monitoring import consistency as cons
 from quiver.monitoring import consistency_evidence as ev
 from quiver.monitoring.consistency import FeatureConsistency, Values
 from quiver.monitoring.serving_log_read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
+from quiver.offline.store import store_for
 
 ALERT_KIND = "consistency"
 _EXAMPLES = 3  # example rows kept per cause
@@ -102,7 +103,7 @@ def run_consistency(config: Config, *, model: str | None = None, service: str | 
     settings = settings or ConsistencySettings()
     began = time.perf_counter()
     catalog = catalog or load_applied_catalog(config).catalog
-    logged = read_serving_logs(config.offline_dir, start, end, schema=log_schema(catalog))
+    logged = read_serving_logs(store_for(config), start, end, schema=log_schema(catalog))
     logged = logged.filter(pc.is_in(logged["arm"], pa.array(ANSWERING_ARMS)))
     scope = _scope(catalog, logged, model, service, registry)
     window = (start.astimezone(UTC).isoformat(), end.astimezone(UTC).isoformat())

@@ -37,6 +37,8 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
+from quiver.offline.store import store_for
+
 if TYPE_CHECKING:
     from quiver.config import Config
 
@@ -187,8 +189,8 @@ def evaluate(config: Config, model_name: str | None = None, *, start: datetime |
     from quiver.monitoring.labels import read_labels
     from quiver.monitoring.serving_log import read_serving_logs
 
-    logs = _model_rows(read_serving_logs(config.offline_dir, start, end), model_name)
-    return arm_metrics(join_labels(logs, read_labels(config.offline_dir, as_of)))
+    logs = _model_rows(read_serving_logs(store_for(config), start, end), model_name)
+    return arm_metrics(join_labels(logs, read_labels(store_for(config), as_of)))
 
 
 def _model_rows(logs: pa.Table, model_name: str | None) -> pa.Table:
@@ -393,8 +395,8 @@ def evaluate_shadow(config: Config, model_name: str, *, champion_version: int | 
             raise QuiverError(f"model {model_name!r} needs a champion and a shadow alias to evaluate a shadow "
                               f"(aliases now: {aliases or 'none'})")
     end = end or as_of
-    logs = _model_rows(read_serving_logs(config.offline_dir, start, end), model_name)
-    joined = join_labels(logs, read_labels(config.offline_dir, as_of))
+    logs = _model_rows(read_serving_logs(store_for(config), start, end), model_name)
+    joined = join_labels(logs, read_labels(store_for(config), as_of))
     champion_label, shadow_label = f"{model_name}:{champion_version}", f"{model_name}:{shadow_version}"
     pairs, errors = shadow_pairs(joined, champion_label, shadow_label)
     entity, call = _units(pairs)

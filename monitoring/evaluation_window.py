@@ -21,6 +21,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from quiver.monitoring.evaluation import ArmMetrics, arm_metrics, brier_losses, join_labels, log_losses
+from quiver.offline.store import store_for
 
 if TYPE_CHECKING:
     from quiver.config import Config
@@ -174,8 +175,8 @@ def evaluate_window(config: Config, model_name: str | None = None, *, start: dat
         from quiver.registry.models import ModelRegistry
 
         ModelRegistry(Registry(config.registry, project=config.project)).require(model_name)
-    logs = _model_rows(read_serving_logs(config.offline_dir, start, end), model_name)
-    joined = join_labels(logs, read_labels(config.offline_dir, as_of))
+    logs = _model_rows(read_serving_logs(store_for(config), start, end), model_name)
+    joined = join_labels(logs, read_labels(store_for(config), as_of))
     arms = arm_evaluations(joined) if len(joined) else []
     ts = joined["ts"] if "ts" in joined and len(joined) else None
     return Evaluation(model_name, start.isoformat() if start else None, end.isoformat() if end else None,

@@ -1,20 +1,21 @@
 """Delayed labels: what really happened to a served request, arriving hours or days after the prediction.
 
-Layout under the offline root (one table for every model: request ids are unique per request row):
+Layout under the store root (`offline_root`: a folder or an object store; one table for every model:
+request ids are unique per request row):
 
     <offline_root>/request_labels/date=YYYY-MM-DD/part-<ns>-<uuid>.parquet     (date = arrival date, UTC)
     <offline_root>/_quarantine/request_labels/date=YYYY-MM-DD/part-….parquet   (rejected rows + `reason`)
 
 Columns: `request_id` (string, the id the prediction service logged), `label` (float64, 0 or 1),
-`arrived_at` (timestamp µs UTC, when the label became known). Files are written to a hidden temp name and
-renamed, so readers never see half a file. A label may be corrected later: `read_labels` keeps, per
+`arrived_at` (timestamp µs UTC, when the label became known). A file is stored whole (a folder: a hidden
+temp name renamed into place; an object store: one PUT), so readers never see half a file, and any host
+that writes labels adds files beside the others'. A label may be corrected later: `read_labels` keeps, per
 request_id, the newest arrival at or before `as_of`, so an evaluation replayed with the same `as_of` sees
 exactly the labels it saw the first time.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,8 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from quiver.catalog.locations import Location, as_location
+
 LABEL_DIR = "request_labels"
-QUARANTINE_DIR = Path("_quarantine") / LABEL_DIR
+QUARANTINE_DIR = f"_quarantine/{LABEL_DIR}"
 SCHEMA = pa.schema([("request_id", pa.string()), ("label", pa.float64()),
                     ("arrived_at", pa.timestamp("us", tz="UTC"))])
 
@@ -41,12 +44,12 @@ class LabelWrite:
     written: int
     quarantined: int
     reasons: dict[str, int]
-    files: tuple[Path, ...]
+    files: tuple[str, ...]  # paths inside the store's filesystem
 
 
-def write_labels(root: str | Path, request_ids: Sequence[Any], labels: Sequence[Any],
+def write_labels(root: str | Path | Location, request_ids: Sequence[Any], labels: Sequence[Any],
                  arrived_at: datetime | Sequence[datetime] | None = None) -> LabelWrite:
-    """Append labels under `root` (the offline root). Rows with a missing id or a label other than 0/1 are
+    """Append labels under `root` (the store root: a folder, a URI or a Location). Rows with a missing id or a label other than 0/1 are
     quarantined with their reason, never silently dropped."""
     n = len(request_ids)
     if len(labels) != n:
@@ -72,12 +75,13 @@ def write_labels(root: str | Path, request_ids: Sequence[Any], labels: Sequence[
     bad = reasons != ""
     table = pa.table({"request_id": ids, "label": values, "arrived_at": times}, schema=SCHEMA)
     files = []
+    location = as_location(root)
     good_rows = table.filter(pa.array(~bad))
     if good_rows.num_rows:
-        files += _write(Path(root) / LABEL_DIR, good_rows)
+        files += _write(location, location.path(LABEL_DIR), good_rows)
     if bad.any():
         rejected = table.filter(pa.array(bad)).append_column("reason", pa.array(reasons[bad].tolist(), pa.string()))
-        files += _write(Path(root) / QUARANTINE_DIR, rejected)
+        files += _write(location, location.path(QUARANTINE_DIR), rejected)
     counts: dict[str, int] = {}
     for reason in reasons[bad]:
         counts[reason] = counts.get(reason, 0) + 1
@@ -91,33 +95,40 @@ def _number(value: Any) -> float:
         return float("nan")
 
 
-def _write(directory: Path, table: pa.Table) -> list[Path]:
+def _write(location: Location, directory: str, table: pa.Table) -> list[str]:
     days = pc.strftime(table["arrived_at"], format="%Y-%m-%d").to_pylist()
     out = []
     for day in sorted(set(days)):
         part = table.filter(pc.equal(pa.array(days), day))
-        folder = directory / f"date={day}"
-        folder.mkdir(parents=True, exist_ok=True)
-        name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = folder / f".{name}.tmp"
-        try:
-            pq.write_table(part, tmp)
-            os.replace(tmp, folder / name)
-        finally:
-            tmp.unlink(missing_ok=True)
-        out.append(folder / name)
+        sink = pa.BufferOutputStream()
+        pq.write_table(part, sink)
+        path = f"{directory}/date={day}/part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
+        location.put(path, bytes(sink.getvalue()))
+        out.append(path)
     return out
 
 
-def read_labels(root: str | Path, as_of: datetime | None = None) -> pa.Table:
-    """One label per request_id: the newest that arrived at or before `as_of` (default: all)."""
-    directory = Path(root) / LABEL_DIR
-    files = sorted(directory.glob("date=*/part-*.parquet"))
+def label_files(root: str | Path | Location, quarantined: bool = False) -> list[str]:
+    """Paths (inside the store's filesystem) of the label files (or the quarantined ones), oldest day first."""
+    location = as_location(root)
+    directory = location.path(QUARANTINE_DIR if quarantined else LABEL_DIR)
+    return [f"{directory}/{day}/{name}" for day in location.children(directory) if day.startswith("date=")
+            for name in location.children(f"{directory}/{day}") if name.startswith("part-")
+            and name.endswith(".parquet")]
+
+
+def read_labels(root: str | Path | Location, as_of: datetime | None = None) -> pa.Table:
+    """One label per request_id: the newest that arrived at or before `as_of` (default: all), from every
+    writer's files under `root` (the store root)."""
+    from quiver.monitoring.serving_log_read import read_files
+
+    location = as_location(root)
+    files = label_files(location)
     if as_of is not None:
-        files = [f for f in files if f.parent.name[5:] <= f"{as_of:%Y-%m-%d}"]
+        files = [f for f in files if f.rsplit("/", 2)[-2][5:] <= f"{as_of:%Y-%m-%d}"]
     if not files:
         return SCHEMA.empty_table()
-    table = pa.concat_tables([pq.read_table(f).cast(SCHEMA) for f in files])
+    table = pa.concat_tables([t.cast(SCHEMA) for t in read_files(location, files)])
     if as_of is not None:
         table = table.filter(pc.less_equal(table["arrived_at"], pa.scalar(as_of, SCHEMA.field("arrived_at").type)))
     if table.num_rows == 0:

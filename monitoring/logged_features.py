@@ -35,6 +35,7 @@ from quiver.catalog.references import FeatureRef, resolve_features
 from quiver.config import Config
 from quiver.monitoring.serving_log_read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
 from quiver.monitoring.serving_log_tables import KEY_PREFIX, REQUEST_PREFIX
+from quiver.offline.store import store_for
 
 ARRIVAL_COLUMN = "label_arrived_at"
 
@@ -84,7 +85,7 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
         raise QuiverError(f"the window is empty: end {end.isoformat()} is not after start {start.isoformat()}")
     catalog = catalog or load_applied_catalog(config).catalog
     refs = resolve_features(catalog, features, full_feature_names)
-    logged = read_serving_logs(config.offline_dir, start, end, schema=log_schema(catalog))
+    logged = read_serving_logs(store_for(config), start, end, schema=log_schema(catalog))
     rows = {"logged": logged.num_rows}
     logged = logged.filter(pc.is_in(logged["arm"], pa.array(ANSWERING_ARMS)))
     if model is not None:
@@ -140,7 +141,7 @@ def _labels(config: Config, labels: pa.Table | pd.DataFrame | None, as_of: datet
     if labels is None:
         from quiver.monitoring.labels import read_labels
 
-        return read_labels(config.offline_dir, as_of)
+        return read_labels(store_for(config), as_of)
     table = labels if isinstance(labels, pa.Table) else pa.Table.from_pandas(labels, preserve_index=False)
     missing = [c for c in ("request_id", "label") if c not in table.column_names]
     if missing:

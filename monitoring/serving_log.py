@@ -1,7 +1,11 @@
 """Serving logs: every feature vector and prediction, buffered in memory and written as hourly Parquet.
 
-    <root>/serving_logs/date=YYYY-MM-DD/hour=HH/part-<time>-<uuid>.parquet
-    <root>/_quarantine/serving_logs/part-<time>-<uuid>.parquet      rows that could not be placed, with why
+    <root>/serving_logs/date=YYYY-MM-DD/hour=HH/part-<time>-<replica>-<uuid>.parquet
+    <root>/_quarantine/serving_logs/part-<time>-<replica>-<uuid>.parquet    rows that could not be placed, why
+
+`<root>` is the project's store root (`offline_root`): a folder or an object store (`quiver.catalog.locations`).
+Every replica of a prediction service writes its own files into the same folders (its name in the file name
+and in the `replica` column; no shared disk assumed), and every reader reads them all.
 
 Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `call_id` (one id per request to the
 prediction service: its rows on one arm were scored by one model call), `model_version`, `arm`
@@ -12,7 +16,8 @@ ran), so a judge counts only rows served under the step it judges, `missing_inpu
 serving model's inputs were missing, null where not known); then one column per request field the client sent
 named `request.<name>` (what on-demand features read, so a model can later be trained on it), one per entity
 key named `key.<name>` and one per feature named `feature.<name>` (names as the caller gives them, e.g.
-"user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart. A file holds the
+"user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart; `replica` (the
+process that served the row, see `replica_name`). A file holds the
 rows of one flush that fall into its hour. Given `schema=log_schema(catalog)` (the servers do), every file has
 every key, request field and feature of the catalog, typed from it, null where the serving model did not read
 it: one schema for the dataset, so pandas, `pyarrow.dataset`, DuckDB and Spark read the folder as it is. Other
@@ -30,14 +35,18 @@ numpy columns go to Arrow as they are (no Python objects), and a file's columns 
 call logged its rows. Features given as one `quiver.online.base.ColumnBlock` (rows × features, what the
 prediction server passes) stay one array until the flush, which joins every block of the flush with one
 concatenation: with 50 features, the per-feature join over thousands of one-row requests had cost the flush
-thread most of a core's GIL time. Each file is written to a hidden temp name in its folder and renamed into
-place, so readers never see half a file.
+thread most of a core's GIL time. A file is built in memory and stored whole (a folder: a hidden temp name
+renamed into place; an object store: one PUT), so readers never see half a file.
 
 What can go wrong, and what happens (every row is either written, quarantined or dropped, and counted):
 - A row whose time lies outside `quiver.online.base.TIME_RANGE` has no hour to go to: it is quarantined with
   its reason when logged; the other rows of its batch are written as usual. So is a batch whose values cannot
   become Arrow columns.
-- A write that fails (disk full, folder not writable) fails only its hour's file: the other hours of the flush
+- A file the object store does not take (down, unreachable) goes to the local spool when the logger has one
+  (`logger_for` gives one on an object store; `quiver.monitoring.serving_log_spool`): uploaded oldest first
+  once the store answers, kept across restarts, bounded (the oldest dropped, counted `spool_full`); `health()`
+  says "spooling" with its size meanwhile.
+- A write that fails otherwise (disk full, folder not writable) fails only its hour's file: the other hours of the flush
   are written, never again. The failed file's rows wait (as the Arrow table already built) and are tried
   again with backoff (`flush_interval_s` doubling up to 60 s) up to `max_write_attempts` times; then they are
   quarantined, or dropped and counted when the quarantine cannot be written either.
@@ -59,6 +68,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
+import re
+import socket
 import threading
 import time
 import weakref
@@ -72,7 +84,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from quiver.monitoring.serving_log_files import estimate_bytes, newest_types, write_atomically
+from quiver.catalog.locations import Location, as_location
+from quiver.monitoring.serving_log_files import (
+    estimate_bytes,
+    newest_types,
+    parquet_bytes,
+    part_name,
+    write_atomically,
+)
 from quiver.monitoring.serving_log_read import (
     LOG_DIR,
     QUARANTINE_DIR,
@@ -80,6 +99,7 @@ from quiver.monitoring.serving_log_read import (
     read_quarantine,
     read_serving_logs,
 )
+from quiver.monitoring.serving_log_spool import Spool
 from quiver.monitoring.serving_log_tables import (
     BASE_SCHEMA,
     FEATURE_PREFIX,
@@ -106,8 +126,8 @@ _MAX_BACKOFF_S = 60.0
 _OUT_OF_RANGE = f"time outside the supported range {TIME_RANGE}"
 
 __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",
-           "SchemaMismatch", "ServingLogger", "batches_to_table", "feature_frame", "log_schema", "read_quarantine",
-           "read_serving_logs", "records_to_table"]
+           "SchemaMismatch", "ServingLogger", "Spool", "batches_to_table", "feature_frame", "log_schema",
+           "logger_for", "read_quarantine", "read_serving_logs", "records_to_table", "replica_name"]
 
 
 @dataclass(slots=True)
@@ -138,24 +158,54 @@ Item = Record | Batch | _Quarantined
 _LIVE: weakref.WeakSet[ServingLogger] = weakref.WeakSet()
 
 
+def replica_name(given: str | None = None) -> str:
+    """This process's name in the log: `given`, else $QUIVER_REPLICA_ID, else the host's name; letters,
+    digits, `.`, `_` and `-` only (it is part of file names)."""
+    name = given or os.environ.get("QUIVER_REPLICA_ID") or socket.gethostname() or "replica"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:64]
+
+
+def logger_for(config: Any, schema: pa.Schema | None = None, *, replica: str | None = None,
+               **options: Any) -> ServingLogger:
+    """The serving logger of a process of `config`'s project (servers and the demo build theirs here): files
+    under the store root (`offline_root`: a folder or an object store), named for this replica (`replica`,
+    else `replica_id`, $QUIVER_REPLICA_ID or the host), and, on an object store, a spool in the local
+    `spool_dir/<replica>` for what the store cannot take while it is down."""
+    from quiver.offline.store import store_for
+
+    store = store_for(config)
+    name = replica_name(replica or config.replica_id or None)
+    spool = None if store.is_local else Spool(config.root / config.spool_dir / name,
+                                              max_bytes=int(config.spool_max_mb * (1 << 20)))
+    return ServingLogger(store, schema=schema, replica=name, spool=spool, **options)
+
+
 class ServingLogger:
     """Buffered, asynchronous writer of serving logs (see the module docstring)."""
 
-    def __init__(self, root: str | Path, *, flush_rows: int = 10_000, flush_interval_s: float = 5.0,
+    def __init__(self, root: str | Path | Location, *, flush_rows: int = 10_000, flush_interval_s: float = 5.0,
                  max_buffer_bytes: int = 64 << 20, max_write_attempts: int = 8, compression: str = "zstd",
-                 max_buffer_rows: int | None = None, schema: pa.Schema | None = None):
+                 max_buffer_rows: int | None = None, schema: pa.Schema | None = None, replica: str | None = None,
+                 spool: Spool | None = None):
         if flush_rows < 1 or flush_interval_s <= 0 or max_buffer_bytes < 1 or max_write_attempts < 1:
             raise ValueError("flush_rows, max_buffer_bytes and max_write_attempts must be >= 1 and "
                              "flush_interval_s > 0")
-        self.root = Path(root)
+        self.location = as_location(root)
+        # A folder as a Path (what callers print and pass on); an object store as its URI.
+        self.root: str | Path = Path(self.location.base) if self.location.is_local else self.location.root
         self.schema = schema
-        self.directory = self.root / LOG_DIR
-        self.quarantine_directory = self.root / QUARANTINE_DIR
+        self.replica = replica_name(replica)
+        self.spool = spool
+        self.directory = self.location.path(LOG_DIR)
+        self.quarantine_directory = self.location.path(QUARANTINE_DIR)
         self.flush_rows, self.flush_interval_s = flush_rows, flush_interval_s
         self.max_buffer_bytes, self.max_buffer_rows = max_buffer_bytes, max_buffer_rows
         self.max_write_attempts, self.compression = max_write_attempts, compression
         self.written = 0
         self.files_written = 0
+        self.spooled = 0  # rows that went to the spool (uploaded later: then counted in `written` too)
+        self._spool_attempts = 0
+        self._spool_next_try = 0.0  # time.monotonic()
         self.failed_writes = 0
         self.dropped_by: Counter[str] = Counter()
         self.quarantined_by: Counter[str] = Counter()
@@ -173,7 +223,7 @@ class ServingLogger:
         # column keeps the type it was first written with (here or by an earlier process).
         self._order: list[str] = schema.names if schema is not None else BASE_SCHEMA.names
         self._declared = {f.name: f.type for f in schema} if schema is not None else {}
-        self._types: dict[str, pa.DataType] = {**newest_types(self.directory), **self._declared}
+        self._types: dict[str, pa.DataType] = {**newest_types(self.location, self.directory), **self._declared}
         self._thread = threading.Thread(target=self._run, name="quiver-serving-log", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -326,11 +376,17 @@ class ServingLogger:
             return not (self._last_write_failed or self._retry)
 
     def health(self) -> dict[str, Any]:
-        """A summary for /health (no paths, no error texts: those go to the log)."""
-        status = "closed" if self._closed else "ok" if self.writable else "failing"
-        return {"status": status, "buffered_rows": self.buffered, "buffered_bytes": self.buffered_bytes,
-                "written_rows": self.written, "failed_writes": self.failed_writes, "dropped_rows": self.dropped,
-                "quarantined_rows": self.quarantined}
+        """A summary for /health (no paths, no error texts: those go to the log). "spooling": the store did
+        not take the last files, which wait in the local spool (`spooled_rows`, `spool_bytes`)."""
+        spool = self.spool
+        waiting = spool is not None and spool.files > 0
+        status = "closed" if self._closed else "failing" if not self.writable else "spooling" if waiting else "ok"
+        info = {"status": status, "replica": self.replica, "buffered_rows": self.buffered,
+                "buffered_bytes": self.buffered_bytes, "written_rows": self.written,
+                "failed_writes": self.failed_writes, "dropped_rows": self.dropped, "quarantined_rows": self.quarantined}
+        if spool is not None:
+            info.update(spooled_rows=spool.rows, spool_bytes=spool.nbytes, spool_files=spool.files)
+        return info
 
     # ----- writing (the background thread, flush(), close()) -----
 
@@ -352,11 +408,11 @@ class ServingLogger:
                 self._retry = deque(p for p in self._retry if not (retry_all or p.next_try <= now))
             try:
                 parts, quarantine = self._parts(items)
-                written = 0
+                written, store_down = self._drain_spool(now, retry_all)
                 for part in due:
-                    written += self._write_part(part, final)
+                    written += self._write_part(part, final, store_down)
                 for hour, table, rows in parts:
-                    written += self._write_part(_Part(hour, table, rows, 0, now, ""), final)
+                    written += self._write_part(_Part(hour, table, rows, 0, now, ""), final, store_down)
                 for batches, reason in quarantine:
                     self._quarantine(batches, reason)
             finally:
@@ -400,7 +456,7 @@ class ServingLogger:
         """The batches as one table in the dataset's schema (see `__init__`). Raises SchemaMismatch when a
         column holds values its type cannot take without loss (e.g. 1.5 or "abc" in an int64 column): such
         a file would split the dataset, so its rows are refused (quarantined) instead."""
-        table = batches_to_table(batches)
+        table = self._with_replica(batches_to_table(batches))
         # Every column the dataset already types (declared, or as first written) is cast to that type; the cast
         # is safe: NaN becomes null, 7.0 becomes 7, and a value that would change is refused.
         types = self._types
@@ -414,15 +470,53 @@ class ServingLogger:
                 self._types[column.name] = column.type
         return table
 
-    def _write_part(self, part: _Part, final: bool) -> int:
+    def _with_replica(self, table: pa.Table) -> pa.Table:
+        """Every row names the replica that served it (files of several replicas merge, the column stays)."""
+        return table.append_column(pa.field("replica", pa.string()), pa.repeat(self.replica, table.num_rows)) \
+            if "replica" not in table.column_names else table
+
+    def _drain_spool(self, now: float, retry_all: bool) -> tuple[int, bool]:
+        """Upload what the spool holds, oldest first, when its backoff allows; returns (rows uploaded, whether
+        the store still refuses: then this flush's files go to the spool behind them without a try)."""
+        from quiver import metrics
+
+        spool = self.spool
+        if spool is None or not spool.files:
+            return 0, False
+        if not retry_all and now < self._spool_next_try:
+            return 0, True
+        uploaded, failure = spool.drain(lambda relative, data: self.location.put(self.location.path(relative), data))
+        self.written += uploaded
+        metrics.SERVING_LOG_ROWS.inc(uploaded)
+        if failure is None:
+            if self._spool_attempts:
+                log.warning("serving log: the store answers again; %d spooled rows uploaded", uploaded)
+            self._spool_attempts = 0
+            return uploaded, False
+        self._spool_attempts += 1
+        delay = min(self.flush_interval_s * 2 ** (self._spool_attempts - 1), _MAX_BACKOFF_S)
+        self._spool_next_try = time.monotonic() + delay
+        self.failed_writes += 1
+        metrics.SERVING_LOG_FAILED_WRITES.inc()
+        log.warning("serving log: the store still refuses uploads (%s: %s); %d rows spooled, next try in %.0f s",
+                    type(failure).__name__, failure, spool.rows, delay)
+        return uploaded, True
+
+    def _write_part(self, part: _Part, final: bool, store_down: bool = False) -> int:
         from quiver import metrics
 
         started = time.perf_counter()
         moment = datetime.fromtimestamp(part.hour * 3600, UTC)
-        folder = self.directory / f"date={moment:%Y-%m-%d}" / f"hour={moment:%H}"
+        relative = f"{LOG_DIR}/date={moment:%Y-%m-%d}/hour={moment:%H}/{part_name(self.replica)}"
+        data = None
         try:
-            write_atomically(part.table, folder, self.compression)
+            data = parquet_bytes(part.table, self.compression)
+            if store_down and self.spool is not None:
+                raise OSError("the store refused the spool's oldest file; this one waits behind it")
+            self.location.put(self.location.path(relative), data)
         except Exception as exc:
+            if data is not None and self.spool is not None and self._spooled(relative, data, part.rows, exc):
+                return 0
             part.attempts += 1
             part.error = f"{type(exc).__name__}: {exc}"
             self.failed_writes += 1
@@ -431,7 +525,7 @@ class ServingLogger:
                 self._last_write_failed = True
             if part.attempts >= self.max_write_attempts or final:
                 log.error("serving log: %d rows of %s could not be written (%d attempts, last: %s); "
-                          "quarantining them", part.rows, folder.relative_to(self.root), part.attempts, part.error)
+                          "quarantining them", part.rows, relative, part.attempts, part.error)
                 self._quarantine_table(part.table, part.rows, f"write failed {part.attempts} times: "
                                                               f"{type(exc).__name__}", "write_failed")
             else:
@@ -451,10 +545,29 @@ class ServingLogger:
         metrics.SERVING_LOG_FLUSH_SECONDS.observe(time.perf_counter() - started)
         return part.rows
 
+    def _spooled(self, relative: str, data: bytes, rows: int, why: Exception) -> bool:
+        """Put a file the store refused into the spool; False when the spool cannot take it either (then the
+        rows wait in memory for a retry, as without a spool)."""
+        assert self.spool is not None
+        try:
+            dropped = self.spool.add(relative, data, rows)
+        except OSError as exc:
+            log.error("serving log: the spool cannot be written (%s: %s)", type(exc).__name__, exc)
+            return False
+        if self._spool_attempts == 0:
+            self._spool_attempts = 1
+            self._spool_next_try = time.monotonic() + self.flush_interval_s
+            log.warning("serving log: the store refused a file (%s: %s); spooling locally until it answers",
+                        type(why).__name__, why)
+        self.spooled += rows
+        for item in dropped:
+            self._count_dropped("spool_full", item.rows)
+        return True
+
     def _quarantine(self, batches: list[Batch], reason: str) -> None:
         rows = sum(b.n for b in batches)
         try:
-            table = batches_to_table(batches)
+            table = self._with_replica(batches_to_table(batches))
         except Exception as exc:
             log.error("serving log: %d rows cannot be converted even for the quarantine (%s): dropped", rows, exc)
             self._count_dropped("unconvertible", rows)
@@ -469,7 +582,7 @@ class ServingLogger:
         table = table.drop_columns(["ts"]).add_column(0, "ts_us", ts)
         table = table.append_column("quarantine_reason", pa.array([reason] * rows, pa.string()))
         try:
-            write_atomically(table, self.quarantine_directory, self.compression)
+            write_atomically(table, self.location, self.quarantine_directory, self.compression, self.replica)
         except Exception as exc:
             log.error("serving log: the quarantine cannot be written either (%s: %s): %d rows dropped",
                       type(exc).__name__, exc, rows)
@@ -528,6 +641,9 @@ class _BufferCollector:
         yield GaugeMetricFamily("quiver_serving_log_buffered_bytes",
                                 "Estimated memory of the serving-log rows waiting", value=sum(x.buffered_bytes
                                                                                              for x in loggers))
+        yield GaugeMetricFamily("quiver_serving_log_spooled_rows",
+                                "Serving-log rows in the local spool, waiting for the store",
+                                value=sum(x.spool.rows for x in loggers if x.spool is not None))
         yield GaugeMetricFamily("quiver_serving_log_writable",
                                 "0 while a serving log's last write failed or rows wait for a retry",
                                 value=0 if any(not x.writable for x in loggers if not x._closed) else 1)

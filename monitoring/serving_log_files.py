@@ -1,47 +1,61 @@
-"""Serving-log files on disk: each written atomically with per-column Parquet settings, the types of the
-newest file (which later files keep), and the memory a batch of rows holds while it waits to be written."""
+"""Serving-log files on the store (a folder or an object store): each written atomically with per-column
+Parquet settings under a name that says which replica wrote it, the types of the newest file (which later
+files keep), and the memory a batch of rows holds while it waits to be written."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from quiver.catalog.locations import Location
 from quiver.monitoring.serving_log_tables import Batch, column_compression, dictionary_columns
 from quiver.online.base import ColumnBlock
 
 
-def newest_types(directory: Path) -> dict[str, pa.DataType]:
+def newest_types(location: Location, directory: str) -> dict[str, pa.DataType]:
     """The column types of the newest file of a log dataset (none yet: empty), which later files keep."""
     with contextlib.suppress(OSError, ValueError, pa.ArrowException):
-        for day in sorted(directory.glob("date=*"), reverse=True):
-            for hour in sorted(day.glob("hour=*"), reverse=True):
-                files = sorted(hour.glob("part-*.parquet"))
+        for day in reversed([d for d in location.children(directory) if d.startswith("date=")]):
+            for hour in reversed([h for h in location.children(f"{directory}/{day}") if h.startswith("hour=")]):
+                files = [f for f in location.children(f"{directory}/{day}/{hour}") if _is_part(f)]
                 if files:
-                    return {f.name: f.type for f in pq.read_schema(files[-1]) if f.type != pa.null()}
+                    newest = f"{directory}/{day}/{hour}/{files[-1]}"
+                    return {f.name: f.type for f in pq.read_schema(newest, filesystem=location.fs)
+                            if f.type != pa.null()}
     return {}
 
 
-def write_atomically(table: pa.Table, folder: Path, compression: str) -> None:
-    """`table` as a new Parquet file in `folder`: written under a hidden temp name, then renamed into place
-    (readers never see half a file), with dictionaries and codecs chosen per column."""
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = folder / f".{name}.tmp"
-    try:
-        pq.write_table(table, tmp, compression=column_compression(table, compression) if len(table) else compression,
-                       use_dictionary=dictionary_columns(table.schema))
-        os.replace(tmp, folder / name)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _is_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
+def part_name(replica: str) -> str:
+    """A new file's name: time first (names sort by write time), the replica that wrote it, and a random tail
+    (two writers never pick the same name)."""
+    return f"part-{time.time_ns()}-{replica}-{uuid.uuid4().hex[:8]}.parquet"
+
+
+def parquet_bytes(table: pa.Table, compression: str) -> bytes:
+    """`table` as one Parquet file in memory, with dictionaries and codecs chosen per column."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression=column_compression(table, compression) if len(table) else compression,
+                   use_dictionary=dictionary_columns(table.schema))
+    return bytes(sink.getvalue())
+
+
+def write_atomically(table: pa.Table, location: Location, folder: str, compression: str, replica: str) -> str:
+    """`table` as a new Parquet file in `folder` (a path inside `location`), all or nothing (a folder: a
+    temp name renamed into place; an object store: one PUT); returns its path."""
+    path = f"{folder}/{part_name(replica)}"
+    location.put(path, parquet_bytes(table, compression))
+    return path
 
 
 def _size(values: Any, n: int) -> int:

@@ -1,4 +1,4 @@
-"""Reading serving logs back: the hourly files (`read_serving_logs`), the quarantine (`read_quarantine`), the
+"""Reading serving logs back, every replica's: the hourly files (`read_serving_logs`), the quarantine (`read_quarantine`), the
 feature columns (`feature_frame`), and which rows served a catalog feature (`logged_column`, `rows_reading`).
 Layout and columns: `quiver.monitoring.serving_log`."""
 
@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from quiver.catalog.locations import Location, as_location
 from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX, conform
 
 LOG_DIR = "serving_logs"
@@ -21,26 +22,58 @@ ANSWERING_ARMS = ("champion", "canary")  # the arms whose answers went back; sha
 QUARANTINE_DIR = "_quarantine/serving_logs"
 
 
-def read_quarantine(root: str | Path) -> pa.Table:
+def read_quarantine(root: str | Path | Location) -> pa.Table:
     """Every quarantined serving-log row under `root` (columns as logged, `ts_us`, `quarantine_reason`)."""
-    files = sorted((Path(root) / QUARANTINE_DIR).glob("part-*.parquet"))
+    location = as_location(root)
+    folder = location.path(QUARANTINE_DIR)
+    files = [f"{folder}/{name}" for name in location.children(folder) if _is_part(name)]
     if not files:
         return pa.table({"ts_us": pa.array([], pa.int64()), "quarantine_reason": pa.array([], pa.string())})
-    return pa.concat_tables([pq.read_table(p) for p in files], promote_options="permissive")
+    return pa.concat_tables(read_files(location, files), promote_options="permissive")
 
 
-def read_serving_logs(root: str | Path, start: datetime | None = None, end: datetime | None = None,
+def log_files(root: str | Path | Location, start: datetime | None = None, end: datetime | None = None) -> list[str]:
+    """Paths (inside the root's filesystem) of every replica's log files of the hours overlapping
+    [start, end), oldest hour first. Lists only the days and hours asked for, not the whole log."""
+    location = as_location(root)
+    directory = location.path(LOG_DIR)
+    files = []
+    for day in location.children(directory):
+        if not (day.startswith("date=") and _overlaps(day[5:], "00", start, end, hours=24)):
+            continue
+        for hour in location.children(f"{directory}/{day}"):
+            if hour.startswith("hour=") and _overlaps(day[5:], hour[5:], start, end):
+                folder = f"{directory}/{day}/{hour}"
+                files += [f"{folder}/{name}" for name in location.children(folder) if _is_part(name)]
+    return files
+
+
+def read_files(location: Location, files: list[str]) -> list[pa.Table]:
+    """Each Parquet file as a table, in order; an object store's are fetched several at a time."""
+    def read(path: str) -> pa.Table:
+        return pq.read_table(path, filesystem=location.fs)
+
+    if location.is_local or len(files) < 2:
+        return [read(p) for p in files]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:  # round trips, not CPU, bound these
+        return list(pool.map(read, files))
+
+
+def read_serving_logs(root: str | Path | Location, start: datetime | None = None, end: datetime | None = None,
                       arm: str | None = None, schema: pa.Schema | None = None) -> pa.Table:
-    """Serving-log rows with start <= ts < end (optionally one arm), oldest first, schemas unified: columns
+    """Serving-log rows of every replica with start <= ts < end (optionally one arm), oldest first, under
+    `root` (the store root: a folder, an object-store URI, or an opened Location), schemas unified: columns
     of `schema` (`log_schema(catalog)`) in its types where the values allow, and a column written as integers
     (or booleans) in some files and as floats in others — older writers turned an integer column with a null
     into floats with NaN — as integers with nulls when every float is whole or NaN."""
-    directory = Path(root) / LOG_DIR
-    files = sorted(p for p in directory.glob("date=*/hour=*/part-*.parquet") if _hour_overlaps(p, start, end))
+    location = as_location(root)
+    files = log_files(location, start, end)
     if not files:
         return BASE_SCHEMA.empty_table()
     declared = {f.name: f.type for f in schema} if schema is not None else {}
-    table = _concat(_harmonise([pq.read_table(p) for p in files], declared))
+    table = _concat(_harmonise(read_files(location, files), declared))
     import pyarrow.compute as pc
 
     mask = None
@@ -108,13 +141,17 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
         return pa.concat_tables(fixed, promote_options="permissive")
 
 
-def _hour_overlaps(path: Path, start: datetime | None, end: datetime | None) -> bool:
+def _is_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
+def _overlaps(day: str, hour: str, start: datetime | None, end: datetime | None, hours: int = 1) -> bool:
+    """Whether the `hours` from `day` `hour`:00 UTC overlap [start, end); a malformed name never does."""
     try:
-        hour_start = datetime.strptime(f"{path.parent.parent.name[5:]} {path.parent.name[5:]}",
-                                       "%Y-%m-%d %H").replace(tzinfo=UTC)
+        hour_start = datetime.strptime(f"{day} {hour}", "%Y-%m-%d %H").replace(tzinfo=UTC)
     except ValueError:
         return False
-    hour_end = hour_start.timestamp() + 3600
+    hour_end = hour_start.timestamp() + 3600 * hours
     if start is not None and hour_end <= start.timestamp():
         return False
     return not (end is not None and hour_start >= end)

@@ -21,7 +21,7 @@ BASE_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("request_id", pa
                          ("model_version", pa.string()), ("arm", pa.string()), ("latency_ms", pa.float64()),
                          ("prediction", pa.float64()), ("error", pa.string()), ("rollout_id", pa.int64()),
                          ("rollout_step", pa.int64()), ("canary_fraction", pa.float64()),
-                         ("missing_inputs", pa.int64())])
+                         ("missing_inputs", pa.int64()), ("replica", pa.string())])
 
 Record = tuple[int, str, Mapping[str, Any], Mapping[str, Any], str, str, float, float | None, str]
 RolloutTag = tuple[int, int, float]  # (rollout id, step, canary fraction) a row was routed under

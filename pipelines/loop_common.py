@@ -76,10 +76,13 @@ class Project:
 
         return AlertManager(self.registry, sinks_from_config(load_settings(self.config).alert_sinks))
 
-    @property
-    def serving_log_root(self) -> Path:
-        """Where the prediction service's serving logs (and delayed labels) live: the offline root."""
-        return self.config.offline_dir
+    @cached_property
+    def serving_log_root(self) -> Any:
+        """Where every replica's serving logs (and the delayed labels) live: the store root (`offline_root`, a
+        folder or an object store), opened once."""
+        from quiver.offline.store import store_for
+
+        return store_for(self.config)
 
     @property
     def reports_dir(self) -> Path:

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from quiver.config import Config
+from quiver.offline.store import store_for
 
 LABELS = "data/labels/labels.parquet"
 _TS = pa.timestamp("us", tz="UTC")
@@ -156,13 +157,13 @@ def deliver_labels(config: Config, start: datetime, end: datetime, *, delay: tim
         rows = table.filter(keep)
         if rows.num_rows == 0:
             return 0, 0
-        written = write_labels(config.offline_dir, rows["transaction_id"].to_pylist(), rows["is_fraud"].to_pylist(),
+        written = write_labels(store_for(config), rows["transaction_id"].to_pylist(), rows["is_fraud"].to_pylist(),
                                arrived_at=rows["label_arrived_at"].to_pylist())
         return written.written, written.quarantined
     rows = requests_between(config, start - delay, end - delay, path)
     if rows.num_rows == 0:
         return 0, 0
     arrived = [t + delay for t in rows["event_ts"].to_pylist()]
-    written = write_labels(config.offline_dir, rows["transaction_id"].to_pylist(), rows["is_fraud"].to_pylist(),
+    written = write_labels(store_for(config), rows["transaction_id"].to_pylist(), rows["is_fraud"].to_pylist(),
                            arrived_at=arrived)
     return written.written, written.quarantined

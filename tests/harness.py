@@ -7,12 +7,14 @@ developer's services and parallel workers (pytest-xdist) never collide.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -341,3 +343,78 @@ def copy_demo_project(root: Path) -> None:
     for venv in (".venv", ".venv-stream"):
         assert (repo / venv / "bin" / "python").exists(), f"{venv} is missing: run `make setup`"
         (root / venv).symlink_to(repo / venv)
+
+
+class TcpProxy:
+    """A TCP relay on 127.0.0.1 in front of `target` (host:port) that a test can cut and restore: while cut it
+    refuses new connections and resets the open ones, which is what a client sees of a store that went away
+    (a network partition, a restart). Threads only; no root, no iptables."""
+
+    def __init__(self, target: str) -> None:
+        import threading
+
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.port = free_port()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def restore(self) -> None:
+        import threading
+
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            for conn in self._open:
+                with contextlib.suppress(OSError):
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset
+                    conn.close()
+            self._open.clear()
+
+    close = cut
+
+    def _accept(self, listener: socket.socket) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for conn in (source, sink):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open.discard(source)

@@ -47,7 +47,8 @@ class ServingProject:
         return self.root / "data" / "offline"
 
 
-def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, shadow: bool = True) -> ServingProject:
+def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, shadow: bool = True,
+                 registry_url: str = "sqlite:///reg.db", offline_root: str = "data/offline") -> ServingProject:
     """Definitions, events, online values in Redis, and champion (+ shadow) versions with real artifacts."""
     from quiver.artifacts import ArtifactStore
     from quiver.config import load_config
@@ -64,8 +65,8 @@ def make_project(root: Path, redis_url: str, *, redis_timeout_s: float = 6.0, sh
                           "f0": rng.normal(size=USERS), "f1": rng.normal(size=USERS),
                           "category": rng.choice(["a", "b"], USERS)})
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), root / "data" / "tx.parquet")
-    (root / "quiver.yaml").write_text(f"project: p\nregistry_url: sqlite:///reg.db\nredis_url: {redis_url}\n"
-                                      f"redis_timeout_s: {redis_timeout_s}\n")
+    (root / "quiver.yaml").write_text(f"project: p\nregistry_url: {registry_url}\nredis_url: {redis_url}\n"
+                                      f"redis_timeout_s: {redis_timeout_s}\noffline_root: {offline_root}\n")
     config = load_config(root / "quiver.yaml")
     project = ServingProject(root, redis_url)
     write_online(project)
@@ -101,13 +102,14 @@ def write_online(project: ServingProject) -> None:
 class Process:
     """One server process; `client` talks to it with the API key."""
 
-    def __init__(self, project: ServingProject, *args: str) -> None:
+    def __init__(self, project: ServingProject, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log = project.root / f"server-{self.port}.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from quiver.cli import main; main()", *args, "--port", str(self.port),
              "--config", str(project.config_file)],
-            cwd=project.root, env={**os.environ, "QUIVER_API_KEY": KEY, "PYTHONPATH": f"{REPO}:{REPO / 'platform'}"},
+            cwd=project.root, env={**os.environ, "QUIVER_API_KEY": KEY, "PYTHONPATH": f"{REPO}:{REPO / 'platform'}",
+                                   **(env or {})},
             stdout=subprocess.DEVNULL, stderr=self.log.open("wb"))
         self.base = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.base, timeout=10, headers={"X-API-Key": KEY})
@@ -139,8 +141,8 @@ class Process:
                 self.proc.wait()
 
 
-def serve_model(project: ServingProject, *extra: str) -> Process:
-    return Process(project, "serve-model", MODEL, "--poll-interval", "0.2", *extra)
+def serve_model(project: ServingProject, *extra: str, env: dict[str, str] | None = None) -> Process:
+    return Process(project, "serve-model", MODEL, "--poll-interval", "0.2", *extra, env=env)
 
 
 def serve_features(project: ServingProject) -> Process:

@@ -271,7 +271,7 @@ def run_story(config: Config, story: Story, say: Any = print) -> StoryLog:
 
 
 def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
+    from quiver.monitoring.serving_log import log_schema, logger_for
     from quiver.pipelines.loop_airflow import AIRFLOW_HOME_DIR, AirflowWorker
     from quiver.pipelines.replay import deliver_labels, replay
     from quiver.registry import rollouts
@@ -286,7 +286,7 @@ def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
     first, last = story.drift_from_day - 1, story.days  # replay from the last calm day to the end of the data
     bad_version: int | None = None
     with AirflowWorker(home, config.root / "quiver.yaml") as airflow, FeatureStore(config=config) as store, \
-            ServingLogger(config.offline_dir, flush_interval_s=3600, schema=log_schema(store.catalog)) as logger, \
+            logger_for(config, log_schema(store.catalog), flush_interval_s=3600) as logger, \
             PredictionService(store, config.loop_model, logger=logger, poll_interval_s=3600) as service:
         # Start the online store empty: earlier steps loaded it as of the end of the data, and newer-wins last
         # values would otherwise leak the future into the replayed days (the next materialization is full).

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from prometheus_client import REGISTRY
 
-from quiver.monitoring import serving_log_files
+from quiver.catalog.locations import Location
 from quiver.monitoring.serving_log import ServingLogger, read_quarantine, read_serving_logs
 
 H = 3_600_000_000
@@ -59,18 +59,18 @@ def test_log_with_an_impossible_datetime_is_quarantined(tmp_path: Path) -> None:
 
 def failing_for(monkeypatch: pytest.MonkeyPatch, fragment: str, times: int) -> Counter[str]:
     """Make writes into paths containing `fragment` fail `times` times (then work); count every attempt."""
-    real_write = serving_log_files.pq.write_table
+    real_put = Location.put
     attempts: Counter[str] = Counter()
 
-    def write(table: object, where: object, **kwargs: object) -> None:
+    def put(self: Location, where: str, data: bytes) -> None:
         path = str(where)
         attempts[path.split("/")[-2] if "hour=" in path else "other"] += 1
         if fragment in path and attempts["failures"] < times:
             attempts["failures"] += 1
             raise OSError(28, "No space left on device")
-        real_write(table, where, **kwargs)
+        real_put(self, where, data)
 
-    monkeypatch.setattr(serving_log_files.pq, "write_table", write)
+    monkeypatch.setattr(Location, "put", put)
     return attempts
 
 

@@ -15,6 +15,7 @@ variables, ``~/.aws``, an instance or pod role — and Quiver never prints them.
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,29 @@ class Location:
         if self.fs.get_file_info(folder).type != pafs.FileType.NotFound:
             self.fs.delete_dir(folder)
 
+    def put(self, path: str, data: bytes) -> None:
+        """Write `data` as the whole file `path` (inside `fs`), all or nothing: a folder store writes a hidden
+        file and renames it; an object store's single PUT is atomic already."""
+        if not self.is_local:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        try:
+            staged.write_bytes(data)
+            os.replace(staged, target)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def children(self, folder: str) -> list[str]:
+        """Names of the entries directly in `folder` (files and folders), sorted; none when it is missing."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(folder, allow_not_found=True, recursive=False)
+        return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in self.fs.get_file_info(selector))
+
     # ---- engines ----
 
     def fsspec(self) -> Any:
@@ -103,6 +127,21 @@ class Location:
             conf["spark.hadoop.fs.s3a.path.style.access"] = "true"  # S3-compatible servers (MinIO, moto)
             conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
         return conf
+
+
+def local_location(folder: str | Path) -> Location:
+    """A local folder as a Location (absolute)."""
+    import pyarrow.fs as pafs
+
+    path = Path(folder).expanduser().absolute()
+    return Location(str(path), pafs.LocalFileSystem(), str(path))
+
+
+def as_location(root: str | Path | Location) -> Location:
+    """`root` as a Location: itself, a local folder, or an object-store URI (credentials from the environment)."""
+    if isinstance(root, Location):
+        return root
+    return open_location(root, Path.cwd()) if isinstance(root, str) and is_remote(root) else local_location(root)
 
 
 def open_location(value: str, project_root: Path, setting: str = "offline_root") -> Location:

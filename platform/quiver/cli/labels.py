@@ -14,6 +14,7 @@ from rich.table import Table
 from quiver.catalog.errors import QuiverError
 from quiver.cli.common import ConfigOption, console, option_time, user_errors
 from quiver.config import load_config
+from quiver.offline.store import store_for
 
 
 def _say(written: Any) -> None:
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
                               f"labels)")
         values = label * len(request_id) if len(label) == 1 else label
         cfg = load_config(config)
-        _say(write_labels(cfg.offline_dir, request_id, [_label(v) for v in values], option_time(arrived_at, "--arrived-at")))
+        _say(write_labels(store_for(cfg), request_id, [_label(v) for v in values], option_time(arrived_at, "--arrived-at")))
 
     @labels_app.command("import")
     @user_errors
@@ -87,7 +88,7 @@ def register(app: typer.Typer) -> None:
         else:
             when = option_time(arrived_at, "--arrived-at")
         cfg = load_config(config)
-        _say(write_labels(cfg.offline_dir, table[request_id].to_pylist(), table[label].to_pylist(), when))
+        _say(write_labels(store_for(cfg), table[request_id].to_pylist(), table[label].to_pylist(), when))
 
     @labels_app.command("list")
     @user_errors
@@ -102,13 +103,13 @@ def register(app: typer.Typer) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from quiver.monitoring.labels import QUARANTINE_DIR, read_labels
+        from quiver.monitoring.labels import label_files, read_labels
 
         cfg = load_config(config)
-        table = read_labels(cfg.offline_dir, option_time(as_of, "--as-of"))
+        table = read_labels(store_for(cfg), option_time(as_of, "--as-of"))
         if request_id:
             table = table.filter(pc.is_in(table["request_id"], pa.array(request_id)))
-        quarantined = sum(1 for _ in (cfg.offline_dir / QUARANTINE_DIR).glob("date=*/part-*.parquet"))
+        quarantined = len(label_files(store_for(cfg), quarantined=True))
         positives = int(pc.sum(table["label"]).as_py() or 0) if table.num_rows else 0
         console.print(f"{table.num_rows:,} labelled requests ({positives:,} positive)"
                       + (f" known at {as_of}" if as_of else "") + f"; {quarantined} quarantined file(s)",

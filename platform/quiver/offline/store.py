@@ -14,7 +14,6 @@ exist. Local folders keep their rename-based swap and need no manifest.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,19 +100,6 @@ class OfflineStore(Location):
                     and not name.startswith((".", "_")):
                 found.append(path)
         return found
-
-    def put(self, path: str, data: bytes) -> None:
-        """Write `data` as the whole file `path` (inside `fs`), all or nothing: a folder store writes a hidden
-        file and renames it; an object store's single PUT is atomic already."""
-        if not self.is_local:
-            with self.fs.open_output_stream(path) as out:
-                out.write(data)
-            return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staged = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-        staged.write_bytes(data)
-        os.replace(staged, target)
 
     def arrival_us(self, path: str) -> int:
         """When `path` was written (its modification time, epoch µs)."""

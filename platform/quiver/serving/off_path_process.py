@@ -31,7 +31,6 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,15 +72,21 @@ class ScoreJob:
 class LogSettings:
     """How the child's serving logger writes (the parent's logger's settings)."""
 
-    root: str
+    root: str  # a folder or an object-store URI
     schema: pa.Schema | None
     flush_rows: int
     flush_interval_s: float
     compression: str
+    replica: str
+    spool_dir: str | None  # the parent's spool; the child keeps its own beside it
+    spool_max_bytes: int
 
     @classmethod
     def of(cls, logger: ServingLogger) -> LogSettings:
-        return cls(str(logger.root), logger.schema, logger.flush_rows, logger.flush_interval_s, logger.compression)
+        spool = logger.spool
+        return cls(str(logger.root), logger.schema, logger.flush_rows, logger.flush_interval_s, logger.compression,
+                   logger.replica, None if spool is None else str(spool.folder),
+                   0 if spool is None else spool.max_bytes)
 
 
 def score_and_log(model: Any, job: ScoreJob, logger: ServingLogger | None, load_error: str = "") -> dict[str, int]:
@@ -270,12 +275,16 @@ def child_main(conn: Any, settings: LogSettings | None, nice: int, idle: bool, t
     import torch
 
     from quiver.models.artifact import load_model
-    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.monitoring.serving_log import ServingLogger, Spool
 
     torch.set_num_threads(torch_threads)
-    logger = None if settings is None else ServingLogger(
-        Path(settings.root), schema=settings.schema, flush_rows=settings.flush_rows,
-        flush_interval_s=settings.flush_interval_s, compression=settings.compression)
+    logger = None
+    if settings is not None:  # its own files and spool: two processes never write the same names
+        spool = None if settings.spool_dir is None else Spool(f"{settings.spool_dir}.off-path",
+                                                               settings.spool_max_bytes)
+        logger = ServingLogger(settings.root, schema=settings.schema, flush_rows=settings.flush_rows,
+                               flush_interval_s=settings.flush_interval_s, compression=settings.compression,
+                               replica=f"{settings.replica}.off-path", spool=spool)
     models: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (label, sha256) → model, or the load error
 
     def model_of(job: ScoreJob) -> tuple[Any, str]:

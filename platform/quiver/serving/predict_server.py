@@ -209,7 +209,12 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
             wanted, serving = f"{service.model_name}:{fell_back[0]}", service.arms.champion.label
             out.append({"reason": "champion_not_loaded", "version": wanted, "serving": serving, "error": fell_back[1],
                         "detail": f"the registry's champion {wanted} cannot be loaded; {serving} serves until it can"})
-        if log_health is not None and log_health["status"] != "ok":
+        if log_health is not None and log_health["status"] == "spooling":
+            out.append({"reason": "serving_log_spooling", "spooled_rows": log_health["spooled_rows"],
+                        "spool_bytes": log_health["spool_bytes"],
+                        "detail": f"the store does not take serving logs: {log_health['spooled_rows']} rows wait "
+                                  f"in the local spool, uploaded when it answers"})
+        elif log_health is not None and log_health["status"] != "ok":
             out.append({"reason": "serving_log_failing", "detail": "serving logs cannot be written"})
         off_path_log = service.off_path_health().get("serving_log")
         if off_path_log is not None and off_path_log["status"] not in ("ok", "closed"):
@@ -288,7 +293,7 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     Linux's idle scheduling class unless `off_path_idle` is False (then at nice 10). `pair_canary` False:
     the champion does not score the canary's rows here; the canary judge replays them from the logs."""
     from quiver.monitoring.alerts import AlertManager, sinks_from_config
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
+    from quiver.monitoring.serving_log import log_schema, logger_for
     from quiver.monitoring.settings import load_settings
     from quiver.serving.store import FeatureStore
 
@@ -303,8 +308,7 @@ def serve_model(model_name: str, config_path: str | None = None, host: str = "12
     store = FeatureStore(config_path)
     registry = Registry(store.config.registry, project=store.config.project)
     alerts = AlertManager(registry, sinks_from_config(load_settings(store.config).alert_sinks))
-    logger = ServingLogger(store.config.offline_dir, flush_interval_s=log_flush_interval_s,
-                           schema=log_schema(store.catalog))
+    logger = logger_for(store.config, log_schema(store.catalog), flush_interval_s=log_flush_interval_s)
     try:
         service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
                                     poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,

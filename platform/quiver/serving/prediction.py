@@ -159,7 +159,7 @@ class PredictionService:
         flushed, by `close()`), alerting to the project's alert sinks. Not started: call `start()` for the
         poller and the shadow worker, or `refresh()` to pick up alias moves by hand."""
         from quiver.monitoring.alerts import AlertManager, sinks_from_config
-        from quiver.monitoring.serving_log import ServingLogger, log_schema
+        from quiver.monitoring.serving_log import log_schema, logger_for
         from quiver.monitoring.settings import load_settings
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry
@@ -168,7 +168,7 @@ class PredictionService:
         registry = Registry(config.registry, project=config.project)
         kwargs.setdefault("alerts", AlertManager(registry, sinks_from_config(load_settings(config).alert_sinks)))
         store = store or FeatureStore(config=config)
-        logger = ServingLogger(config.offline_dir, schema=log_schema(store.catalog)) if log else None
+        logger = logger_for(config, log_schema(store.catalog)) if log else None
         service = cls(store, model_name, models=ModelRegistry(registry), logger=logger, **kwargs)
         service._owns_logger = log
         return service

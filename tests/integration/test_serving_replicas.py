@@ -1,0 +1,192 @@
+"""Several prediction servers, one store (issue 50): two `quiver serve-model` replicas, each started from its
+own copy of the project folder (no shared disk), one Postgres registry, one Redis, a moto S3 server as the
+store root. Every reader on a third host (here: a third folder) reads the rows of both; a store that goes
+away for 15 s under load costs no row (the spool), and neither does a SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow.compute as pc
+import pytest
+
+from quiver.config import load_config
+from quiver.monitoring.serving_log import read_serving_logs
+from quiver.offline.store import store_for
+from tests.harness import TcpProxy
+from tests.serving_processes import KEY, MODEL, USERS, ServingProject, make_project, rows, serve_model
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "quiver-replicas"
+
+
+def store_root(s3_server: Any, endpoint: str | None = None) -> str:
+    """A fresh prefix of the test bucket, reached directly or through `endpoint` (a proxy)."""
+    with contextlib.suppress(OSError):  # made by an earlier test
+        s3_server.create_bucket(BUCKET)
+    uri = s3_server.uri(BUCKET, f"store-{uuid.uuid4().hex[:8]}")
+    return uri if endpoint is None else uri.replace(s3_server.endpoint, endpoint)
+
+
+def copy_of(project: ServingProject, folder: Path) -> ServingProject:
+    """Another host's copy of the project folder (its own .quiver, spool and artifacts; nothing shared)."""
+    shutil.copytree(project.root, folder, ignore=shutil.ignore_patterns("server-*.log", "spool"))
+    return ServingProject(folder, project.redis_url)
+
+
+def wait_for(predicate: Any, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def send(server: Any, tag: str, requests: int, size: int) -> int:
+    """`requests` predictions of `size` rows each; returns the rows answered (every one must be)."""
+    answered = 0
+    for k in range(requests):
+        users = [(k * size + i) % USERS for i in range(size)]
+        response = server.client.post("/predict", json=rows(users, f"{tag}{k}"))
+        assert response.status_code == 200, response.text
+        answered += len(response.json()["predictions"])
+    return answered
+
+
+def test_two_replicas_one_store_every_reader_reads_both(tmp_path: Path, redis_url: str, pg_url: str,
+                                                        s3_server: Any) -> None:
+    from quiver.catalog.loader import load_catalog
+    from quiver.monitoring import canary_judge
+    from quiver.monitoring.canary_stats import JudgeSettings
+    from quiver.monitoring.consistency_job import run_consistency
+    from quiver.registry import Registry
+    from quiver.registry.models import ModelRegistry
+
+    first = make_project(tmp_path / "host-a", redis_url, registry_url=pg_url, offline_root=store_root(s3_server))
+    second, reader = copy_of(first, tmp_path / "host-b"), copy_of(first, tmp_path / "host-c")
+    config = load_config(first.config_file)
+    models = ModelRegistry(Registry(config.registry, project=config.project))
+    models.set_alias(MODEL, "shadow", None, expected=2, reason="the canary takes version 2")
+    canary_judge.start_canary(config, MODEL, 2, settings=JudgeSettings(steps=(0.5, 1.0), min_rows=10, min_labels=5))
+    began = datetime.now(UTC) - timedelta(seconds=1)
+    servers = [serve_model(first, env={"QUIVER_REPLICA_ID": "replica-a"}),
+               serve_model(second, env={"QUIVER_REPLICA_ID": "replica-b"})]
+    try:
+        for server in servers:  # each has picked up the rollout from the shared registry
+            wait_for(lambda s=server: s.client.get("/health").json().get("canary_fraction") == 0.5, "the canary")
+        sent = sum(send(server, f"{name}-", requests=30, size=7) for name, server in zip("ab", servers, strict=True))
+    finally:
+        for server in servers:
+            assert server.signal(signal.SIGTERM) == 0  # a stop writes everything it logged
+            server.stop()
+    ended = datetime.now(UTC) + timedelta(seconds=1)
+
+    reader_config = load_config(reader.config_file)
+    logged = read_serving_logs(store_for(reader_config), began, ended)
+    answering = logged.filter(pc.is_in(logged["arm"], pc.cast(["champion", "canary"], "string")))
+    assert answering.num_rows == sent == 2 * 30 * 7
+    by_replica = answering.group_by("replica").aggregate([("request_id", "count")]).to_pydict()
+    assert dict(zip(by_replica["replica"], by_replica["request_id_count"], strict=True)) == \
+        {"replica-a": 210, "replica-b": 210}
+    names = [p.rsplit("/", 1)[-1] for p in store_for(reader_config).files_under(store_for(reader_config).base)]
+    assert any("-replica-a-" in n for n in names) and any("-replica-b-" in n for n in names)
+    assert not (first.root / "data" / "offline").exists()  # nothing on a local disk
+
+    # Labels written on one host are read on another.
+    from quiver.monitoring.labels import read_labels, write_labels
+
+    ids = answering["request_id"].to_pylist()
+    write_labels(store_for(load_config(second.config_file)), ids, [i % 2 for i in range(len(ids))], ended)
+    assert sorted(read_labels(store_for(reader_config))["request_id"].to_pylist()) == sorted(ids)
+
+    # The judge, from the third folder, counts every routed row of both replicas, by arm.
+    outcome = canary_judge.judge_step(reader_config, MODEL, as_of=ended, dry_run=True)
+    routed = pc.value_counts(answering["arm"]).to_pylist()
+    expected = {item["values"]: item["counts"] for item in routed}
+    assert outcome.verdict.champion["rows"] == expected["champion"]
+    assert outcome.verdict.canary["rows"] == expected["canary"]
+    assert outcome.verdict.champion["rows"] + outcome.verdict.canary["rows"] == sent
+
+    # The consistency job, from the third folder, reads both replicas' rows too (against the offline values
+    # a backfill there wrote into the same store).
+    from quiver.offline.backfill import backfill
+
+    catalog = load_catalog(reader_config.catalog_dir, reader_config.root)
+    backfill(reader_config, catalog, (began - timedelta(days=1)).date(), ended.date())
+    check = run_consistency(reader_config, model=MODEL, start=began, end=ended, record=False, catalog=catalog)
+    assert check.report.rows_logged == sent
+
+
+def test_a_store_outage_under_load_loses_nothing(tmp_path: Path, redis_url: str, s3_server: Any) -> None:
+    """The store unreachable for 15 s while requests keep coming: serving goes on, /health says degraded with
+    the spool's size, then everything uploads; every acknowledged row is in the store exactly once, and a
+    SIGTERM under load loses none either."""
+    proxy = TcpProxy(s3_server.endpoint)
+    project = make_project(tmp_path / "host", redis_url, offline_root=store_root(s3_server, proxy.endpoint),
+                           shadow=False)
+    server = serve_model(project, "--log-flush-interval", "0.5", env={"QUIVER_REPLICA_ID": "solo"})
+    sent: list[str] = []
+    refused: list[str] = []  # requests not answered while the server was up (none allowed)
+    stop, stopping = threading.Event(), threading.Event()
+
+    def load() -> None:
+        k = 0
+        with httpx.Client(base_url=server.base, timeout=10, headers={"X-API-Key": KEY}) as client:
+            while not stop.is_set():
+                body = rows([k % USERS, (k + 1) % USERS], f"load{k}-")
+                try:
+                    response = client.post("/predict", json=body)
+                except httpx.HTTPError as exc:
+                    if not stopping.is_set():
+                        refused.append(repr(exc))
+                    return
+                if response.status_code != 200:  # a request the stop refused was not acknowledged
+                    if not stopping.is_set():
+                        refused.append(response.text)
+                    return
+                sent.extend(r["request_id"] for r in body["rows"])  # type: ignore[index]
+                k += 1
+                time.sleep(0.01)
+
+    worker = threading.Thread(target=load, daemon=True)
+    try:
+        worker.start()
+        wait_for(lambda: len(sent) > 100, "traffic")
+        proxy.cut()
+        down_at = time.monotonic()
+        wait_for(lambda: server.client.get("/health").json().get("serving_log", {}).get("spooled_rows", 0) > 0,
+                 "the spool to fill", timeout_s=30)
+        health = server.client.get("/health").json()
+        assert health["status"] == "degraded" and health["serving_log"]["status"] == "spooling"
+        assert any(r["reason"] == "serving_log_spooling" for r in health["reasons"])
+        time.sleep(max(0.0, 15 - (time.monotonic() - down_at)))
+        assert worker.is_alive()  # serving went on
+        proxy.restore()
+        wait_for(lambda: server.client.get("/health").json()["serving_log"]["spooled_rows"] == 0,
+                 "the spool to drain", timeout_s=90)
+        assert server.client.get("/health").json()["status"] == "ok"
+        time.sleep(1)  # more traffic after the outage, then a stop under load
+        assert not refused and worker.is_alive()
+        stopping.set()
+        assert server.signal(signal.SIGTERM) == 0
+    finally:
+        stop.set()
+        worker.join(15)
+        server.stop()
+    acknowledged = set(sent)
+    logged = read_serving_logs(store_for(load_config(project.config_file)))
+    ids = logged["request_id"].to_pylist()
+    assert len(ids) == len(set(ids))  # exactly once
+    assert acknowledged <= set(ids)  # every acknowledged row (a request refused at the stop was not answered)
+    assert not list((project.root / ".quiver" / "spool").rglob("*.parquet"))  # the spool is empty again
+    proxy.close()

@@ -11,6 +11,11 @@ scoring as the shadow for the post-promotion watch) or roll back (traffic back t
 candidacy ended). While a promotion is watched, each run looks again and reverts it if the new champion
 proves worse. Promotion and rollback alert. A run with conf {"canary_version": N} opens a rollout for
 version N by hand (no shadow verdict needed; add "again": true for a version rolled back before).
+
+Both the start and each step wait on the consistency gate (`quiver.monitoring.consistency_gate`, on unless
+monitoring.yaml sets `consistency_gate: false`): without a recent, non-empty, passing consistency check of the
+model covering the window judged (the drift DAG's daily `check_consistency`), the start waits and a running
+step holds, recording why.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ run id and window; `quiver_retrain` is scheduled on it. The work lives in `quive
 
 Beside it, `check_consistency` replays the same day's serving logs through the point-in-time engine and
 compares the served feature values with the offline ones (`quiver consistency`); features over their
-threshold raise `consistency` alerts, and the canary waits while one its candidate reads stays inconsistent.
+threshold raise `consistency` alerts. The canary's consistency gate reads these runs: it starts and steps only
+on a recent one of its model covering the window judged, that compared enough rows and passed.
 """
 
 from __future__ import annotations

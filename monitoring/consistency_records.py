@@ -1,15 +1,15 @@
 """Registry records of the consistency job: a run with its window and one result per feature (the feature's
-time series), written in one transaction through `Registry._write()`."""
+time series), written in one transaction through `Registry._write()`. What the canary makes of them is
+`quiver.monitoring.consistency_gate`: runs chosen by subject and data window, never the newest row alone."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert, select
 
 from quiver.monitoring.consistency import ConsistencyReport
 from quiver.registry import Registry
@@ -65,19 +65,3 @@ def consistency_results_of(registry: Registry, run_id: int) -> list[dict[str, An
         row.update(json.loads(row.pop("detail_json") or "{}"))
     return rows
 
-
-def inconsistent_features(registry: Registry, features: Iterable[str]) -> list[dict[str, Any]]:
-    """Of `features` (view:feature, or a model's bare input names), those whose newest consistency result
-    is over its threshold: the newest result of each, with its run's window. A feature never checked is not
-    listed."""
-    wanted = set(features)
-    newest = (select(consistency_results.c.feature, func.max(consistency_results.c.id).label("id"))
-              .where(consistency_results.c.project == registry.project).group_by(consistency_results.c.feature)
-              .subquery())
-    query = (select(consistency_results, consistency_runs.c.window_start, consistency_runs.c.window_end)
-             .join(newest, newest.c.id == consistency_results.c.id)
-             .join(consistency_runs, consistency_runs.c.id == consistency_results.c.run_id)
-             .where(consistency_results.c.status == "alert"))
-    with registry.engine.connect() as connection:
-        rows = [dict(r._mapping) for r in connection.execute(query)]
-    return [r for r in rows if r["feature"] in wanted or r["feature"].rsplit(":", 1)[-1] in wanted]

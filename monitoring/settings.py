@@ -10,7 +10,9 @@ one holding the defaults). Every key and sink option is described in docs/config
     on_failure: continue                                      # or stop
     consistency_threshold: 0.001                              # share of served values that may be wrong
     consistency_thresholds: {"user_spend:amount_sum_1h": 0.01}  # per feature (view:feature)
-    consistency_gate: false                                   # true: canaries wait on inconsistent inputs
+    consistency_gate: true                                    # false: canaries do not wait on consistency checks
+    consistency_max_age_hours: 26                             # the gate's check: data at most this old
+    consistency_min_rows: 100                                 # … comparing at least this many rows per feature
 
 `QUIVER_ALERT_WEBHOOK_URL` adds a webhook sink without a file. Relative paths resolve against the project root.
 """
@@ -29,7 +31,7 @@ from quiver.config import Config
 
 SETTINGS_FILE = "monitoring.yaml"
 _KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure", "consistency_threshold",
-         "consistency_thresholds", "consistency_gate"}
+         "consistency_thresholds", "consistency_gate", "consistency_max_age_hours", "consistency_min_rows"}
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,12 @@ class MonitoringSettings:
     on_failure: str = "continue"
     consistency_threshold: float = 0.001  # `quiver consistency`: share of served values that may be wrong
     consistency_thresholds: dict[str, float] = field(default_factory=dict)  # view:feature → its own
-    # Off by default: an online store refreshed by batch materialization serves values hours behind the
-    # point-in-time ones by design, and gating would then stop every canary (see docs/consistency.md).
-    consistency_gate: bool = False
+    # The canary's consistency gate (quiver.monitoring.consistency_gate): on unless set false. A step needs a
+    # check of its model's features covering the rollout's window, at most `consistency_max_age_hours` old by
+    # data time, that compared at least `consistency_min_rows` rows of each feature and passed.
+    consistency_gate: bool = True
+    consistency_max_age_hours: float = 26.0  # a daily check, with two hours of slack for a late run
+    consistency_min_rows: int = 100
 
 
 def load_settings(config: Config) -> MonitoringSettings:
@@ -81,9 +86,16 @@ def load_settings(config: Config) -> MonitoringSettings:
     except (TypeError, ValueError):
         raise QuiverError(f"{path}: consistency_threshold must be a number and consistency_thresholds a "
                           f"mapping of view:feature to numbers") from None
-    gate = values.get("consistency_gate", False)
+    gate = values.get("consistency_gate", True)
     if not isinstance(gate, bool):
         raise QuiverError(f"{path}: consistency_gate must be true or false, got {gate!r}")
+    max_age = values.get("consistency_max_age_hours", 26.0)
+    min_rows = values.get("consistency_min_rows", 100)
+    if isinstance(max_age, bool) or not isinstance(max_age, int | float) or not max_age > 0:
+        raise QuiverError(f"{path}: consistency_max_age_hours must be a number of hours above 0, got {max_age!r}")
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise QuiverError(f"{path}: consistency_min_rows must be a whole number of rows, at least 1, got "
+                          f"{min_rows!r}")
     return MonitoringSettings(
         alert_sinks=sinks,
         quarantine_dir=directory("quarantine_dir", config.offline_dir / "_quarantine" / "batches"),
@@ -92,6 +104,8 @@ def load_settings(config: Config) -> MonitoringSettings:
         consistency_threshold=threshold,
         consistency_thresholds=per_feature,
         consistency_gate=gate,
+        consistency_max_age_hours=float(max_age),
+        consistency_min_rows=min_rows,
     )
 
 

@@ -1,21 +1,31 @@
 """The canary, as idempotent steps over the registry (aliases, rollouts, decisions).
 
 `start_canary` opens a rollout for the challenger once its shadow verdict is in favour (or for a version an
-operator names) and, where the project gates on it (`consistency_gate`), no feature it reads is inconsistent
-online vs offline (its newest consistency check over threshold; a running canary holds while one is),
-`canary_step` judges the running rollout's current step once — or, after a promotion, takes
-one look of the post-promotion watch — through `quiver.monitoring.canary_judge`, which records the decision
-and applies it in one transaction (aliases, rollout, alert). Every step first redelivers alerts a crashed
-attempt left pending.
+operator names) and the consistency gate passes; `canary_step` judges the running rollout's current step
+once — or, after a promotion, takes one look of the post-promotion watch — through
+`quiver.monitoring.canary_judge`, which records the decision and applies it in one transaction (aliases,
+rollout, alert). Every step first redelivers alerts a crashed attempt left pending.
+
+The consistency gate (`quiver.monitoring.consistency_gate`, on unless monitoring.yaml sets `consistency_gate:
+false`) fails closed: a canary starts, and a running one takes a step, only on a recent, non-empty, passing
+consistency check of the model's features covering the window judged; otherwise it waits, or holds with a
+decision that names why. A step the judge would roll back or halt is taken whatever the gate says: the gate
+stops a canary from growing on unchecked evidence, never from shrinking.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from quiver.pipelines.loop_common import CHALLENGER, Project, iso
 from quiver.pipelines.loop_shadow import GOOD_VERDICTS, SHADOW, latest_shadow_decision
+
+RETREATS = ("rollback", "halt")  # outcomes a step takes whatever the consistency gate says
+
+if TYPE_CHECKING:
+    from quiver.monitoring.consistency_gate import GateVerdict
 
 
 def canary_settings(project: Project) -> Any:
@@ -84,29 +94,38 @@ def start_canary(project: Project, model: str, *, version: int | None = None, at
         reason = f"shadow verdict {decision.outcome} (decision #{decision.id})"
     else:
         reason = f"started by hand for {model}:{version}"
-    blocked = inconsistent_inputs(project, model, version)
-    if blocked:
+    moment = at or datetime.now(UTC)
+    champion = aliases.get("champion")
+    served = project.models.get(model, champion).features if champion is not None else []
+    gate = consistency_verdict(project, model, version, None, moment, served=served)
+    if not gate.passed:
         return {"model": model, "status": "waiting", "started": False, "challenger": version,
-                "reason": f"{model}:{version} reads {blocked}: serving would not feed it what it was trained on"}
+                "reason": f"{gate.reason}: serving may not feed it what it was trained on",
+                "consistency": gate.to_dict()}
     rollout = canary_judge.start_canary(project.config, model, version, settings=canary_settings(project),
                                         by="quiver_canary", reason=reason, at=at, again=again)
     return {"model": model, "status": "started", "rollout_id": rollout.id, "step": rollout.step,
-            "fraction": rollout.fraction, "canary": f"{model}:{version}", "started": True, "reason": reason}
+            "fraction": rollout.fraction, "canary": f"{model}:{version}", "started": True, "reason": reason,
+            "consistency": gate.to_dict()}
 
 
-def inconsistent_inputs(project: Project, model: str, version: int) -> str:
-    """The features `model:version` reads whose newest consistency check (`quiver consistency`, the drift
-    DAG's daily task) found served values differing from offline beyond their threshold; "" when none, or
-    when the project does not gate canaries on consistency (`consistency_gate` in monitoring.yaml)."""
-    from quiver.monitoring.consistency_records import inconsistent_features
+def consistency_verdict(project: Project, model: str, version: int, start: datetime | None, moment: datetime,
+                        *, served: Sequence[str] | None = None) -> GateVerdict:
+    """The consistency gate for `model:version` at `moment` (`quiver.monitoring.consistency_gate`): over
+    [start, moment] for a running rollout (`start` its start), or, before a canary starts (`start` None), over
+    the gate's maximum age before `moment`, where features the serving champion does not read (`served`) are
+    not required yet."""
+    from quiver.monitoring.consistency_gate import GateRules, gate_off, gate_verdict
     from quiver.monitoring.settings import load_settings
 
-    if not load_settings(project.config).consistency_gate:
-        return ""
-
-    found = inconsistent_features(project.registry, project.models.get(model, version).features)
-    return ", ".join(f"{r['feature']} ({r['wrong_rate']:.2%} wrong in consistency run #{r['run_id']})"
-                     for r in found)
+    settings = load_settings(project.config)
+    if not settings.consistency_gate:
+        return gate_off()
+    rules = GateRules.of_settings(settings)
+    features = project.models.get(model, version).features
+    first = [f for f in features if f not in set(served)] if start is None and served else []
+    return gate_verdict(project.registry, model, version, features, start=start or moment - rules.max_age,
+                        moment=moment, rules=rules, first_served=first)
 
 
 def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any]:
@@ -123,15 +142,19 @@ def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any
                 "outcome": earlier.outcome, "reason": earlier.statistics.get("reason", ""),
                 "decision_id": earlier.id, "new_decision": False, "rollout_id": earlier.rollout_id,
                 "actions": list(actions), "as_of": iso(moment), "repeated": True}
-    if rollouts.active_rollout(project.registry, model) is None:
+    running = rollouts.active_rollout(project.registry, model)
+    if running is None:
         if rollouts.watching_rollout(project.registry, model) is not None:
             return {"kind": "watch", **canary_judge.watch_step(project.config, model, as_of=moment,
                                                               by="quiver_canary")}
         return {"model": model, "outcome": "none", "reason": "no running rollout"}
-    running = rollouts.active_rollout(project.registry, model)
-    blocked = inconsistent_inputs(project, model, running.canary_version) if running is not None else ""
-    if running is not None and blocked:
-        return _hold_inconsistent(project, running, blocked, moment)
+    gate = consistency_verdict(project, model, running.canary_version, running.started_at, moment)
+    if not gate.passed:
+        # Closed to advancing, not to retreating: a step the judge would roll back or halt needs no evidence
+        # that serving fed the canary right (less traffic to it is safe either way), so it goes on.
+        would = canary_judge.judge_step(project.config, model, as_of=moment, by="quiver_canary", dry_run=True)
+        if would.verdict.outcome not in RETREATS:
+            return _hold_inconsistent(project, running, gate, moment)
     outcome = canary_judge.judge_step(project.config, model, as_of=moment, by="quiver_canary")
     verdict, rollout = outcome.verdict, outcome.rollout
     assert outcome.decision is not None
@@ -140,23 +163,25 @@ def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any
             "rollout_id": rollout.id, "status": rollout.status, "step": rollout.step,
             "fraction": rollout.fraction, "canary": f"{model}:{rollout.canary_version}",
             "champion_before": f"{model}:{rollout.champion_version}", "actions": list(outcome.actions),
-            "as_of": iso(moment)}
+            "as_of": iso(moment), "consistency": gate.to_dict()}
 
 
-def _hold_inconsistent(project: Project, rollout: Any, blocked: str, moment: datetime) -> dict[str, Any]:
-    """A running canary holds without a look while a feature it reads is inconsistent online vs offline (its
-    evidence would judge a model fed values it was not trained on); the hold is a decision that says why,
-    recorded once per rollout step and set of inconsistent features."""
+def _hold_inconsistent(project: Project, rollout: Any, gate: GateVerdict, moment: datetime) -> dict[str, Any]:
+    """A running canary holds without a look while the consistency gate does not pass (no recent check of
+    its features covering the rollout, an empty one, or features served wrong: its evidence might judge a
+    model fed values it was not trained on); the hold is a decision that says why, recorded once per rollout
+    step and cause."""
     from quiver.monitoring import canary_judge
     from quiver.monitoring.evaluation import idempotency_key
     from quiver.registry import rollouts
 
     model = rollout.model
-    reason = f"holding: {model}:{rollout.canary_version} reads {blocked}"
+    reason = f"holding: {gate.reason}"
     decision = rollouts.record_decision(
         project.registry, model, kind="canary_step", outcome="hold",
-        statistics={"outcome": "hold", "reason": reason, "fraction": rollout.fraction, "inconsistent": blocked},
-        idempotency_key=idempotency_key("inconsistent inputs", rollout.id, rollout.step, blocked),
+        statistics={"outcome": "hold", "reason": reason, "fraction": rollout.fraction,
+                    "inconsistent": ", ".join(gate.blocked) or gate.reason, "consistency": gate.to_dict()},
+        idempotency_key=idempotency_key("inconsistent inputs", rollout.id, rollout.step, gate.key),
         rollout_id=rollout.id, step=rollout.step, fraction=rollout.fraction,
         champion_version=f"{model}:{rollout.champion_version}", candidate_version=f"{model}:{rollout.canary_version}",
         by="quiver_canary", at=moment)
@@ -164,7 +189,8 @@ def _hold_inconsistent(project: Project, rollout: Any, blocked: str, moment: dat
     return {"kind": "step", "model": model, "outcome": "hold", "reason": reason, "decision_id": decision.id,
             "new_decision": bool(decision.created), "rollout_id": rollout.id, "status": rollout.status,
             "step": rollout.step, "fraction": rollout.fraction, "canary": f"{model}:{rollout.canary_version}",
-            "champion_before": f"{model}:{rollout.champion_version}", "actions": list(actions), "as_of": iso(moment)}
+            "champion_before": f"{model}:{rollout.champion_version}", "actions": list(actions), "as_of": iso(moment),
+            "consistency": gate.to_dict()}
 
 
 def _decided_at(project: Project, model: str, moment: datetime) -> Any:

@@ -96,7 +96,7 @@ def world(tmp_path: Path, redis_url: str) -> World:
     root.mkdir()
     (root / "quiver.yaml").write_text(f"project: cons\nregistry_url: sqlite:///{root}/registry.db\n"
                                       f"redis_url: {redis_url}\noffline_root: data/offline\n")
-    (root / "monitoring.yaml").write_text("consistency_gate: true\n")  # canaries wait on inconsistent inputs
+    (root / "monitoring.yaml").write_text("consistency_gate: true\n")  # the default, said: these tests are about it
     # Data times two days back: the late-event file written during the test is then dated after them.
     t0 = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
     write_source(root, _events(t0))
@@ -129,7 +129,7 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
     from quiver.online.redis_store import RedisOnlineStore
     from quiver.pipelines.loop import consistency_step
     from quiver.pipelines.loop_common import Project
-    from quiver.pipelines.loop_rollout import canary_step, inconsistent_inputs, start_canary
+    from quiver.pipelines.loop_rollout import canary_step, consistency_verdict, start_canary
     from quiver.registry import Registry, rollouts
     from quiver.streaming.late import late_dir
     from tests.integration.test_prediction_service import MODEL, register
@@ -146,8 +146,10 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
     assert not by_service["inconsistent"]
     project = Project(world.config)
     candidate = register(project.models, world.root / ".quiver" / "models", seed=2)
-    assert inconsistent_inputs(project, MODEL, candidate) == ""
-    assert start_canary(project, MODEL, version=candidate)["started"]  # consistent: it may start
+    # Consistent, and the check covers the moment it starts at (the canary's steps then cover its rollout).
+    started_at = world.t0 + timedelta(minutes=30)
+    assert consistency_verdict(project, MODEL, candidate, None, started_at).passed
+    assert start_canary(project, MODEL, version=candidate, at=started_at)["started"]
 
     # A value corrupted in Redis (same event time, another amount), an entity gone from Redis.
     view = world.catalog.views["stats"]
@@ -205,11 +207,11 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
     # A canary does not start while a feature its candidate reads is inconsistent.
     canary_judge.rollback(world.config, MODEL, reason="test: make room for the next candidate")
     other = register(project.models, world.root / ".quiver" / "models", seed=3)
-    waiting = start_canary(project, MODEL, version=other)
+    waiting = start_canary(project, MODEL, version=other, at=world.t0 + timedelta(hours=1))
     assert waiting["status"] == "waiting" and not waiting["started"]
-    # Without the gate (the default) the report still alerts, but canaries do not wait on it.
+    # With the gate off the report still alerts, but canaries do not wait on it.
     (world.root / "monitoring.yaml").write_text("consistency_gate: false\n")
-    assert inconsistent_inputs(project, MODEL, other) == ""
+    assert consistency_verdict(project, MODEL, other, None, world.t0 + timedelta(hours=1)).passed
     (world.root / "monitoring.yaml").write_text("consistency_gate: true\n")
     assert "stats:f0" in waiting["reason"] and f"consistency run #{report['run_id']}" in waiting["reason"]
 
@@ -223,6 +225,39 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
     unknown = consistency_step(str(world.root / "quiver.yaml"), "nobody", world.t0, world.t0 + timedelta(hours=1))
     assert unknown["status"] == "unavailable" and "nobody" in unknown["reason"]
 
+
+def test_the_loop_canary_waits_and_holds_until_a_consistency_check_covers_its_traffic(world: World) -> None:
+    """The gate fails closed, through the loop's steps: no check, no canary; a check of the day before lets
+    it start; its first step holds until the drift DAG's consistency task has compared rows served under it,
+    and is judged once it has."""
+    from quiver.pipelines.loop import consistency_step
+    from quiver.pipelines.loop_common import Project
+    from quiver.pipelines.loop_rollout import canary_step, start_canary
+    from tests.integration.test_prediction_service import MODEL, register
+
+    config_path = str(world.root / "quiver.yaml")
+    _serve(world, range(1, 6), "before")  # the champion's traffic before the canary
+    project = Project(world.config)
+    candidate = register(project.models, world.root / ".quiver" / "models", seed=2)
+    start = world.t0 + timedelta(hours=1)
+    waiting = start_canary(project, MODEL, version=candidate, at=start)
+    assert waiting["status"] == "waiting" and waiting["reason"].startswith(
+        f"no consistency check covers {start - timedelta(hours=26):%Y-%m-%d %H:%M} → {start:%Y-%m-%d %H:%M} for "
+        f"{MODEL}:{candidate} (none recorded for model {MODEL})"), waiting["reason"]
+    before = consistency_step(config_path, MODEL, world.t0, start)
+    assert before["status"] == "consistent" and before["rows_compared"] == 5 * USERS
+    started = start_canary(project, MODEL, version=candidate, at=start)
+    assert started["started"] and started["consistency"]["runs"] == [before["run_id"]]
+
+    _serve(world, range(61, 66), "under")  # served under the rollout, both arms
+    held = canary_step(project, MODEL, start + timedelta(minutes=30))
+    assert held["outcome"] == "hold" and held["reason"].startswith("holding: no consistency check covers"), held
+    assert f"newest: run #{before['run_id']}" in held["reason"]
+    after = consistency_step(config_path, MODEL, start, start + timedelta(minutes=30))
+    assert after["status"] == "consistent" and after["rows_compared"] == 5 * USERS
+    judged = canary_step(project, MODEL, start + timedelta(hours=1))
+    assert judged["consistency"]["passed"] and judged["consistency"]["runs"] == [after["run_id"]], judged
+    assert judged["decision_id"] != held["decision_id"] and "consistency" not in judged["reason"]
 
 def test_a_stale_store_is_replayed_as_the_online_reader_reads_it(world: World) -> None:
     """A window served from a store last fed at M is anchored at the request: the events of
@@ -291,7 +326,7 @@ def test_a_stream_stopped_for_an_hour_is_reported_as_stream_lag_and_holds_the_ca
     assert report["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
     project = Project(world.config)
     candidate = register(project.models, world.root / ".quiver" / "models", seed=2)
-    waiting = start_canary(project, MODEL, version=candidate)
+    waiting = start_canary(project, MODEL, version=candidate, at=world.t0 + timedelta(hours=1))
     assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]
 
 
@@ -333,5 +368,6 @@ def test_a_value_served_just_past_its_ttl_is_reported_as_a_ttl_edge_and_holds_th
         assert by[name]["wrong"] == 1 and by[name]["status"] == "alert", by[name]
     assert report["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]
     project = Project(world.config)
-    waiting = start_canary(project, MODEL, version=register(project.models, world.root / ".quiver" / "models", seed=2))
+    waiting = start_canary(project, MODEL, version=register(project.models, world.root / ".quiver" / "models", seed=2),
+                           at=world.t0 + timedelta(hours=2))
     assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]

@@ -74,7 +74,10 @@ class Webhook:
 @pytest.fixture
 def world(project: Project, tmp_path: Path) -> Iterator[tuple[Project, Webhook]]:
     hook = Webhook()
-    (tmp_path / "monitoring.yaml").write_text(f"alert_sinks:\n  - {{type: webhook, url: '{hook.url}', attempts: 1}}\n")
+    # The gate off: this world runs no consistency job (its tasks are the crash points under test), and the gate's
+    # own holds are tested in tests/unit/test_consistency_gate.py and test_consistency_job.py.
+    (tmp_path / "monitoring.yaml").write_text(f"alert_sinks:\n  - {{type: webhook, url: '{hook.url}', attempts: 1}}\n"
+                                              "consistency_gate: false\n")
     project.config = replace(project.config, loop_canary_steps="0.5,1.0", loop_canary_min_rows=300,
                              loop_canary_judge="log_loss_floor=0.08,brier_floor=0.05,error_rate_floor=0.05,"
                                                "latency_exceedance_floor=0.5,score_shift_floor=0.2,watch_hours=1")

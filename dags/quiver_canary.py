@@ -12,6 +12,9 @@ candidacy ended). While a promotion is watched, each run looks again and reverts
 proves worse. Promotion and rollback alert. A run with conf {"canary_version": N} opens a rollout for
 version N by hand (no shadow verdict needed; add "again": true for a version rolled back before).
 
+Beside them, every run compacts the serving log's closed hours of the two days before its interval's end
+(`quiver logs compact`): every replica's small files of an hour merged into one, atomically.
+
 Both the start and each step wait on the consistency gate (`quiver.monitoring.consistency_gate`, on unless
 monitoring.yaml sets `consistency_gate: false`): without a recent, non-empty, passing consistency check of the
 model covering the window judged (the drift DAG's daily `check_consistency`), the start waits and a running
@@ -62,7 +65,14 @@ def quiver_canary() -> None:
 
         return canary_judge_step(S.config_path, S.model, utc(started["as_of"]))
 
+    @task
+    def compact_serving_logs(data_interval_end: Any = None) -> dict[str, Any]:
+        from quiver.pipelines.loop import compact_logs_step
+
+        return compact_logs_step(S.config_path, data_interval_end)
+
     judge(start_rollout())
+    compact_serving_logs()  # beside the canary, not after it: a waiting canary skips its judge, not this
 
 
 quiver_canary()

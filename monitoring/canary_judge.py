@@ -24,7 +24,7 @@ A version whose rollout was rolled back or halted is never canaried again unless
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -105,10 +105,11 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
                                              f"champion calls of step {rollout.step}'s first look")
             threshold = rollout.reference["latency_threshold_ms"]
     stats = step_evidence(rows, settings, threshold, _routing_columns(loop, model_name, rollout, joined))
-    verdict = judge(stats, rollout.fraction)
+    logging = _logging_losses(config, rollout.step_started_at, as_of)
+    verdict = _hold_on_losses(judge(stats, rollout.fraction), logging, settings)
     if dry_run:
         return JudgeOutcome(verdict, None, (), rollout, pairing)
-    statistics = {**verdict.to_dict(), "pairing": pairing.to_dict()}
+    statistics = {**verdict.to_dict(), "pairing": pairing.to_dict(), "serving_log": logging}
     key = _key("canary_step", rollout.id, rollout.step, statistics)
     statistics["window"] = {"step_started_at": rollout.step_started_at.isoformat(), "as_of": as_of.isoformat()}
     statistics["reference"] = rollout.reference
@@ -122,6 +123,31 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
     faults.point("judge.recorded")
     actions = apply_decision(config, decision, by=by, at=as_of) if apply else ()
     return JudgeOutcome(verdict, decision, actions, rollouts.get_rollout(loop.registry, rollout.id), pairing)
+
+
+def _logging_losses(config: Config, start: datetime, end: datetime) -> dict[str, Any]:
+    """What the serving loggers of every replica did not write in the step's hours (their accounts): rows
+    dropped by reason and arm, and their share of the answering rows served."""
+    from quiver.monitoring.serving_log_accounts import read_accounts
+    from quiver.monitoring.serving_log_read import ANSWERING_ARMS
+
+    accounts = read_accounts(store_for(config), start, end)
+    lost = {arm: n for arm, n in accounts.dropped_by_arm().items() if arm in ANSWERING_ARMS or arm == "?"}
+    served = sum(n for arm, n in accounts.written.items() if arm in ANSWERING_ARMS) + sum(lost.values())
+    return {**accounts.to_dict(), "answering_dropped": sum(lost.values()),
+            "answering_dropped_share": sum(lost.values()) / served if served else 0.0}
+
+
+def _hold_on_losses(verdict: StepVerdict, logging: dict[str, Any], settings: JudgeSettings) -> StepVerdict:
+    """An advance or promotion on evidence the loggers lost part of becomes a hold that says so."""
+    share = logging["answering_dropped_share"]
+    if verdict.outcome not in ("advance", "promote") or share <= settings.max_dropped_share:
+        return verdict
+    reasons = ", ".join(f"{n:,} {why}" for why, n in logging["dropped_by_reason"].items())
+    return replace(verdict, outcome="hold", next_fraction=None, reason=(
+        f"holding: the serving loggers dropped {logging['answering_dropped']:,} answering rows in this step's hours "
+        f"({share:.1%}: {reasons}), more than max_dropped_share {settings.max_dropped_share:.1%}; the logged rows "
+        f"are not the traffic (would have been: {verdict.reason})"))
 
 
 def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None,

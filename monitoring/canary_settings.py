@@ -41,6 +41,9 @@ class JudgeSettings:
     log_loss_floor: float = 0.02
     brier_floor: float = 0.01
     watch_hours: float = 24.0  # after a promotion, compare with `previous` this long (0: no watch)
+    # A step whose serving loggers dropped more than this share of its answering rows (their accounts, every
+    # replica's) holds instead of advancing: its evidence is not the traffic's. A failing guardrail still rolls back.
+    max_dropped_share: float = 0.01
 
     def __post_init__(self) -> None:
         steps = tuple(float(s) for s in self.steps)
@@ -50,8 +53,8 @@ class JudgeSettings:
             raise ValueError(f"steps must rise strictly from above 0 to 1.0, got {list(steps)}")
         if not 0 < self.alpha < 1 or not 0 < self.srm_alpha < 1 or not 0 < self.fail_fraction <= 1:
             raise ValueError("alpha and srm_alpha must lie in (0, 1), fail_fraction in (0, 1]")
-        if self.watch_hours < 0:
-            raise ValueError("watch_hours must be >= 0")
+        if self.watch_hours < 0 or not 0 <= self.max_dropped_share <= 1:
+            raise ValueError("watch_hours must be >= 0 and max_dropped_share in [0, 1]")
         if self.min_rows < 2 or self.min_labels < 2 or self.max_canary_calls < 2:
             raise ValueError("min_rows, min_labels and max_canary_calls must be at least 2")
         for name in ("error_rate_floor", "latency_exceedance_floor", "latency_p99_floor_ms",

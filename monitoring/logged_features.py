@@ -9,6 +9,8 @@ their delayed labels by request id, with only the features the logs lack compute
 Rows: the answering arms (champion, canary) of [start, end), one per request id (shadow and paired rows
 repeat a request's reads), without rows whose call failed (counted: `rows["errored"]`), and only those
 with a label that had arrived by `labels_as_of` (the rest are counted as `unlabelled`, never silently lost).
+Rows the serving loggers dropped under pressure are not in the logs: their accounts count them (`dropped`),
+and a window that lost more than `max_dropped_share` of its rows is refused.
 A feature is taken from the logs on the rows whose model version read it (`serving_log_read.rows_reading`:
 the registry's recorded inputs, or the rows' own values for a version it does not know); on the other rows —
 a feature added after the rows were served, or read by one arm and not the other — it is backfilled. A
@@ -38,6 +40,7 @@ from quiver.monitoring.serving_log_tables import KEY_PREFIX, REQUEST_PREFIX
 from quiver.offline.store import store_for
 
 ARRIVAL_COLUMN = "label_arrived_at"
+MAX_DROPPED_SHARE = 0.01  # of a window's served rows the loggers may have dropped before a set is refused
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,14 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
                         labels: pa.Table | pd.DataFrame | None = None, labels_as_of: datetime | None = None,
                         label_column: str = "label", timestamp_column: str = "event_ts",
                         full_feature_names: bool = False, engine: str | None = None,
-                        registry: Any = None) -> LoggedFeatures:
+                        registry: Any = None, max_dropped_share: float = MAX_DROPPED_SHARE) -> LoggedFeatures:
     """The labelled requests served in [start, end) with `features` (``["view:feature", …]`` or a feature
     service) as serving saw them, backfilling what the logs lack (see the module docstring). `model`: only its
     versions' rows (default: every model's). `labels`: rows of (request_id, label[, arrived_at]) (default: the
     project's label store, `quiver labels`), those arrived by `labels_as_of` (default: every label). `registry`
-    says which version read what (default: the project's)."""
+    says which version read what (default: the project's). Refuses when the serving loggers dropped more than
+    `max_dropped_share` of the answering rows of the window's hours (their accounts, every replica's): such a
+    set would silently miss them; `rows` states the dropped count either way."""
     from quiver.monitoring.serving_log import log_schema, read_serving_logs
     from quiver.registry.repository import load_applied_catalog
 
@@ -85,9 +90,11 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
         raise QuiverError(f"the window is empty: end {end.isoformat()} is not after start {start.isoformat()}")
     catalog = catalog or load_applied_catalog(config).catalog
     refs = resolve_features(catalog, features, full_feature_names)
-    logged = read_serving_logs(store_for(config), start, end, schema=log_schema(catalog))
+    store = store_for(config)
+    logged = read_serving_logs(store, start, end, schema=log_schema(catalog))
     rows = {"logged": logged.num_rows}
     logged = logged.filter(pc.is_in(logged["arm"], pa.array(ANSWERING_ARMS)))
+    rows["dropped"] = _dropped(store, start, end, logged.num_rows, max_dropped_share)
     if model is not None:
         served_by = pc.unique(logged["model_version"]).to_pylist()
         of_model = [label for label in served_by if label is not None and label.rsplit(":", 1)[0] == model]
@@ -135,6 +142,24 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
              if sources[r.column][1].any() and not sources[r.column][1].all()}
     window = (start.astimezone(UTC).isoformat(), end.astimezone(UTC).isoformat())
     return LoggedFeatures(frame, logged_all, none, mixed, rows, window, model, tuple(columns), served_at)
+
+
+def _dropped(store: Any, start: datetime, end: datetime, answering: int, limit: float) -> int:
+    """Answering rows the loggers dropped in the window's hours (a dropped row whose arm is unknown counts);
+    raises when they are more than `limit` of the rows served."""
+    from quiver.monitoring.serving_log_accounts import read_accounts
+
+    accounts = read_accounts(store, start, end)
+    by_arm = accounts.dropped_by_arm()
+    dropped = sum(n for arm, n in by_arm.items() if arm in ANSWERING_ARMS or arm == "?")
+    served = answering + dropped
+    if served and dropped / served > limit:
+        reasons = ", ".join(f"{n:,} {why}" for why, n in accounts.to_dict()["dropped_by_reason"].items())
+        raise QuiverError(f"the serving loggers dropped {dropped:,} of the {served:,} rows served in "
+                          f"[{start.isoformat()}, {end.isoformat()}) ({dropped / served:.1%}: {reasons}), more than "
+                          f"{limit:.1%}: a training set from these logs would miss them; pick another window or "
+                          f"pass a larger max_dropped_share")
+    return dropped
 
 
 def _labels(config: Config, labels: pa.Table | pd.DataFrame | None, as_of: datetime | None) -> pa.Table:

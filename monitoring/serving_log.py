@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import re
@@ -83,8 +84,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location, as_location
+from quiver.monitoring.serving_log_accounts import Ledger, account_path, hour_folder
 from quiver.monitoring.serving_log_files import (
     estimate_bytes,
     newest_types,
@@ -99,7 +102,7 @@ from quiver.monitoring.serving_log_read import (
     read_quarantine,
     read_serving_logs,
 )
-from quiver.monitoring.serving_log_spool import Spool
+from quiver.monitoring.serving_log_spool import Spool, Spooled
 from quiver.monitoring.serving_log_tables import (
     BASE_SCHEMA,
     FEATURE_PREFIX,
@@ -204,6 +207,7 @@ class ServingLogger:
         self.written = 0
         self.files_written = 0
         self.spooled = 0  # rows that went to the spool (uploaded later: then counted in `written` too)
+        self.ledger = Ledger(self.replica, f"{self.replica}-{time.time_ns()}")
         self._spool_attempts = 0
         self._spool_next_try = 0.0  # time.monotonic()
         self.failed_writes = 0
@@ -297,12 +301,12 @@ class ServingLogger:
         self._append(_Quarantined(poisoned, _OUT_OF_RANGE), poisoned.n, estimate_bytes(poisoned))
 
     def _append(self, item: Item, rows: int, size: int) -> None:
-        dropped: list[tuple[str, int]] = []
+        dropped: list[tuple[str, int, Any]] = []
         with self._lock:
             if self._closed:
-                dropped.append(("closed", rows))
+                dropped.append(("closed", rows, item))
             elif size > self.max_buffer_bytes or (self.max_buffer_rows is not None and rows > self.max_buffer_rows):
-                dropped.append(("buffer_full", rows))  # larger than the whole budget: refused
+                dropped.append(("buffer_full", rows, item))  # larger than the whole budget: refused
             else:
                 dropped += self._make_room(rows, size)
                 self._buffer.append((item, rows, size))
@@ -310,12 +314,12 @@ class ServingLogger:
                 self._bytes += size
                 if self._rows >= self.flush_rows:
                     self._wake.set()
-        for reason, count in dropped:
-            self._count_dropped(reason, count)
+        for reason, count, what in dropped:  # outside the lock: counting by hour and arm reads the rows
+            self._count_dropped(reason, count, what)
 
-    def _make_room(self, rows: int, size: int) -> list[tuple[str, int]]:
+    def _make_room(self, rows: int, size: int) -> list[tuple[str, int, Any]]:
         """Drop the oldest waiting rows until `rows`/`size` more fit (holding _lock)."""
-        dropped: list[tuple[str, int]] = []
+        dropped: list[tuple[str, int, Any]] = []
         if not self._retry and self._bytes + self._in_flight_bytes + size <= self.max_buffer_bytes and (
                 self.max_buffer_rows is None or self._rows + self._in_flight_rows + rows <= self.max_buffer_rows):
             return dropped  # it fits (the usual case): no closure, no scan
@@ -328,17 +332,21 @@ class ServingLogger:
 
         while self._retry and over():
             part = self._retry.popleft()
-            dropped.append(("buffer_full", part.rows))
+            dropped.append(("buffer_full", part.rows, part))
         while self._buffer and over():
-            _, old_rows, old_size = self._buffer.popleft()
+            old, old_rows, old_size = self._buffer.popleft()
             self._rows -= old_rows
             self._bytes -= old_size
-            dropped.append(("buffer_full", old_rows))
+            dropped.append(("buffer_full", old_rows, old))
         return dropped
 
-    def _count_dropped(self, reason: str, rows: int) -> None:
+    def _count_dropped(self, reason: str, rows: int, what: Any = None) -> None:
+        """Count `rows` dropped for `reason`; `what` (the dropped item, part, table or spooled file) gives their
+        hours and arms to the accounts."""
         from quiver import metrics
 
+        for hour, by_arm in hours_and_arms(what, rows):
+            self.ledger.add(hour, f"dropped:{reason}", by_arm)
         with self._lock:
             self.dropped_by[reason] += rows
         metrics.SERVING_LOG_DROPPED.labels(reason=reason).inc(rows)
@@ -415,6 +423,7 @@ class ServingLogger:
                     written += self._write_part(_Part(hour, table, rows, 0, now, ""), final, store_down)
                 for batches, reason in quarantine:
                     self._quarantine(batches, reason)
+                self._store_accounts(store_down)
             finally:
                 with self._lock:
                     self._in_flight_rows = self._in_flight_bytes = 0
@@ -470,6 +479,22 @@ class ServingLogger:
                 self._types[column.name] = column.type
         return table
 
+    def _store_accounts(self, store_down: bool) -> None:
+        """Store the accounts of the hours that changed (see `quiver.monitoring.serving_log_accounts`); while the
+        store refuses, they wait (each file holds the process's whole count, so the next one catches up)."""
+        for hour, account in self.ledger.dirty():
+            if store_down:
+                self.ledger.keep_dirty(hour)
+                continue
+            try:
+                self.location.put(account_path(self.location, LOG_DIR, hour, self.ledger.process),
+                                  json.dumps(account).encode())
+            except Exception as exc:
+                self.ledger.keep_dirty(hour)
+                store_down = True
+                log.warning("serving log: the accounts of %s could not be stored (%s: %s); next flush tries again",
+                            hour_folder(hour), type(exc).__name__, exc)
+
     def _with_replica(self, table: pa.Table) -> pa.Table:
         """Every row names the replica that served it (files of several replicas merge, the column stays)."""
         return table.append_column(pa.field("replica", pa.string()), pa.repeat(self.replica, table.num_rows)) \
@@ -485,7 +510,13 @@ class ServingLogger:
             return 0, False
         if not retry_all and now < self._spool_next_try:
             return 0, True
-        uploaded, failure = spool.drain(lambda relative, data: self.location.put(self.location.path(relative), data))
+        def upload(relative: str, data: bytes) -> None:
+            self.location.put(self.location.path(relative), data)
+            table = pq.read_table(pa.BufferReader(data), columns=["ts", "arm"])
+            for hour, by_arm in hours_and_arms(table, table.num_rows):
+                self.ledger.add(hour, "written", by_arm)
+
+        uploaded, failure = spool.drain(upload)
         self.written += uploaded
         metrics.SERVING_LOG_ROWS.inc(uploaded)
         if failure is None:
@@ -516,6 +547,7 @@ class ServingLogger:
             self.location.put(self.location.path(relative), data)
         except Exception as exc:
             if data is not None and self.spool is not None and self._spooled(relative, data, part.rows, exc):
+                self.ledger.add(part.hour, "spooled", arm_counts(part.table))
                 return 0
             part.attempts += 1
             part.error = f"{type(exc).__name__}: {exc}"
@@ -539,6 +571,7 @@ class ServingLogger:
             return 0
         with self._lock:
             self._last_write_failed = False
+        self.ledger.add(part.hour, "written", arm_counts(part.table))
         self.files_written += 1
         self.written += part.rows
         metrics.SERVING_LOG_ROWS.inc(part.rows)
@@ -561,7 +594,7 @@ class ServingLogger:
                         type(why).__name__, why)
         self.spooled += rows
         for item in dropped:
-            self._count_dropped("spool_full", item.rows)
+            self._count_dropped("spool_full", item.rows, item)
         return True
 
     def _quarantine(self, batches: list[Batch], reason: str) -> None:
@@ -570,7 +603,7 @@ class ServingLogger:
             table = self._with_replica(batches_to_table(batches))
         except Exception as exc:
             log.error("serving log: %d rows cannot be converted even for the quarantine (%s): dropped", rows, exc)
-            self._count_dropped("unconvertible", rows)
+            self._count_dropped("unconvertible", rows, batches)
             return
         self._quarantine_table(table, rows, reason, "time_out_of_range" if reason == _OUT_OF_RANGE
                                else "unconvertible")
@@ -586,8 +619,10 @@ class ServingLogger:
         except Exception as exc:
             log.error("serving log: the quarantine cannot be written either (%s: %s): %d rows dropped",
                       type(exc).__name__, exc, rows)
-            self._count_dropped(kind if kind != "time_out_of_range" else "unconvertible", rows)
+            self._count_dropped(kind if kind != "time_out_of_range" else "unconvertible", rows, table)
             return
+        for hour, by_arm in hours_and_arms(table, rows):
+            self.ledger.add(hour, "quarantined", by_arm)
         with self._lock:
             self.quarantined_by[kind] += rows
         metrics.SERVING_LOG_QUARANTINED.labels(reason=kind).inc(rows)
@@ -627,6 +662,63 @@ class ServingLogger:
                 self._flush(retry_all=False)
             except Exception:  # never let the writer thread die: log and go on
                 log.exception("serving-log flush failed")
+
+
+def arm_counts(table: pa.Table) -> list[tuple[str, int]]:
+    """Rows per arm of a log table."""
+    import pyarrow.compute as pc
+
+    if "arm" not in table.column_names:
+        return [("?", table.num_rows)]
+    return [(str(item["values"]), int(item["counts"])) for item in pc.value_counts(table["arm"]).to_pylist()]
+
+
+def hours_and_arms(what: Any, rows: int) -> list[tuple[int, list[tuple[str, int]]]]:
+    """Hours (since the epoch) and rows per arm of something dropped or quarantined: a buffered item, a
+    failed part, a table, batches or a spooled file; an hour that cannot be told is left out of the accounts
+    (the totals in `dropped_by` still count it)."""
+    from quiver.monitoring.serving_log_tables import US_PER_HOUR
+
+    if isinstance(what, _Part):
+        return [(what.hour, arm_counts(what.table))]
+    if isinstance(what, Spooled):
+        folder = what.relative.split("/")
+        try:
+            moment = datetime.strptime(f"{folder[1][5:]} {folder[2][5:]}", "%Y-%m-%d %H").replace(tzinfo=UTC)
+        except (IndexError, ValueError):
+            return []
+        return [(int(moment.timestamp()) // 3600, [("?", rows)])]
+    if isinstance(what, _Quarantined):
+        what = what.batch
+    if isinstance(what, list):
+        return [pair for item in what for pair in hours_and_arms(item, getattr(item, "n", 0))]
+    if isinstance(what, tuple):  # one `log()` record: (ts_us, request_id, keys, features, version, arm, …)
+        return _group(np.array([int(what[0]) // US_PER_HOUR]), np.array([str(what[5])], dtype=object))
+    if isinstance(what, pa.Table):
+        ts_name = "ts" if "ts" in what.column_names else "ts_us"
+        if ts_name not in what.column_names or not what.num_rows:
+            return []
+        ts = what[ts_name].cast(pa.int64()).to_numpy(zero_copy_only=False)
+        arms = what["arm"].to_numpy(zero_copy_only=False) if "arm" in what.column_names else np.full(len(ts), "?")
+        return _group(ts // US_PER_HOUR, arms)
+    if isinstance(what, Batch):
+        ts = np.broadcast_to(np.asarray(what.ts_us, dtype=np.int64), (what.n,))
+        arms = np.broadcast_to(np.asarray(what.arm, dtype=object), (what.n,))
+        return _group(ts // US_PER_HOUR, arms)
+    return []
+
+
+def _group(hours: np.ndarray, arms: np.ndarray) -> list[tuple[int, list[tuple[str, int]]]]:
+    """Rows per arm of each hour; hours outside TIME_RANGE (quarantined for that) have no account."""
+    from quiver.monitoring.serving_log_tables import US_PER_HOUR
+
+    out = []
+    valid = (hours >= MIN_TIME_US // US_PER_HOUR) & (hours < MAX_TIME_US // US_PER_HOUR)
+    for hour in np.unique(hours[valid]):
+        chosen = arms[hours == hour]
+        values, counts = np.unique(chosen.astype(str), return_counts=True)
+        out.append((int(hour), [(str(v), int(c)) for v, c in zip(values, counts, strict=True)]))
+    return out
 
 
 class _BufferCollector:

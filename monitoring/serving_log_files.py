@@ -42,11 +42,11 @@ def part_name(replica: str) -> str:
     return f"part-{time.time_ns()}-{replica}-{uuid.uuid4().hex[:8]}.parquet"
 
 
-def parquet_bytes(table: pa.Table, compression: str) -> bytes:
+def parquet_bytes(table: pa.Table, compression: str, row_group_size: int | None = None) -> bytes:
     """`table` as one Parquet file in memory, with dictionaries and codecs chosen per column."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression=column_compression(table, compression) if len(table) else compression,
-                   use_dictionary=dictionary_columns(table.schema))
+                   use_dictionary=dictionary_columns(table.schema), row_group_size=row_group_size)
     return bytes(sink.getvalue())
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location, as_location
+from quiver.monitoring.serving_log_compact import hour_files
 from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX, conform
 
 LOG_DIR = "serving_logs"
@@ -36,16 +37,20 @@ def log_files(root: str | Path | Location, start: datetime | None = None, end: d
     """Paths (inside the root's filesystem) of every replica's log files of the hours overlapping
     [start, end), oldest hour first. Lists only the days and hours asked for, not the whole log."""
     location = as_location(root)
+    return [f"{folder}/{name}" for folder in hour_folders(location, start, end)
+            for name in hour_files(location, folder)]
+
+
+def hour_folders(location: Location, start: datetime | None = None, end: datetime | None = None) -> list[str]:
+    """The log's hour folders (paths inside the root's filesystem) overlapping [start, end), oldest first."""
     directory = location.path(LOG_DIR)
-    files = []
+    folders = []
     for day in location.children(directory):
         if not (day.startswith("date=") and _overlaps(day[5:], "00", start, end, hours=24)):
             continue
-        for hour in location.children(f"{directory}/{day}"):
-            if hour.startswith("hour=") and _overlaps(day[5:], hour[5:], start, end):
-                folder = f"{directory}/{day}/{hour}"
-                files += [f"{folder}/{name}" for name in location.children(folder) if _is_part(name)]
-    return files
+        folders += [f"{directory}/{day}/{hour}" for hour in location.children(f"{directory}/{day}")
+                    if hour.startswith("hour=") and _overlaps(day[5:], hour[5:], start, end)]
+    return folders
 
 
 def read_files(location: Location, files: list[str]) -> list[pa.Table]:
@@ -70,10 +75,15 @@ def read_serving_logs(root: str | Path | Location, start: datetime | None = None
     into floats with NaN — as integers with nulls when every float is whole or NaN."""
     location = as_location(root)
     files = log_files(location, start, end)
+    try:
+        tables = read_files(location, files)
+    except FileNotFoundError:  # a compaction replaced a file since the listing: its rows are in the new one
+        files = log_files(location, start, end)
+        tables = read_files(location, files)
     if not files:
         return BASE_SCHEMA.empty_table()
     declared = {f.name: f.type for f in schema} if schema is not None else {}
-    table = _concat(_harmonise(read_files(location, files), declared))
+    table = merge_tables(tables, declared)
     import pyarrow.compute as pc
 
     mask = None
@@ -91,6 +101,11 @@ def read_serving_logs(root: str | Path | Location, start: datetime | None = None
         if field.name not in table.column_names:
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.sort_by([("ts", "ascending")])
+
+
+def merge_tables(tables: list[pa.Table], declared: dict[str, pa.DataType]) -> pa.Table:
+    """Tables of several files (and writers) as one, each column in one type (see `read_serving_logs`)."""
+    return _concat(_harmonise(tables, declared))
 
 
 def _harmonise(tables: list[pa.Table], declared: dict[str, pa.DataType]) -> list[pa.Table]:

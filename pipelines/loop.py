@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from quiver.pipelines.loop_common import Project, run_window
@@ -97,6 +97,17 @@ def consistency_step(config_path: str | None, model: str, start: datetime | None
 
     begin, stop = run_window(start, end, days=1.0)
     return check_window(Project.load(config_path), model, begin, stop)
+
+
+def compact_logs_step(config_path: str | None, end: datetime | None, hours: float = 48.0) -> dict[str, Any]:
+    """Compact the serving log's closed hours of the `hours` before `end` (every replica's files of an hour
+    into one; idempotent, so a run that missed hours catches up)."""
+    from quiver.monitoring.serving_log_compact import as_rows, compact
+
+    project = Project.load(config_path)
+    stop = end or datetime.now(UTC)
+    done = compact(project.serving_log_root, stop - timedelta(hours=hours), stop)
+    return {"hours": as_rows(done), "compacted": len(done)}
 
 
 def drift_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:

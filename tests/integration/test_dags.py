@@ -37,6 +37,7 @@ def test_dagbag_has_no_import_errors_and_follows_house_rules(tmp_path: Path) -> 
         "train = bag.dags['quiver_retrain'].get_task('train')\n"
         "assert (train.queue, train.pool) == ('gpu', 'gpu'), (train.queue, train.pool)\n"
         "assert bag.dags['quiver_shadow_eval'].get_task('wait_for_labels').mode == 'reschedule'\n"
+        "assert not bag.dags['quiver_canary'].get_task('compact_serving_logs').upstream_task_ids\n"
         "print(sorted(bag.dags))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=_airflow_env(tmp_path / "airflow"),
@@ -149,3 +150,32 @@ def test_drift_dag_compares_the_champion_reference_with_serving_logs(tmp_path: P
         extras = [json.loads(row[0]) for row in connection.execute(text(
             "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = 'quiver://drift/m'"))]
     assert [e["drift_run_id"] for e in extras] == [runs[0][0]]
+
+
+def test_the_hourly_compaction_task_runs_for_real(tmp_path: Path) -> None:
+    """The canary DAG's `compact_serving_logs` through Airflow: an hour of two replicas' files becomes one."""
+    import numpy as np
+
+    from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
+
+    project = tmp_path / "project"
+    (project / "feature_defs").mkdir(parents=True)
+    (project / "quiver.yaml").write_text("project: dagtest\nregistry_url: sqlite:///.quiver/registry.db\n")
+    offline = project / "data" / "offline"
+    t0 = 1_793_696_400_000_000  # 2026-11-03 09:00 UTC
+    for replica in ("a", "b"):
+        with ServingLogger(offline, replica=replica, flush_interval_s=3_600) as logger:
+            for k in range(3):
+                logger.log_batch([f"{replica}{k}"], {"user_id": np.arange(1)}, {"x": np.ones(1)}, "m:1",
+                                 ts_us=np.array([t0 + k], dtype=np.int64))
+                logger.flush()
+    hour = offline / "serving_logs" / "date=2026-11-03" / "hour=09"
+    assert len(list(hour.glob("part-*.parquet"))) == 6
+    env = _airflow_env(tmp_path / "airflow", QUIVER_CONFIG=str(project / "quiver.yaml"))
+    migrate = subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    run = subprocess.run([str(AIRFLOW), "tasks", "test", "quiver_canary", "compact_serving_logs",
+                          "2026-11-03T11:00:00+00:00"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert not list(hour.glob("part-*.parquet")) and len(list(hour.glob("compacted-*.parquet"))) == 1
+    assert sorted(read_serving_logs(offline)["request_id"].to_pylist()) == ["a0", "a1", "a2", "b0", "b1", "b2"]

@@ -60,7 +60,7 @@ def test_a_training_set_from_logs_is_what_serving_saw_with_only_the_new_feature_
                                 model="fraud")
     assert built.logged == ("stats:f0", "stats:f1", "stats:category")
     assert built.backfilled == (f"spend:{NEW}",) and built.mixed == {}
-    assert built.rows == {"logged": 25 * USERS, "errored": 0, "duplicates": 0, "unlabelled": USERS,
+    assert built.rows == {"logged": 25 * USERS, "dropped": 0, "errored": 0, "duplicates": 0, "unlabelled": USERS,
                           "kept": 24 * USERS}
     frame = built.frame
     assert list(frame.columns) == ["request_id", "event_ts", "user_id", "label", "label_arrived_at", *STORED, NEW]
@@ -169,7 +169,7 @@ def test_rows_a_version_did_not_log_are_backfilled_and_repeats_and_failed_calls_
     _label(world, timedelta(hours=2))
 
     built = get_logged_features(NEXT, config=world.config, start=world.t0, end=world.t0 + timedelta(hours=1))
-    assert built.rows == {"logged": 2 * USERS + 6, "errored": 1, "duplicates": 1, "unlabelled": 0,
+    assert built.rows == {"logged": 2 * USERS + 6, "dropped": 0, "errored": 1, "duplicates": 1, "unlabelled": 0,
                           "kept": 2 * USERS + 4}
     assert built.logged == ("stats:f0",) and built.backfilled == (f"spend:{NEW}",)
     assert built.mixed == {"stats:f1": 4, "stats:category": 4}
@@ -181,3 +181,29 @@ def test_rows_a_version_did_not_log_are_backfilled_and_repeats_and_failed_calls_
     new = [f"x{i}" for i in range(4)]
     pd.testing.assert_frame_equal(frame.loc[new, ["f1", "category", NEW]], full.loc[new, ["f1", "category", NEW]])
     assert frame.loc[new, "f1"].notna().all()
+
+
+def test_a_window_whose_logger_dropped_rows_states_them_and_refuses_too_many(world: World) -> None:
+    """Rows a serving logger dropped under pressure are not in the logs; their accounts are: a training set
+    from logs says how many, and refuses a window that lost more than its limit."""
+    from quiver.catalog.errors import QuiverError
+    from quiver.monitoring.logged_features import get_logged_features
+    from quiver.monitoring.serving_log import ServingLogger, log_schema
+
+    _serve(world, range(1, 3), "a")
+    at = int((world.t0 + timedelta(minutes=5)).timestamp() * 1_000_000)
+    users = np.arange(USERS)
+    # A replica under pressure: room for USERS rows, given 3 × USERS; the oldest 2 × USERS are dropped.
+    with ServingLogger(world.config.offline_dir, schema=log_schema(world.catalog), max_buffer_rows=USERS,
+                       flush_interval_s=3_600, replica="pressed") as logger:
+        for k in range(3):
+            logger.log_batch([f"p{k}-{u}" for u in users], {"user_id": users}, {"f0": np.ones(USERS)},
+                             model_version="fraud:1", ts_us=at + k, predictions=np.full(USERS, 0.5))
+    assert logger.dropped_by == {"buffer_full": 2 * USERS}
+    _label(world, timedelta(hours=2))
+    window = {"config": world.config, "start": world.t0, "end": world.t0 + timedelta(hours=1)}
+    with pytest.raises(QuiverError, match=rf"dropped {2 * USERS} of the {5 * USERS} rows served .* "
+                                          rf"\(40\.0%: {2 * USERS} buffer_full\)"):
+        get_logged_features(NEXT, **window)
+    built = get_logged_features(NEXT, **window, max_dropped_share=0.5)
+    assert built.rows["dropped"] == 2 * USERS and built.rows["logged"] == 3 * USERS

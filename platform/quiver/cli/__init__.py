@@ -389,13 +389,14 @@ def _register_optional_commands() -> None:
         online,
         predict,
         replay,
+        serving_logs,
         streaming,
         training,
         ui,
     )
 
     for module in (offline, online, monitoring, training, streaming, models, predict, embedded_redis, embedded_kafka,
-                   decisions, labels, ui, replay, consistency):
+                   decisions, labels, ui, replay, consistency, serving_logs):
         module.register(app)
 
 

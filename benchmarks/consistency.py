@@ -63,9 +63,9 @@ def build(root: Path, users: int, n_events: int, n_requests: int) -> tuple[Any, 
     from quiver.catalog.loader import load_catalog
     from quiver.config import load_config
     from quiver.monitoring.labels import write_labels
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.offline.backfill import backfill
     from quiver.offline.pit import get_historical_features
+    from quiver.serving.logs import ServingLogger, log_schema
 
     (root / "feature_defs").mkdir(parents=True)
     (root / "feature_defs" / "definitions.py").write_text(DEFINITIONS)
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def get_logged_labels(config: Any, begin: datetime, end: datetime) -> pd.DataFrame:
     """The full backfill's label rows: each logged request's user and time, read from the logs directly."""
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     logged = read_serving_logs(config.offline_dir, begin, end)
     return pd.DataFrame({"request_id": logged["request_id"].to_pandas(),

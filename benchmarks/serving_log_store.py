@@ -55,8 +55,8 @@ def serving(args: argparse.Namespace, s3: Any, url: str, tmp: Path) -> dict[str,
     import httpx
 
     from quiver.config import load_config
-    from quiver.monitoring.serving_log import read_serving_logs
     from quiver.offline.store import store_for
+    from quiver.serving.logs import read_serving_logs
 
     n_entities = 1_000 if args.quick else 10_000
     seconds, rounds = (2.0, 2) if args.quick else (8.0, 3)
@@ -111,8 +111,8 @@ def serving(args: argparse.Namespace, s3: Any, url: str, tmp: Path) -> dict[str,
 
 def compaction(args: argparse.Namespace, s3: Any) -> dict[str, Any]:
     from quiver.catalog.locations import as_location
-    from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
-    from quiver.monitoring.serving_log_compact import compact
+    from quiver.serving.logs import ServingLogger, read_serving_logs
+    from quiver.serving.logs.compact import compact
 
     rows_per_day = 200_000 if args.quick else 1_000_000
     replicas, flush_s = 2, args.flush_s

@@ -16,7 +16,7 @@ from quiver.monitoring.alerts import (
 from quiver.monitoring.checks import DriftCheck, run_drift_check
 from quiver.monitoring.drift import DriftConfig, DriftReport, FeatureDrift, Thresholds, compute_drift
 from quiver.monitoring.quality import QualityGate, QualityGateError, QualityResult
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
+from quiver.serving.logs import ServingLogger, read_serving_logs
 
 __all__ = [
     "AirflowAssetSink",

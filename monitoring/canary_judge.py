@@ -128,8 +128,8 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
 def _logging_losses(config: Config, start: datetime, end: datetime) -> dict[str, Any]:
     """What the serving loggers of every replica did not write in the step's hours (their accounts): rows
     dropped by reason and arm, and their share of the answering rows served."""
-    from quiver.monitoring.serving_log_accounts import read_accounts
-    from quiver.monitoring.serving_log_read import ANSWERING_ARMS
+    from quiver.serving.logs.accounts import read_accounts
+    from quiver.serving.logs.read import ANSWERING_ARMS
 
     accounts = read_accounts(store_for(config), start, end)
     lost = {arm: n for arm, n in accounts.dropped_by_arm().items() if arm in ANSWERING_ARMS or arm == "?"}
@@ -205,7 +205,7 @@ def _read(config: Config, start: datetime, as_of: datetime) -> tuple[pa.Table, p
     arrived by `as_of` (without the feature columns)."""
     from quiver.monitoring.evaluation import join_labels
     from quiver.monitoring.labels import read_labels
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     logs = read_serving_logs(store_for(config), start, as_of)
     return logs, join_labels(logs, read_labels(store_for(config), as_of))
@@ -429,7 +429,7 @@ def start_canary(config: Config, model_name: str, version: int, *, settings: Jud
 
 
 def _latency_reference(config: Config, settings: JudgeSettings, at: datetime) -> dict[str, Any]:
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     logs = read_serving_logs(store_for(config), at - REFERENCE_WINDOW, at, arm="champion")
     if logs.num_rows == 0:
@@ -497,9 +497,9 @@ def _routing_columns(loop: _Loop, model: str, rollout: Rollout, joined: pd.DataF
     import json
 
     from quiver.models.artifact import MODEL_FILE
-    from quiver.monitoring.serving_log import KEY_PREFIX
     from quiver.registry.repository import load_applied_catalog
     from quiver.serving.arms import routing_key_for
+    from quiver.serving.logs import KEY_PREFIX
 
     keys = [c for c in joined.columns if c.startswith(KEY_PREFIX)]
     with contextlib.suppress(OSError, KeyError, ValueError, QuiverError):

@@ -23,9 +23,9 @@ import pandas as pd
 import pyarrow as pa
 
 from quiver.monitoring.canary_evidence import PAIRED_ARM
-from quiver.monitoring.serving_log_read import ANSWERING_ARMS
-from quiver.monitoring.serving_log_tables import FEATURE_PREFIX
 from quiver.serving.arms import NOT_RUN
+from quiver.serving.logs.read import ANSWERING_ARMS
+from quiver.serving.logs.tables import FEATURE_PREFIX
 
 if TYPE_CHECKING:
     from quiver.models.artifact import Scorer

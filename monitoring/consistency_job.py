@@ -32,8 +32,8 @@ from quiver.config import Config
 from quiver.monitoring import consistency as cons
 from quiver.monitoring import consistency_evidence as ev
 from quiver.monitoring.consistency import FeatureConsistency, Values
-from quiver.monitoring.serving_log_read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
 from quiver.offline.store import store_for
+from quiver.serving.logs.read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
 
 ALERT_KIND = "consistency"
 _EXAMPLES = 3  # example rows kept per cause
@@ -93,8 +93,8 @@ def run_consistency(config: Config, *, model: str | None = None, service: str | 
     """Compare the served feature values of [start, end) with the point-in-time values (see the module
     docstring). `registry` says which model version read what and when views were materialized; the run is
     recorded there unless `record` is False; alerts are raised and resolved when `alerts` is given."""
-    from quiver.monitoring.serving_log import log_schema, read_serving_logs
     from quiver.registry.repository import load_applied_catalog
+    from quiver.serving.logs import log_schema, read_serving_logs
 
     if model is None and service is None:
         raise QuiverError("give --model NAME or --service NAME: whose served features to check")

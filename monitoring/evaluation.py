@@ -1,6 +1,6 @@
 """Evaluation of served predictions against delayed labels: per arm, and champion vs shadow on the same requests.
 
-Serving logs (`monitoring/serving_log.py`) are joined with delayed labels (`monitoring/labels.py`) on
+Serving logs (`platform/quiver/serving/logs/writer.py`) are joined with delayed labels (`monitoring/labels.py`) on
 `request_id`. A shadow row carries the request_id of the champion row it mirrors, so the comparison is
 *paired*: both models scored the very same feature vector, and per-request differences cancel the noise of
 which requests happened to come in.
@@ -187,7 +187,7 @@ def evaluate(config: Config, model_name: str | None = None, *, start: datetime |
              end: datetime | None = None, as_of: datetime | None = None) -> list[ArmMetrics]:
     """`quiver evaluate`: serving logs ⋈ labels per arm and model version (optionally one model's rows)."""
     from quiver.monitoring.labels import read_labels
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     logs = _model_rows(read_serving_logs(store_for(config), start, end), model_name)
     return arm_metrics(join_labels(logs, read_labels(store_for(config), as_of)))
@@ -379,7 +379,7 @@ def evaluate_shadow(config: Config, model_name: str, *, champion_version: int | 
     from datetime import UTC
 
     from quiver.monitoring.labels import read_labels
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     settings = settings or ShadowSettings()
     as_of = as_of or datetime.now(UTC)

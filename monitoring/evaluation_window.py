@@ -168,7 +168,7 @@ def evaluate_window(config: Config, model_name: str | None = None, *, start: dat
     when named; an unknown model is an error naming the closest one)."""
     from quiver.monitoring.evaluation import _model_rows
     from quiver.monitoring.labels import read_labels
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     if model_name is not None:
         from quiver.registry import Registry

@@ -120,7 +120,7 @@ def label_files(root: str | Path | Location, quarantined: bool = False) -> list[
 def read_labels(root: str | Path | Location, as_of: datetime | None = None) -> pa.Table:
     """One label per request_id: the newest that arrived at or before `as_of` (default: all), from every
     writer's files under `root` (the store root)."""
-    from quiver.monitoring.serving_log_read import read_files
+    from quiver.serving.logs.read import read_files
 
     location = as_location(root)
     files = label_files(location)

@@ -35,9 +35,9 @@ from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.references import FeatureRef, resolve_features
 from quiver.config import Config
-from quiver.monitoring.serving_log_read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
-from quiver.monitoring.serving_log_tables import KEY_PREFIX, REQUEST_PREFIX
 from quiver.offline.store import store_for
+from quiver.serving.logs.read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
+from quiver.serving.logs.tables import KEY_PREFIX, REQUEST_PREFIX
 
 ARRIVAL_COLUMN = "label_arrived_at"
 MAX_DROPPED_SHARE = 0.01  # of a window's served rows the loggers may have dropped before a set is refused
@@ -83,8 +83,8 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
     says which version read what (default: the project's). Refuses when the serving loggers dropped more than
     `max_dropped_share` of the answering rows of the window's hours (their accounts, every replica's): such a
     set would silently miss them; `rows` states the dropped count either way."""
-    from quiver.monitoring.serving_log import log_schema, read_serving_logs
     from quiver.registry.repository import load_applied_catalog
+    from quiver.serving.logs import log_schema, read_serving_logs
 
     if end <= start:
         raise QuiverError(f"the window is empty: end {end.isoformat()} is not after start {start.isoformat()}")
@@ -147,7 +147,7 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
 def _dropped(store: Any, start: datetime, end: datetime, answering: int, limit: float) -> int:
     """Answering rows the loggers dropped in the window's hours (a dropped row whose arm is unknown counts);
     raises when they are more than `limit` of the rows served."""
-    from quiver.monitoring.serving_log_accounts import read_accounts
+    from quiver.serving.logs.accounts import read_accounts
 
     accounts = read_accounts(store, start, end)
     by_arm = accounts.dropped_by_arm()

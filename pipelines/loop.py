@@ -102,7 +102,7 @@ def consistency_step(config_path: str | None, model: str, start: datetime | None
 def compact_logs_step(config_path: str | None, end: datetime | None, hours: float = 48.0) -> dict[str, Any]:
     """Compact the serving log's closed hours of the `hours` before `end` (every replica's files of an hour
     into one; idempotent, so a run that missed hours catches up)."""
-    from quiver.monitoring.serving_log_compact import as_rows, compact
+    from quiver.serving.logs.compact import as_rows, compact
 
     project = Project.load(config_path)
     stop = end or datetime.now(UTC)

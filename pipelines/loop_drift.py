@@ -36,7 +36,7 @@ def align_current(logged: pa.Table, features: Sequence[str]) -> pa.Table:
     Logged feature names may carry their view (`user_spend:amount_mean_24h`) where the training set has the
     bare name; a reference feature with no logged column is left out (the drift report lists it as missing).
     """
-    from quiver.monitoring.serving_log import feature_frame
+    from quiver.serving.logs import feature_frame
 
     frame = feature_frame(logged)
     # Logs carry every catalog feature, null where the serving model did not read it: a bare name maps to
@@ -76,7 +76,7 @@ def serving_drift_inputs(project: Project, model: str, *, version: str | int | N
     import pyarrow.compute as pc
 
     from quiver.catalog.errors import QuiverError, did_you_mean
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     if arm not in ARMS:
         raise QuiverError(f"unknown arm {arm!r}{did_you_mean(arm, ARMS)} (arms: {', '.join(ARMS)})")
@@ -105,7 +105,7 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
     crashed attempt (`repeated` False: its Asset may never have gone out), by another run a repeat."""
     from quiver.monitoring import repository
     from quiver.monitoring.checks import run_drift_check
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     champion = project.models.alias(model, CHAMPION)
     base: dict[str, Any] = {"model": model, "window_start": iso(start), "window_end": iso(end)}

@@ -57,7 +57,7 @@ def labelled_pairs(project: Project, model: str, as_of: datetime) -> int:
     """Requests scored by champion and shadow before `as_of` whose label arrived by then."""
     from quiver.monitoring.evaluation import _model_rows, join_labels, shadow_pairs
     from quiver.monitoring.labels import read_labels
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     aliases = project.models.aliases(model)
     if aliases.get(SHADOW) is None or aliases.get(CHAMPION) is None:

@@ -271,10 +271,10 @@ def run_story(config: Config, story: Story, say: Any = print) -> StoryLog:
 
 
 def _run_story(config: Config, story: Story, say: Any) -> StoryLog:
-    from quiver.monitoring.serving_log import log_schema, logger_for
     from quiver.pipelines.loop_airflow import AIRFLOW_HOME_DIR, AirflowWorker
     from quiver.pipelines.replay import deliver_labels, replay
     from quiver.registry import rollouts
+    from quiver.serving.logs import log_schema, logger_for
     from quiver.serving.prediction import PredictionService
     from quiver.serving.store import FeatureStore
 
@@ -340,8 +340,8 @@ def write_reports(project: Project, log: StoryLog, end: datetime) -> dict[str, s
     from quiver.monitoring.evaluation import _model_rows, join_labels, shadow_pairs
     from quiver.monitoring.evaluation_report import write_evaluation_report
     from quiver.monitoring.labels import read_labels
-    from quiver.monitoring.serving_log import read_serving_logs
     from quiver.registry import rollouts
+    from quiver.serving.logs import read_serving_logs
 
     model = project.config.loop_model
     reports: dict[str, str] = {}

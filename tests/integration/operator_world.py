@@ -82,7 +82,7 @@ def _serve(config: Config, models: Any, batches: int, seed: int, truth: np.ndarr
     """Every user `batches` times through the real service, 4 rows a call; labels drawn from `truth`
     arrive at once. Returns a moment after everything was logged."""
     from quiver.monitoring.labels import write_labels
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
+    from quiver.serving.logs import ServingLogger, log_schema
     from quiver.serving.prediction import PredictionService
     from quiver.serving.store import FeatureStore
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
 from quiver.registry import rollouts
+from quiver.serving.logs import ServingLogger, read_serving_logs
 from tests.integration.test_prediction_service import MODEL, USERS, Project, project, register, rows
 
 pytestmark = pytest.mark.integration

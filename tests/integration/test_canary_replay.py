@@ -15,8 +15,8 @@ from quiver.monitoring.canary_judge import judge_step, start_canary, watch_step
 from quiver.monitoring.canary_replay import replay_pairs
 from quiver.monitoring.evaluation import join_labels
 from quiver.monitoring.labels import read_labels
-from quiver.monitoring.serving_log import read_serving_logs
 from quiver.registry import explain, rollouts
+from quiver.serving.logs import read_serving_logs
 from tests.integration.test_canary_rollout import SETTINGS, serve
 from tests.integration.test_prediction_service import MODEL, Project, project, register
 

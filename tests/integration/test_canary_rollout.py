@@ -14,8 +14,8 @@ from quiver.catalog.errors import QuiverError
 from quiver.monitoring.canary_judge import apply_decision, judge_step, rollback, start_canary
 from quiver.monitoring.canary_stats import JudgeSettings
 from quiver.monitoring.labels import write_labels
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
 from quiver.registry import rollouts
+from quiver.serving.logs import ServingLogger, read_serving_logs
 from tests.integration.test_prediction_service import MODEL, USERS, Project, project, register, rows
 
 pytestmark = pytest.mark.integration

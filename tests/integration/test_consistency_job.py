@@ -64,9 +64,9 @@ def _backfill(world: World) -> None:
 
 def _serve(world: World, minutes: range, tag: str) -> None:
     """Every user at each of `minutes` after t0, through the real prediction service and serving logger."""
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.registry import Registry
     from quiver.registry.models import ModelRegistry
+    from quiver.serving.logs import ServingLogger, log_schema
     from quiver.serving.prediction import PredictionService
     from quiver.serving.store import FeatureStore
     from tests.integration.test_prediction_service import MODEL

@@ -103,9 +103,9 @@ def test_drift_dag_compares_the_champion_reference_with_serving_logs(tmp_path: P
     import pandas as pd
     from sqlalchemy import create_engine, text
 
-    from quiver.monitoring.serving_log import ServingLogger
     from quiver.registry import Registry
     from quiver.registry.models import ModelRegistry
+    from quiver.serving.logs import ServingLogger
 
     project = tmp_path / "project"
     shutil.copytree(REPO / "feature_defs", project / "feature_defs")
@@ -156,7 +156,7 @@ def test_the_hourly_compaction_task_runs_for_real(tmp_path: Path) -> None:
     """The canary DAG's `compact_serving_logs` through Airflow: an hour of two replicas' files becomes one."""
     import numpy as np
 
-    from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
+    from quiver.serving.logs import ServingLogger, read_serving_logs
 
     project = tmp_path / "project"
     (project / "feature_defs").mkdir(parents=True)

@@ -29,7 +29,7 @@ NEW = "f0_sum_1h"
 def _label(world: World, arrived_after: timedelta, skip: set[str] | None = None, seed: int = 0) -> dict[str, float]:
     """A 0/1 label for every logged request but `skip`, arriving `arrived_after` t0 (the label store)."""
     from quiver.monitoring.labels import write_labels
-    from quiver.monitoring.serving_log import read_serving_logs
+    from quiver.serving.logs import read_serving_logs
 
     ids = [r for r in read_serving_logs(world.config.offline_dir)["request_id"].to_pylist() if r not in (skip or set())]
     labels = np.random.default_rng(seed).binomial(1, 0.3, len(ids)).astype(float)
@@ -111,10 +111,10 @@ def test_a_training_set_from_logs_is_what_serving_saw_with_only_the_new_feature_
 def test_a_model_trained_from_logs_equals_one_trained_from_a_full_backfill(world: World, tmp_path: Path) -> None:
     from quiver.artifacts import ArtifactStore
     from quiver.models.train import TrainConfig
-    from quiver.monitoring.serving_log import read_serving_logs
     from quiver.pipelines.training import run_training
     from quiver.registry import Registry
     from quiver.registry.models import ModelRegistry
+    from quiver.serving.logs import read_serving_logs
 
     _serve(world, range(0, 60), "t")
     cutoff = world.t0 + timedelta(hours=1)
@@ -151,8 +151,8 @@ def test_a_model_trained_from_logs_equals_one_trained_from_a_full_backfill(world
 
 def test_rows_a_version_did_not_log_are_backfilled_and_repeats_and_failed_calls_counted(world: World) -> None:
     from quiver.monitoring.logged_features import get_logged_features
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
     from quiver.offline.pit import get_historical_features
+    from quiver.serving.logs import ServingLogger, log_schema
 
     _serve(world, range(1, 3), "a")  # the registered version: logs f0, f1 and category
     at = int((world.t0 + timedelta(minutes=5)).timestamp() * 1_000_000)
@@ -188,7 +188,7 @@ def test_a_window_whose_logger_dropped_rows_states_them_and_refuses_too_many(wor
     from logs says how many, and refuses a window that lost more than its limit."""
     from quiver.catalog.errors import QuiverError
     from quiver.monitoring.logged_features import get_logged_features
-    from quiver.monitoring.serving_log import ServingLogger, log_schema
+    from quiver.serving.logs import ServingLogger, log_schema
 
     _serve(world, range(1, 3), "a")
     at = int((world.t0 + timedelta(minutes=5)).timestamp() * 1_000_000)

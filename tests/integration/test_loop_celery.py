@@ -60,13 +60,13 @@ def _project(folder: Path, shared: Path, registry_url: str, artifact_root: str, 
 def deployment(tmp_path_factory: pytest.TempPathFactory, postgres_server: Any, s3_server: Any) -> Iterator[Any]:
     from quiver.catalog.loader import load_catalog
     from quiver.config import load_config
-    from quiver.monitoring.serving_log import ServingLogger
     from quiver.offline.backfill import backfill
     from quiver.pipelines.demo_data import generate
     from quiver.pipelines.loop_celery import CeleryDeployment
     from quiver.pipelines.replay import replay
     from quiver.pipelines.training import run_training
     from quiver.registry import Registry
+    from quiver.serving.logs import ServingLogger
     from quiver.serving.prediction import PredictionService
     from quiver.serving.store import FeatureStore
 

@@ -34,9 +34,9 @@ import pytest
 
 from quiver.monitoring import faults
 from quiver.monitoring.labels import write_labels
-from quiver.monitoring.serving_log import ServingLogger
 from quiver.pipelines.loop_common import Project as LoopProject
 from quiver.registry import rollouts
+from quiver.serving.logs import ServingLogger
 from tests.integration.test_prediction_service import MODEL, USERS, Project, project, register, rows
 
 pytestmark = pytest.mark.integration

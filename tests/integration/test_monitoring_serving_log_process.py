@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from quiver.monitoring.serving_log import read_serving_logs
+from quiver.serving.logs import read_serving_logs
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent('''
     import os, signal, sys, time
-    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.serving.logs import ServingLogger
 
     root, mode = sys.argv[1], sys.argv[2]
     logger = ServingLogger(root, flush_rows=1_000_000, flush_interval_s=0.2)

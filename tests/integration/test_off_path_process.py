@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from quiver.models.artifact import load_model
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
 from quiver.registry import rollouts
+from quiver.serving.logs import ServingLogger, read_serving_logs
 from tests.integration import test_prediction_service as prediction
 from tests.integration.test_prediction_service import MODEL, Project, register, rows
 

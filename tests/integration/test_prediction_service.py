@@ -20,13 +20,14 @@ import pytest
 from quiver import Entity, FeatureView, Field, Float64, Source, String
 from quiver.artifacts import ArtifactStore
 from quiver.catalog.validate import build_catalog
+from quiver.composition import prediction_service
 from quiver.config import Config
 from quiver.monitoring.alerts import AlertManager, LogSink
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
 from quiver.offline.layout import last_values_schema
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.registry import Registry, rollouts
 from quiver.registry.models import ModelRegistry
+from quiver.serving.logs import ServingLogger, read_serving_logs
 from quiver.serving.prediction import PredictionService
 from quiver.serving.store import FeatureStore
 
@@ -369,7 +370,7 @@ def test_rows_log_at_their_own_time_and_from_config_flushes_on_close(project: Pr
     project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
     project.models.set_alias(MODEL, "shadow", v2, expected=None, reason="shadow")
     simulated = datetime(2026, 11, 3, 9, 30, tzinfo=UTC)
-    service = PredictionService.from_config(project.config, MODEL, store=project.store)
+    service = prediction_service(project.config, MODEL, store=project.store)
     out = service.predict([{"request_id": f"t{u}", "entities": {"user_id": u},
                             "at": simulated + timedelta(minutes=u)} for u in range(5)])
     service.close()  # never started: the queued shadow batch is scored here, then the log is flushed

@@ -24,7 +24,7 @@ from quiver.catalog.definitions import (
     Source,
 )
 from quiver.catalog.validate import build_catalog
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
+from quiver.serving.logs import ServingLogger, read_serving_logs
 from quiver.serving.prediction import PredictionService
 from quiver.serving.store import FeatureStore
 from tests.integration.test_prediction_service import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from quiver.monitoring.serving_log import read_quarantine, read_serving_logs
+from quiver.serving.logs import read_quarantine, read_serving_logs
 from tests.harness import RedisServer
 from tests.serving_processes import (
     KEY,

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quiver.config import Config
-from quiver.monitoring.serving_log import ServingLogger, log_schema, read_serving_logs
+from quiver.serving.logs import ServingLogger, log_schema, read_serving_logs
 from tests.integration.test_request_features import odfv_catalog
 
 pytestmark = pytest.mark.integration

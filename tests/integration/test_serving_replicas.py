@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 import pytest
 
 from quiver.config import load_config
-from quiver.monitoring.serving_log import read_serving_logs
-from quiver.monitoring.serving_log_compact import compact
-from quiver.monitoring.serving_log_read import log_files
 from quiver.offline.store import store_for
+from quiver.serving.logs import read_serving_logs
+from quiver.serving.logs.compact import compact
+from quiver.serving.logs.read import log_files
 from tests.cli_runs import quiver
 from tests.harness import TcpProxy
 from tests.serving_processes import KEY, MODEL, USERS, ServingProject, make_project, rows, serve_model

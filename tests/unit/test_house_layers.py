@@ -16,7 +16,8 @@ from tests.unit.test_house_imports import import_graph
 # (the stream writes the online store and leaves late events for the offline backfill).
 LAYERS = ("quiver.catalog", "quiver.artifacts", "quiver.config", "quiver.metrics", "quiver.jars", "quiver",
           "quiver.compile", "quiver.offline", "quiver.online", "quiver.streaming", "quiver.registry",
-          "quiver.models", "quiver.serving", "quiver.monitoring", "quiver.pipelines", "quiver.ui", "quiver.cli",
+          "quiver.models", "quiver.serving", "quiver.monitoring", "quiver.composition", "quiver.pipelines",
+          "quiver.ui", "quiver.cli",
           "quiver.pipelines.demo")  # the demo uses the product as a user does; nothing imports it
 
 # (importing module, imported package): the upward imports the house accepts, each for its reason.
@@ -26,11 +27,6 @@ ALLOWED = {
     ("quiver.online.materialize", "quiver.registry"),
     # ModelRegistry.load returns the version's model, loaded and checked against its recorded sha256.
     ("quiver.registry.models", "quiver.models"),
-    # The serving processes' composition root builds their serving logger, alert sinks and settings.
-    ("quiver.serving.prediction", "quiver.monitoring"),
-    ("quiver.serving.predict_server", "quiver.monitoring"),
-    # The off-path process is a serving process of its own: it builds its serving logger from the parent's settings.
-    ("quiver.serving.off_path_process", "quiver.monitoring"),
 }
 
 

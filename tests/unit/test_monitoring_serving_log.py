@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quiver.monitoring import serving_log_files
-from quiver.monitoring.serving_log import ServingLogger, feature_frame, read_serving_logs
-from quiver.monitoring.serving_log_tables import BASE_SCHEMA
+from quiver.serving.logs import ServingLogger, feature_frame, read_serving_logs
+from quiver.serving.logs import files as serving_log_files
+from quiver.serving.logs.tables import BASE_SCHEMA
 
 T0 = datetime(2026, 11, 3, 9, 59, 58, 123456, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
+from quiver.serving.logs import ServingLogger, read_serving_logs
 
 T0 = datetime(2026, 11, 3, 9, 59, 59, 900000, tzinfo=UTC)  # 100 ms before 10:00: batches straddle two hours
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from quiver.catalog.locations import Location
-from quiver.monitoring.serving_log import ServingLogger, read_quarantine, read_serving_logs
+from quiver.serving.logs import ServingLogger, read_quarantine, read_serving_logs
 
 H = 3_600_000_000
 T0 = 1_793_696_400_000_000  # 2026-11-03 09:00 UTC

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from quiver.catalog.definitions import Entity, FeatureView, Field, Source
 from quiver.catalog.validate import build_catalog
-from quiver.monitoring.serving_log import ServingLogger, log_schema, read_quarantine, read_serving_logs
+from quiver.serving.logs import ServingLogger, log_schema, read_quarantine, read_serving_logs
 
 T0 = datetime(2026, 11, 8, 10, tzinfo=UTC)
 COLUMNS = {"user_id": "int64", "event_ts": "timestamp", "merchant_id": "int64", "online": "bool",

@@ -21,9 +21,6 @@ from quiver import Entity, FeatureView, Field, Float64, Int64, Source, String
 from quiver.catalog.validate import build_catalog
 from quiver.models.network import NetworkConfig, TabularNet
 from quiver.models.scoring import Preprocessor
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
-from quiver.monitoring.serving_log_tables import Batch as LogBatch
-from quiver.monitoring.serving_log_tables import batches_to_table, split_by_hour
 from quiver.offline.layout import last_values_schema
 from quiver.online.base import Batch, Column, ColumnBlock, FieldStatus
 from quiver.online.codec import LastCodec
@@ -31,6 +28,9 @@ from quiver.online.layout import INT64_MIN, entity_keys, key_prefix
 from quiver.online.redis_store import _bulk, _bulk_keys
 from quiver.serving.arms import Arm, ServiceStats
 from quiver.serving.edge import fast_loads, strict_loads
+from quiver.serving.logs import ServingLogger, read_serving_logs
+from quiver.serving.logs.tables import Batch as LogBatch
+from quiver.serving.logs.tables import batches_to_table, split_by_hour
 from quiver.serving.off_path import OffPath, score_off_path
 from quiver.serving.result import OnlineResult
 

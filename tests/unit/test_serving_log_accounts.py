@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from quiver.catalog.locations import Location, local_location
-from quiver.monitoring.serving_log import ServingLogger, Spool, read_serving_logs
-from quiver.monitoring.serving_log_accounts import read_accounts
+from quiver.serving.logs import ServingLogger, Spool, read_serving_logs
+from quiver.serving.logs.accounts import read_accounts
 
 T0 = 1_793_696_400_000_000  # 2026-11-03 09:00 UTC
 H = 3_600_000_000

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from quiver.catalog.locations import Location, local_location
-from quiver.monitoring.serving_log import ServingLogger, read_serving_logs
-from quiver.monitoring.serving_log_compact import MANIFEST, compact, compact_hour, hour_files
+from quiver.serving.logs import ServingLogger, read_serving_logs
+from quiver.serving.logs.compact import MANIFEST, compact, compact_hour, hour_files
 
 T0 = 1_793_696_400_000_000  # 2026-11-03 09:00 UTC
 HOUR0 = datetime(2026, 11, 3, 9, tzinfo=UTC)

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from quiver.catalog.locations import Location, local_location
-from quiver.monitoring.serving_log import ServingLogger, Spool, read_serving_logs, replica_name
-from quiver.monitoring.serving_log_files import parquet_bytes
+from quiver.serving.logs import ServingLogger, Spool, read_serving_logs, replica_name
+from quiver.serving.logs.files import parquet_bytes
 
 T0 = 1_793_696_400_000_000  # 2026-11-03 09:00 UTC
 H = 3_600_000_000

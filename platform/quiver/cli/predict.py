@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         """Serve POST /predict for MODEL: champion scores, canary routing, shadow after the response.
         SIGTERM or SIGINT stops it gracefully: requests in flight finish, the shadow queue is scored and
         every buffered serving-log row is written."""
-        from quiver.serving.predict_server import serve_model as run
+        from quiver.composition import serve_model as run
         from quiver.serving.prediction import OFF_PATH_MODES
         from quiver.serving.runtime import ServerLimits
 

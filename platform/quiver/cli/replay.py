@@ -29,10 +29,10 @@ def register(app: typer.Typer) -> None:
         """Score the recorded requests of [start, end) through the prediction service as they happened: one
         call a simulated minute, the online store following the events (every event before a call is in it),
         every arm logged at its request time."""
+        from quiver.composition import prediction_service
         from quiver.pipelines.replay import replay
         from quiver.registry import Registry
         from quiver.registry.models import ModelRegistry
-        from quiver.serving.prediction import PredictionService
 
         cfg = load_config(config)
         begin, until = option_time(start, "--start"), option_time(end, "--end")
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         if not (cfg.root / requests).exists():
             raise QuiverError(f"{requests} does not exist (run `make demo` or `quiver demo-data` first)")
         ModelRegistry(Registry(cfg.registry, project=cfg.project)).require(model)
-        with PredictionService.from_config(cfg, model, poll_interval_s=3600) as service:
+        with prediction_service(cfg, model, poll_interval_s=3600) as service:
             console.print(f"replaying {model}: {escape(service.arms.describe())}", highlight=False, soft_wrap=True)
             report = replay(cfg, service, begin, until, path=requests)
         arms = ", ".join(f"{arm} {n:,}" for arm, n in sorted(report.arms.items()) if n)

@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOption = None,
     ) -> None:
         """Merge each closed hour's files (every replica's) into one, atomically; idempotent."""
-        from quiver.monitoring.serving_log_compact import compact
+        from quiver.serving.logs.compact import compact
 
         if settle_minutes < 0:
             raise QuiverError(f"--settle-minutes must be >= 0, got {settle_minutes:g}")
@@ -64,8 +64,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOption = None,
     ) -> None:
         """Per hour: the files a reader reads, the replicas that wrote them, and whether it is compacted."""
-        from quiver.monitoring.serving_log_compact import MANIFEST, read_manifest
-        from quiver.monitoring.serving_log_read import LOG_DIR, log_files
+        from quiver.serving.logs.read import LOG_DIR, MANIFEST, log_files, read_manifest
 
         cfg = load_config(config)
         store = store_for(cfg)

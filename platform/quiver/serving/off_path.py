@@ -21,7 +21,7 @@ from quiver.serving.arms import Arm, ServiceStats, _concat, join_inputs
 from quiver.serving.off_path_process import LogSettings, OffPathProcess, ScoreJob, score_and_log
 
 if TYPE_CHECKING:
-    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.serving.logs import ServingLogger
 
 log = logging.getLogger(__name__)
 SHADOW_BATCH_ROWS = 4096  # rows the worker scores in one call at most

@@ -38,7 +38,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from quiver.monitoring.serving_log import ServingLogger
+    from quiver.serving.logs import ServingLogger
 
 log = logging.getLogger(__name__)
 KEPT_MODELS = 4  # versions the child keeps loaded (champion, canary, shadow and one being swapped out)
@@ -275,7 +275,7 @@ def child_main(conn: Any, settings: LogSettings | None, nice: int, idle: bool, t
     import torch
 
     from quiver.models.artifact import load_model
-    from quiver.monitoring.serving_log import ServingLogger, Spool
+    from quiver.serving.logs import ServingLogger, Spool
 
     torch.set_num_threads(torch_threads)
     logger = None

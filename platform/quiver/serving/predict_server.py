@@ -39,7 +39,7 @@ from quiver.serving.edge import (
     json_bytes,
 )
 from quiver.serving.prediction import PredictionService
-from quiver.serving.runtime import ServerLimits, StoreGate, StoreUnavailable, metrics_text, run_uvicorn
+from quiver.serving.runtime import ServerLimits, StoreGate, StoreUnavailable, metrics_text
 from quiver.serving.schemas import IDENT, KEYS_SCHEMA, Int64, KeyValue
 from quiver.serving.server import MAX_BODY_BYTES, install_edge
 from quiver.serving.times import EpochOrIso, iso_time_us
@@ -280,62 +280,7 @@ def create_app(service: PredictionService, api_key: str | None = None, *,
     return app
 
 
-def serve_model(model_name: str, config_path: str | None = None, host: str = "127.0.0.1", port: int = 8001, *,
-                api_key: str | None = None, poll_interval_s: float = 2.0, shadow_queue_size: int = 256,
-                torch_threads: int = 1, micro_batch: bool = False, log_level: str = "warning",
-                limits: ServerLimits | None = None, log_flush_interval_s: float = 5.0, say: Any = None,
-                off_path: str = "process", off_path_idle: bool = True, pair_canary: bool = True) -> None:
-    """Run the prediction server with uvicorn until SIGTERM or SIGINT (serving logs under the offline root),
-    with the feature server's connection limits (`limits`, default ServerLimits()). A stop finishes the
-    requests in flight, then scores the queued shadow work and writes every buffered serving-log row. `say`
-    (a print function) hears what it serves at start and every swap of models or routing afterwards. The
-    shadow's and the paired scores run in a process of their own (`off_path`, see PredictionService), in
-    Linux's idle scheduling class unless `off_path_idle` is False (then at nice 10). `pair_canary` False:
-    the champion does not score the canary's rows here; the canary judge replays them from the logs."""
-    from quiver.monitoring.alerts import AlertManager, sinks_from_config
-    from quiver.monitoring.serving_log import log_schema, logger_for
-    from quiver.monitoring.settings import load_settings
-    from quiver.serving.store import FeatureStore
-
-    if torch_threads > 0:
-        import torch
-
-        # Many small concurrent requests: one intra-op thread each beats threads fighting over 2 cores.
-        torch.set_num_threads(torch_threads)
-    from quiver.registry import Registry
-    from quiver.registry.models import ModelRegistry
-
-    store = FeatureStore(config_path)
-    registry = Registry(store.config.registry, project=store.config.project)
-    alerts = AlertManager(registry, sinks_from_config(load_settings(store.config).alert_sinks))
-    logger = logger_for(store.config, log_schema(store.catalog), flush_interval_s=log_flush_interval_s)
-    try:
-        service = PredictionService(store, model_name, models=ModelRegistry(registry), alerts=alerts,
-                                    poll_interval_s=poll_interval_s, shadow_queue_size=shadow_queue_size,
-                                    micro_batch=micro_batch, logger=logger, off_path=off_path,
-                                    off_path_idle=off_path_idle, pair_canary=pair_canary)
-        app = create_app(service, api_key, limits=limits)
-        if not app.state.api_key_required and host not in ("127.0.0.1", "localhost", "::1"):
-            raise QuiverError(f"refusing to serve on {host} without an API key: set QUIVER_API_KEY")
-        with service:  # on exit: the shadow queue is drained, its rows logged
-            if say is not None:
-                say(f"serving {model_name} of project {store.config.project!r} on http://{host}:{port}/predict "
-                    f"({'X-API-Key required' if app.state.api_key_required else 'no API key'}): "
-                    f"{service.arms.describe()}; polling the registry every {poll_interval_s:g} s")
-                _print_swaps(say)
-            stopped_by = run_uvicorn(app, host, port, log_level, limits)
-        app.state.gate.close()
-    finally:
-        logger.close()  # after the service, so the shadow rows it logged while stopping are written too
-    if stopped_by is not None:
-        child = service.off_path_health().get("serving_log") or {}
-        log.warning("stopped by %s: %d serving-log rows written, %d dropped, %d quarantined (and %d shadow and "
-                    "paired rows written by the off-path process, %d dropped, %d quarantined)", stopped_by.name,
-                    logger.written, logger.dropped, logger.quarantined, child.get("written_rows", 0),
-                    child.get("dropped_rows", 0), child.get("quarantined_rows", 0))
-
-
-def _print_swaps(say: Any) -> None:
+def print_swaps(say: Any) -> None:
     """Route the service's swap and load messages to `say` (uvicorn's log level leaves them out otherwise)."""
 
     class Say(logging.Handler):

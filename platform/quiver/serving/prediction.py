@@ -69,9 +69,8 @@ from quiver.serving.micro_batch import MicroBatcher
 from quiver.serving.off_path import AlertOutbox, OffPath, OffPathQueue
 
 if TYPE_CHECKING:
-    from quiver.config import Config
-    from quiver.monitoring.serving_log import ServingLogger
     from quiver.registry.models import ModelRegistry, ModelVersion
+    from quiver.serving.logs import ServingLogger
     from quiver.serving.result import OnlineResult
     from quiver.serving.store import FeatureStore, OnlineCall
 
@@ -151,27 +150,6 @@ class PredictionService:
                 thread.start()
                 self._threads.append(thread)
         return self
-
-    @classmethod
-    def from_config(cls, config: Config, model_name: str, *, log: bool = True, store: FeatureStore | None = None,
-                    **kwargs: Any) -> PredictionService:
-        """A service over `config`'s online store and registry, logging under its offline root (closed, and so
-        flushed, by `close()`), alerting to the project's alert sinks. Not started: call `start()` for the
-        poller and the shadow worker, or `refresh()` to pick up alias moves by hand."""
-        from quiver.monitoring.alerts import AlertManager, sinks_from_config
-        from quiver.monitoring.serving_log import log_schema, logger_for
-        from quiver.monitoring.settings import load_settings
-        from quiver.registry import Registry
-        from quiver.registry.models import ModelRegistry
-        from quiver.serving.store import FeatureStore
-
-        registry = Registry(config.registry, project=config.project)
-        kwargs.setdefault("alerts", AlertManager(registry, sinks_from_config(load_settings(config).alert_sinks)))
-        store = store or FeatureStore(config=config)
-        logger = logger_for(config, log_schema(store.catalog)) if log else None
-        service = cls(store, model_name, models=ModelRegistry(registry), logger=logger, **kwargs)
-        service._owns_logger = log
-        return service
 
     def close(self) -> None:
         """Stop the background threads after the queued shadow work is done (and flush an owned logger)."""

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location
-from quiver.monitoring.serving_log_tables import Batch, column_compression, dictionary_columns
 from quiver.online.base import ColumnBlock
+from quiver.serving.logs.tables import Batch, column_compression, dictionary_columns
 
 
 def newest_types(location: Location, directory: str) -> dict[str, pa.DataType]:

@@ -129,7 +129,7 @@ class Accounts:
 def read_accounts(root: str | Path | Location, start: datetime | None = None, end: datetime | None = None,
                   log_dir: str = "serving_logs") -> Accounts:
     """The accounts of every replica for the hours overlapping [start, end), summed."""
-    from quiver.monitoring.serving_log_read import hour_folders
+    from quiver.serving.logs.read import hour_folders
 
     location = as_location(root)
     found = Accounts()

@@ -28,12 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from quiver.catalog.locations import Location, as_location
-from quiver.monitoring.serving_log_files import parquet_bytes
+from quiver.serving.logs.files import parquet_bytes
+from quiver.serving.logs.read import LOG_DIR, MANIFEST, hour_files, merge_tables, read_files, read_manifest
 
 log = logging.getLogger("quiver.serving_log")
-
-MANIFEST = "_compacted.json"
-LOG_DIR = "serving_logs"
 _ROW_GROUP = 128 * 1024  # rows per row group of a compacted file: time-sorted, so a window reads few
 
 
@@ -49,30 +47,8 @@ class Compaction:
     compacted: bool
 
 
-def read_manifest(location: Location, folder: str) -> dict[str, Any] | None:
-    try:
-        with location.fs.open_input_stream(f"{folder}/{MANIFEST}") as stream:
-            manifest: dict[str, Any] = json.loads(stream.read())
-    except FileNotFoundError:
-        return None
-    return manifest
-
-
-def hour_files(location: Location, folder: str) -> list[str]:
-    """The files a reader reads for one hour folder (names; see the module docstring), oldest first."""
-    names = location.children(folder)
-    parts = [n for n in names if n.startswith("part-") and n.endswith(".parquet")]
-    manifest = read_manifest(location, folder) if MANIFEST in names else None
-    if manifest is None:
-        return parts
-    replaced = set(manifest["replaces"])
-    return [*manifest["files"], *(n for n in parts if n not in replaced)]
-
-
 def compact_hour(location: Location, folder: str, *, compression: str = "zstd") -> Compaction:
     """Merge the hour `folder` (a path inside `location`) into one file when it holds more than one."""
-    from quiver.monitoring.serving_log_read import merge_tables, read_files
-
     began = time.perf_counter()
     hour = "/".join(folder.rsplit("/", 2)[-2:])
     manifest = read_manifest(location, folder)

@@ -1,5 +1,5 @@
 """Serving-log rows in memory (`Batch`, `Record`) and as Arrow tables (`batches_to_table`): the columns and
-types described in `quiver.monitoring.serving_log`, the same whether rows came from `log()` or `log_batch()`."""
+types described in `quiver.serving.logs`, the same whether rows came from `log()` or `log_batch()`."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ What can go wrong, and what happens (every row is either written, quarantined or
   its reason when logged; the other rows of its batch are written as usual. So is a batch whose values cannot
   become Arrow columns.
 - A file the object store does not take (down, unreachable) goes to the local spool when the logger has one
-  (`logger_for` gives one on an object store; `quiver.monitoring.serving_log_spool`): uploaded oldest first
+  (`logger_for` gives one on an object store; `quiver.serving.logs.spool`): uploaded oldest first
   once the store answers, kept across restarts, bounded (the oldest dropped, counted `spool_full`); `health()`
   says "spooling" with its size meanwhile.
 - A write that fails otherwise (disk full, folder not writable) fails only its hour's file: the other hours of the flush
@@ -87,23 +87,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location, as_location
-from quiver.monitoring.serving_log_accounts import Ledger, account_path, hour_folder
-from quiver.monitoring.serving_log_files import (
+from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE, ColumnBlock
+from quiver.serving.logs.accounts import Ledger, account_path, hour_folder
+from quiver.serving.logs.files import (
     estimate_bytes,
     newest_types,
     parquet_bytes,
     part_name,
     write_atomically,
 )
-from quiver.monitoring.serving_log_read import (
+from quiver.serving.logs.read import (
     LOG_DIR,
     QUARANTINE_DIR,
     feature_frame,
     read_quarantine,
     read_serving_logs,
 )
-from quiver.monitoring.serving_log_spool import Spool, Spooled
-from quiver.monitoring.serving_log_tables import (
+from quiver.serving.logs.spool import Spool, Spooled
+from quiver.serving.logs.tables import (
     BASE_SCHEMA,
     FEATURE_PREFIX,
     KEY_PREFIX,
@@ -121,7 +122,6 @@ from quiver.monitoring.serving_log_tables import (
     split_by_hour,
     take_rows,
 )
-from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE, ColumnBlock
 
 log = logging.getLogger("quiver.serving_log")
 
@@ -246,7 +246,7 @@ class ServingLogger:
         else:
             self._append(_Quarantined(as_batches([record])[0], _OUT_OF_RANGE), 1, 200)
 
-    def log_batch(self, request_ids: Sequence[str], entity_keys: Mapping[str, Any], features: Mapping[str, Any],
+    def log_batch(self, request_ids: Sequence[str], entity_keys: Mapping[str, Any], features: Mapping[str, Any] | ColumnBlock,
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
                   latency_ms: float | np.ndarray = 0.0, predictions: np.ndarray | None = None,
                   ts_us: np.ndarray | int | None = None, error: str | np.ndarray = "",
@@ -267,7 +267,7 @@ class ServingLogger:
         by the background thread)."""
         n = len(request_ids)
         block = isinstance(features, ColumnBlock)  # kept whole: the flush joins blocks in one call
-        if block and features.rows() != n:
+        if isinstance(features, ColumnBlock) and features.rows() != n:
             raise ValueError(f"log_batch: features hold {features.rows()} rows for {n} request_ids")
         for what, columns in (("entity_keys", entity_keys), ("features", {} if block else features),
                               ("request", request or {})):
@@ -480,7 +480,7 @@ class ServingLogger:
         return table
 
     def _store_accounts(self, store_down: bool) -> None:
-        """Store the accounts of the hours that changed (see `quiver.monitoring.serving_log_accounts`); while the
+        """Store the accounts of the hours that changed (see `quiver.serving.logs.accounts`); while the
         store refuses, they wait (each file holds the process's whole count, so the next one catches up)."""
         for hour, account in self.ledger.dirty():
             if store_down:
@@ -677,7 +677,7 @@ def hours_and_arms(what: Any, rows: int) -> list[tuple[int, list[tuple[str, int]
     """Hours (since the epoch) and rows per arm of something dropped or quarantined: a buffered item, a
     failed part, a table, batches or a spooled file; an hour that cannot be told is left out of the accounts
     (the totals in `dropped_by` still count it)."""
-    from quiver.monitoring.serving_log_tables import US_PER_HOUR
+    from quiver.serving.logs.tables import US_PER_HOUR
 
     if isinstance(what, _Part):
         return [(what.hour, arm_counts(what.table))]
@@ -710,7 +710,7 @@ def hours_and_arms(what: Any, rows: int) -> list[tuple[int, list[tuple[str, int]
 
 def _group(hours: np.ndarray, arms: np.ndarray) -> list[tuple[int, list[tuple[str, int]]]]:
     """Rows per arm of each hour; hours outside TIME_RANGE (quarantined for that) have no account."""
-    from quiver.monitoring.serving_log_tables import US_PER_HOUR
+    from quiver.serving.logs.tables import US_PER_HOUR
 
     out = []
     valid = (hours >= MIN_TIME_US // US_PER_HOUR) & (hours < MAX_TIME_US // US_PER_HOUR)

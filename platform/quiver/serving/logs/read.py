@@ -1,9 +1,10 @@
 """Reading serving logs back, every replica's: the hourly files (`read_serving_logs`), the quarantine (`read_quarantine`), the
 feature columns (`feature_frame`), and which rows served a catalog feature (`logged_column`, `rows_reading`).
-Layout and columns: `quiver.monitoring.serving_log`."""
+Layout and columns: `quiver.serving.logs`."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -15,12 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location, as_location
-from quiver.monitoring.serving_log_compact import hour_files
-from quiver.monitoring.serving_log_tables import BASE_SCHEMA, FEATURE_PREFIX, conform
+from quiver.serving.logs.tables import BASE_SCHEMA, FEATURE_PREFIX, conform
 
 LOG_DIR = "serving_logs"
 ANSWERING_ARMS = ("champion", "canary")  # the arms whose answers went back; shadow and paired rows repeat reads
 QUARANTINE_DIR = "_quarantine/serving_logs"
+MANIFEST = "_compacted.json"  # an hour's compaction commit (`quiver.serving.logs.compact`)
 
 
 def read_quarantine(root: str | Path | Location) -> pa.Table:
@@ -31,6 +32,26 @@ def read_quarantine(root: str | Path | Location) -> pa.Table:
     if not files:
         return pa.table({"ts_us": pa.array([], pa.int64()), "quarantine_reason": pa.array([], pa.string())})
     return pa.concat_tables(read_files(location, files), promote_options="permissive")
+
+
+def read_manifest(location: Location, folder: str) -> dict[str, Any] | None:
+    try:
+        with location.fs.open_input_stream(f"{folder}/{MANIFEST}") as stream:
+            manifest: dict[str, Any] = json.loads(stream.read())
+    except FileNotFoundError:
+        return None
+    return manifest
+
+
+def hour_files(location: Location, folder: str) -> list[str]:
+    """The files a reader reads for one hour folder (names; see the module docstring), oldest first."""
+    names = location.children(folder)
+    parts = [n for n in names if n.startswith("part-") and n.endswith(".parquet")]
+    manifest = read_manifest(location, folder) if MANIFEST in names else None
+    if manifest is None:
+        return parts
+    replaced = set(manifest["replaces"])
+    return [*manifest["files"], *(n for n in parts if n not in replaced)]
 
 
 def log_files(root: str | Path | Location, start: datetime | None = None, end: datetime | None = None) -> list[str]:

@@ -139,6 +139,17 @@ def lag_evidence(served: Values, earlier: Sequence[Values]) -> np.ndarray:
     return found
 
 
+def lag_seconds(served: Values, earlier: Sequence[Values], t_us: np.ndarray,
+                moments: Sequence[np.ndarray]) -> np.ndarray:
+    """Per row, how far behind the request (seconds) the nearest `earlier` moment whose value was served lies;
+    NaN where none was. Tried moments are a ladder, so this bounds the true lag from above."""
+    best = np.full(len(served), np.inf)
+    for candidate, moment in zip(earlier, moments, strict=True):
+        behind = (t_us - moment) / 1e6
+        best = np.where(equal(served, candidate) & (behind < best), behind, best)
+    return np.where(np.isfinite(best), best, np.nan)
+
+
 def empty_rows(sides: Sequence[Values], zero_is_empty: Sequence[bool]) -> np.ndarray:
     """Rows where a view has nothing: every feature missing, a count or sum (`zero_is_empty`) at 0."""
     if not sides:
@@ -179,37 +190,58 @@ class FeatureConsistency:
     smape: float | None  # over the mismatched rows (0 … 2)
     threshold: float
     examples: tuple[Mapping[str, Any], ...] = ()  # a few differing rows, for whoever investigates
+    # Freshness: how far behind its events serving read (seconds; 0 on equal rows, the lag found on stream-lag
+    # rows) over the rows whose staleness is known, and the view's objective for its p99 (None: none stated).
+    lag_p50_s: float | None = None
+    lag_p99_s: float | None = None
+    objective_s: float | None = None
 
     @property
     def late(self) -> int:
         return int(self.causes.get("late_event", 0))
 
     @property
+    def lagging(self) -> int:
+        return int(self.causes.get("stream_lag", 0))
+
+    @property
     def wrong(self) -> int:
-        """Rows that differ for any reason but a late event: what serving got wrong."""
-        return self.compared - self.equal - self.late
+        """Rows that differ for any reason but a late event (and, where the view states a freshness objective,
+        stream lag: counted against the objective instead): what serving got wrong."""
+        return self.compared - self.equal - self.late - (self.lagging if self.objective_s is not None else 0)
 
     @property
     def wrong_rate(self) -> float:
         return self.wrong / self.compared if self.compared else 0.0
 
     @property
+    def freshness_status(self) -> str | None:
+        """"ok" or "over" the view's objective (p99 lag); None without an objective or a measured lag."""
+        if self.objective_s is None or self.lag_p99_s is None:
+            return None
+        return "over" if self.lag_p99_s > self.objective_s else "ok"
+
+    @property
     def status(self) -> str:
         if not self.compared:
             return "no_rows"
-        return "alert" if self.wrong_rate > self.threshold else "ok"
+        return "alert" if self.wrong_rate > self.threshold or self.freshness_status == "over" else "ok"
 
     def to_dict(self) -> dict[str, Any]:
         return {"feature": self.feature, "status": self.status, "compared": self.compared, "equal": self.equal,
                 "mismatched": self.mismatched, "missing_online": self.missing_online,
                 "missing_offline": self.missing_offline, "late": self.late, "wrong": self.wrong,
                 "wrong_rate": self.wrong_rate, "threshold": self.threshold, "smape": self.smape,
-                "causes": {c: int(self.causes.get(c, 0)) for c in CAUSES}, "examples": list(self.examples)}
+                "causes": {c: int(self.causes.get(c, 0)) for c in CAUSES}, "examples": list(self.examples),
+                "freshness": {"lag_p50_s": self.lag_p50_s, "lag_p99_s": self.lag_p99_s,
+                              "objective_s": self.objective_s, "status": self.freshness_status}}
 
 
 def summarize(feature: str, served: Values, offline: Values, codes: np.ndarray, threshold: float,
-              examples: Sequence[Mapping[str, Any]] = ()) -> FeatureConsistency:
-    """Counts of one feature from its two sides and the cause codes of `classify`."""
+              examples: Sequence[Mapping[str, Any]] = (), *, lag_s: np.ndarray | None = None,
+              objective_s: float | None = None) -> FeatureConsistency:
+    """Counts of one feature from its two sides and the cause codes of `classify`; `lag_s` per row (seconds
+    behind, on stream-lag rows) gives the lag distribution, measured against `objective_s`."""
     differs = codes != EQUAL
     both = ~served.missing & ~offline.missing
     mismatched = differs & both
@@ -219,7 +251,20 @@ def summarize(feature: str, served: Values, offline: Values, codes: np.ndarray, 
         missing_online=int((differs & served.missing & ~offline.missing).sum()),
         missing_offline=int((differs & ~served.missing & offline.missing).sum()),
         causes={name: int(counts[code]) for code, name in enumerate(CAUSES, start=1)},
-        smape=smape(served, offline, mismatched), threshold=threshold, examples=tuple(examples))
+        smape=smape(served, offline, mismatched), threshold=threshold, examples=tuple(examples),
+        **_lag_quantiles(codes, lag_s), objective_s=objective_s)
+
+
+def _lag_quantiles(codes: np.ndarray, lag_s: np.ndarray | None) -> dict[str, float | None]:
+    """p50 and p99 of the lag over the rows whose staleness is known: 0 where equal, the lag found where
+    stream lag explains the row (rows of other causes say nothing about freshness)."""
+    if lag_s is None:
+        return {}
+    known = np.where(codes == EQUAL, 0.0, np.where(codes == STREAM_LAG, lag_s, np.nan))
+    known = known[np.isfinite(known)]
+    if not len(known):
+        return {"lag_p50_s": None, "lag_p99_s": None}
+    return {"lag_p50_s": float(np.quantile(known, 0.5)), "lag_p99_s": float(np.quantile(known, 0.99))}
 
 
 @dataclass(frozen=True)

@@ -119,8 +119,8 @@ def gate_verdict(registry: Registry, model: str, version: int, features: Sequenc
     for feature in required:
         found = _result(results.get(deciding["id"], []), feature)
         if found is not None and found["status"] != "ok":
-            blocked.append(f"{found['feature']} ({found['wrong_rate']:.2%} wrong in consistency run "
-                           f"#{deciding['id']}, threshold {found['threshold']:.2%})")
+            what, limit = _why_not_ok(found)
+            blocked.append(f"{found['feature']} ({what} in consistency run #{deciding['id']}, {limit})")
             causes.append(f"{feature}:wrong:{deciding['id']}")
             continue
         if found is None or found["compared"] < rules.min_rows:
@@ -170,9 +170,20 @@ def _runs_of(registry: Registry, model: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["window_end"], r["id"]), reverse=True)
 
 
+def _why_not_ok(result: dict[str, Any]) -> tuple[str, str]:
+    """("2.00% wrong", "threshold 0.10%"), or, for a feature within its threshold but served staler than its
+    view's freshness objective, ("p99 lag 3600 s", "freshness objective 600 s")."""
+    import json
+
+    freshness = json.loads(result.get("detail_json") or "{}").get("freshness") or {}
+    if freshness.get("status") == "over" and result["wrong_rate"] <= result["threshold"]:
+        return f"p99 lag {freshness['lag_p99_s']:g} s", f"freshness objective {freshness['objective_s']:g} s"
+    return f"{result['wrong_rate']:.2%} wrong", f"threshold {result['threshold']:.2%}"
+
+
 def _results_of(registry: Registry, run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
     columns = [consistency_results.c[name] for name in ("run_id", "feature", "status", "compared", "wrong_rate",
-                                                        "threshold")]
+                                                        "threshold", "detail_json")]
     out: dict[int, list[dict[str, Any]]] = {}
     with registry.engine.connect() as connection:
         for row in connection.execute(select(*columns).where(consistency_results.c.run_id.in_(run_ids))):

@@ -45,6 +45,7 @@ class ConsistencySettings:
 
     threshold: float = cons.DEFAULT_THRESHOLD
     thresholds: Mapping[str, float] = field(default_factory=dict)  # view:feature → its own threshold
+    freshness: Mapping[str, float] = field(default_factory=dict)  # view → p99 lag objective, seconds
     rtol: float = cons.RTOL
     max_lag_s: float = 900.0
     ttl_margin_s: float = 60.0
@@ -61,6 +62,7 @@ class ConsistencySettings:
         from quiver.monitoring.settings import load_settings
 
         monitoring = load_settings(config)
+        knobs.setdefault("freshness", monitoring.freshness_objectives)
         if threshold is not None:
             return cls(threshold=threshold, **knobs)
         return cls(threshold=monitoring.consistency_threshold, thresholds=monitoring.consistency_thresholds, **knobs)
@@ -251,9 +253,10 @@ def _compare(config: Config, catalog: Catalog, rows_table: pa.Table, scope: _Sco
         for n in names:
             differs |= ~same[n]
         evidence: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
+        lags = {n: np.full(len(t_us), np.nan) for n in names}  # seconds behind, on rows explained by lag
         if differs.any():
             late_noted |= _evidence(config, catalog, view, refs, names, rows, served, off, differs, settings,
-                                    registry, evidence)
+                                    registry, evidence, lags)
         for n in names:
             index = np.flatnonzero(here[n])
             codes = cons.classify(same[n][index], **{k: v[index] for k, v in evidence[n].items()})
@@ -261,7 +264,8 @@ def _compare(config: Config, catalog: Catalog, rows_table: pa.Table, scope: _Sco
             codes_of[n][index] = codes
             s, o = served[n].take(index), off[n].take(index)
             examples = _examples(rows_table, index, s, o, codes, view.key_names)
-            out.append(cons.summarize(n, s, o, codes, settings.threshold_of(n), examples))
+            out.append(cons.summarize(n, s, o, codes, settings.threshold_of(n), examples,
+                                      lag_s=lags[n][index], objective_s=settings.freshness.get(view_name)))
     on_demand = [r for r in scope.refs if r.view in catalog.on_demand]
     if on_demand:
         out += _compare_on_demand(config, catalog, rows_table, rows, scope, on_demand, chosen, codes_of, settings)
@@ -304,9 +308,11 @@ def _compare_on_demand(config: Config, catalog: Catalog, rows_table: pa.Table, r
 
 def _evidence(config: Config, catalog: Catalog, view: Any, refs: list[FeatureRef], names: list[str],
               rows: ev.Rows, served: dict[str, Values], off: dict[str, Values], differs: np.ndarray,
-              settings: ConsistencySettings, registry: Any, evidence: dict[str, dict[str, np.ndarray]]) -> bool:
-    """Fill `evidence[feature][cause]` (masks over all rows) for the rows of `view` that differ; True when
-    the late-event store was consulted."""
+              settings: ConsistencySettings, registry: Any, evidence: dict[str, dict[str, np.ndarray]],
+              lags: dict[str, np.ndarray]) -> bool:
+    """Fill `evidence[feature][cause]` (masks over all rows) for the rows of `view` that differ, and `lags`
+    (seconds behind the request of the nearest earlier moment whose value was served); True when the
+    late-event store was consulted."""
     index = np.flatnonzero(differs)
     sub = rows.take(index)
     n = len(rows.t_us)
@@ -330,9 +336,10 @@ def _evidence(config: Config, catalog: Catalog, view: Any, refs: list[FeatureRef
         k = len(index)
         for m, r in zip(names, refs, strict=True):
             column = earlier[(r.view, r.feature)]
-            found = cons.lag_evidence(served[m].take(index),
-                                      [column.take(np.arange(i * k, (i + 1) * k)) for i in range(len(moments))])
+            candidates = [column.take(np.arange(i * k, (i + 1) * k)) for i in range(len(moments))]
+            found = cons.lag_evidence(served[m].take(index), candidates)
             evidence[m]["lag"] = spread(found)
+            lags[m][index] = cons.lag_seconds(served[m].take(index), candidates, sub.t_us, moments)
     if view.kind == "last" and view.ttl_us:
         margin = int(settings.ttl_margin_s * ev.US)
         shorter = ev.point_in_time(config, catalog, refs, sub, settings.engine, ttl_shift_us=-margin)

@@ -38,7 +38,8 @@ def record_consistency_run(registry: Registry, report: ConsistencyReport) -> int
                  # SQLite turns NaN into NULL while Postgres keeps it: NULL everywhere
                  "smape": f.smape if f.smape is not None and math.isfinite(f.smape) else None,
                  "computed_at": finished,
-                 "detail_json": json.dumps({"causes": dict(f.causes), "examples": list(f.examples)}, default=str)}
+                 "detail_json": json.dumps({"causes": dict(f.causes), "examples": list(f.examples),
+                                           "freshness": f.to_dict()["freshness"]}, default=str)}
                 for f in report.features]
         if rows:
             connection.execute(insert(consistency_results), rows)

@@ -13,6 +13,7 @@ one holding the defaults). Every key and sink option is described in docs/config
     consistency_gate: true                                    # false: canaries do not wait on consistency checks
     consistency_max_age_hours: 26                             # the gate's check: data at most this old
     consistency_min_rows: 100                                 # … comparing at least this many rows per feature
+    freshness_objectives: {"user_spend": 60}                  # per streamed view: p99 event-to-servable seconds
 
 `QUIVER_ALERT_WEBHOOK_URL` adds a webhook sink without a file. Relative paths resolve against the project root.
 """
@@ -31,7 +32,8 @@ from quiver.config import Config
 
 SETTINGS_FILE = "monitoring.yaml"
 _KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure", "consistency_threshold",
-         "consistency_thresholds", "consistency_gate", "consistency_max_age_hours", "consistency_min_rows"}
+         "consistency_thresholds", "consistency_gate", "consistency_max_age_hours", "consistency_min_rows",
+         "freshness_objectives"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class MonitoringSettings:
     consistency_gate: bool = True
     consistency_max_age_hours: float = 26.0  # a daily check, with two hours of slack for a late run
     consistency_min_rows: int = 100
+    # Per view: the p99 of how far behind its events what serving read may be (seconds). Stream lag within it
+    # is freshness, reported against it, not an error; a view without one counts stream lag as wrong.
+    freshness_objectives: dict[str, float] = field(default_factory=dict)
 
 
 def load_settings(config: Config) -> MonitoringSettings:
@@ -96,6 +101,13 @@ def load_settings(config: Config) -> MonitoringSettings:
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise QuiverError(f"{path}: consistency_min_rows must be a whole number of rows, at least 1, got "
                           f"{min_rows!r}")
+    objectives = values.get("freshness_objectives") or {}
+    try:
+        freshness = {str(k): float(v) for k, v in dict(objectives).items()}
+    except (TypeError, ValueError):
+        freshness = {"": -1.0}
+    if any(not v > 0 for v in freshness.values()):
+        raise QuiverError(f"{path}: freshness_objectives must map view names to seconds above 0, got {objectives!r}")
     return MonitoringSettings(
         alert_sinks=sinks,
         quarantine_dir=directory("quarantine_dir", config.offline_dir / "_quarantine" / "batches"),
@@ -106,6 +118,7 @@ def load_settings(config: Config) -> MonitoringSettings:
         consistency_gate=gate,
         consistency_max_age_hours=float(max_age),
         consistency_min_rows=min_rows,
+        freshness_objectives=freshness,
     )
 
 

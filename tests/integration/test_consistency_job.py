@@ -330,6 +330,42 @@ def test_a_stream_stopped_for_an_hour_is_reported_as_stream_lag_and_holds_the_ca
     assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]
 
 
+def test_stream_lag_is_counted_against_the_views_freshness_objective_not_as_wrong(world: World) -> None:
+    """The same stopped stream, with a freshness objective for the view (monitoring.yaml): the rows lag explains
+    are not wrong; the measured p99 lag (about the hour the stream stopped) is reported beside the objective,
+    and only an objective it exceeds makes the features inconsistent, with the lag named."""
+    import json
+
+    from quiver.online.materialize import materialize
+
+    client = redis.Redis.from_url(world.config.redis_url)
+    client.delete(*client.keys("q:cons:*"))
+    client.close()
+    materialize(world.config, world.catalog, int((world.t0 - timedelta(hours=1)).timestamp() * 1_000_000), full=True)
+    _serve(world, range(1, 6), "s")
+
+    def check(objective_s: int) -> dict[str, object]:
+        (world.root / "monitoring.yaml").write_text(f"freshness_objectives: {{stats: {objective_s}}}\n")
+        result = quiver("consistency", "--model", "fraud", *_window(world), "--max-lag", "3600", "--json",
+                        cwd=world.root)
+        return {"code": result.returncode, "report": json.loads(result.stdout), "text": result.stdout}
+
+    loose = check(7200)
+    assert loose["code"] == 0, loose["text"]
+    features = {f["feature"]: f for f in loose["report"]["features"]}  # type: ignore[index]
+    for name in ("stats:f0", "stats:f1", "stats:category"):
+        feature = features[name]
+        assert feature["status"] == "ok" and feature["wrong"] == 0 and feature["causes"]["stream_lag"] > 0, feature
+        lag = feature["freshness"]
+        assert lag["objective_s"] == 7200 and lag["status"] == "ok", lag
+        assert 60 * 60 <= lag["lag_p99_s"] <= 2 * 60 * 60, lag  # stopped an hour before t0, served 1-5 min after
+    tight = check(600)
+    assert tight["code"] == 1
+    assert tight["report"]["inconsistent"] == ["stats:f0", "stats:f1", "stats:category"]  # type: ignore[index]
+    shown = quiver("consistency", "--model", "fraud", *_window(world), "--max-lag", "3600", cwd=world.root)
+    assert "600 s over" in shown.stdout and "over their freshness objective" in shown.stdout, shown.stdout
+
+
 def test_a_value_served_just_past_its_ttl_is_reported_as_a_ttl_edge_and_holds_the_canary(world: World) -> None:
     """A producer whose clock runs 45 s ahead stamps one user's newest event late in the online store. Served
     30 s past the 2 h TTL of the event's true time, the store still answers it (15 s within the TTL by its

@@ -173,3 +173,23 @@ def test_both_last_materializations_are_earlier_moments() -> None:
     moments = earlier_moments(t, max_lag_s=0, materialized_us=[newest, previous])
     assert [m.tolist() for m in moments] == [[t[0], 19_000_000_000], [t[0], 13_000_000_000]]
     assert earlier_moments(t, max_lag_s=0, materialized_us=[np.array([-1, -1])]) == []  # none before
+
+
+def test_lag_is_the_nearest_earlier_moment_served_and_its_quantiles_cover_equal_and_lagging_rows() -> None:
+    import numpy as np
+
+    from quiver.monitoring import consistency as cons
+
+    served = cons.as_values([1.0, 2.0, 3.0, 4.0])
+    t = np.full(4, 100_000_000, dtype=np.int64)  # every request at 100 s
+    moments = [t - 5_000_000, t - 60_000_000]  # 5 s and 60 s before
+    earlier = [cons.as_values([9.0, 2.0, 3.0, 9.0]), cons.as_values([1.0, 2.0, 9.0, 9.0])]
+    lag = cons.lag_seconds(served, earlier, t, moments)
+    assert lag[1] == 5.0 and lag[2] == 5.0 and lag[0] == 60.0 and np.isnan(lag[3])
+    codes = np.array([cons.STREAM_LAG, cons.EQUAL, cons.STREAM_LAG, cons.UNEXPLAINED], dtype=np.int8)
+    summary = cons.summarize("v:x", served, cons.as_values([0.0, 2.0, 0.0, 0.0]), codes, 0.001,
+                             lag_s=lag, objective_s=30.0)
+    assert summary.lag_p50_s == 5.0 and summary.lag_p99_s == pytest.approx(58.9)  # over 0 (equal), 5 and 60
+    assert summary.wrong == 1 and summary.freshness_status == "over" and summary.status == "alert"
+    plain = cons.summarize("v:x", served, cons.as_values([0.0, 2.0, 0.0, 0.0]), codes, 0.001, lag_s=lag)
+    assert plain.wrong == 3 and plain.freshness_status is None  # no objective: lag stays wrong, as before

@@ -245,3 +245,17 @@ def test_the_gate_is_on_by_default_and_its_settings_are_read_and_checked(tmp_pat
         (tmp_path / "monitoring.yaml").write_text(bad)
         with pytest.raises(QuiverError, match=bad.split(":")[0]):
             load_settings(config)
+
+
+def test_a_feature_served_staler_than_its_freshness_objective_holds_and_says_so(project: Project) -> None:
+    """Stream lag within the view's objective is not wrong; a p99 lag over it holds the step, named as such."""
+    results = tuple(FeatureConsistency(feature=f, compared=500, equal=400, mismatched=100, missing_online=0,
+                                       missing_offline=0, causes={"stream_lag": 100}, smape=None, threshold=0.001,
+                                       lag_p50_s=0.0, lag_p99_s=3_600.0, objective_s=600.0) for f in FEATURES)
+    assert all(f.wrong == 0 and f.freshness_status == "over" and f.status == "alert" for f in results)
+    window = (DAY.isoformat(), (DAY + timedelta(hours=12)).isoformat())
+    run = record_consistency_run(project.registry, ConsistencyReport(f"model {MODEL}", window, 500, 500, results))
+    reason = held(step(project))
+    assert f"user_spend:amount_sum_1h (p99 lag 3600 s in consistency run #{run}, freshness objective 600 s)" in reason
+    within = tuple(FeatureConsistency(**{**f.__dict__, "objective_s": 7_200.0}) for f in results)
+    assert all(f.status == "ok" and f.freshness_status == "ok" for f in within)

@@ -73,21 +73,33 @@ def _print(report: Any) -> None:
                   f"{report.rows_compared:,} of {report.rows_logged:,} rows compared "
                   f"(floats equal within a relative {report.rtol:g})", highlight=False, soft_wrap=True)
     table = Table("feature", "status", "compared", "equal", "mismatched", "missing online", "missing offline",
-                  "late", "stream lag", "ttl edge", "mat. gap", "unexplained", "wrong", "smape")
+                  "late", "stream lag", "ttl edge", "mat. gap", "unexplained", "wrong", "smape",
+                  "lag p99 / objective")
     for f in report.features:
         style = _STYLE.get(f.status, "")
         table.add_row(f.feature, f"[{style}]{f.status}[/]", str(f.compared), str(f.equal), str(f.mismatched),
                       str(f.missing_online), str(f.missing_offline), str(f.late), str(f.causes["stream_lag"]),
                       str(f.causes["ttl_boundary"]), str(f.causes["materialization_gap"]),
                       str(f.causes["unexplained"]), f"{f.wrong} ({f.wrong_rate:.3%})",
-                      "-" if f.smape is None else f"{f.smape:.1%}")
+                      "-" if f.smape is None else f"{f.smape:.1%}", _freshness(f))
     console.print(table)
     for note in report.notes:
         console.print(f"[dim]{escape(note)}[/dim]", soft_wrap=True)
     bad = report.inconsistent
+    stale = [f.feature for f in bad if f.freshness_status == "over"]
+    if stale:
+        console.print(f"over their freshness objective (p99 lag): {', '.join(stale)}", highlight=False)
     verdict = (f"[bold red]inconsistent[/]: {', '.join(f.feature for f in bad)} over threshold" if bad
                else "[green]consistent[/]: every feature within its threshold")
     console.print(f"{verdict} ({report.elapsed_s:.1f} s)")
+
+
+def _freshness(feature: Any) -> str:
+    """`12 s / 60 s ok`: the measured p99 lag beside the view's objective ("-" without either)."""
+    lag = "-" if feature.lag_p99_s is None else f"{feature.lag_p99_s:g} s"
+    if feature.objective_s is None:
+        return lag
+    return f"{lag} / {feature.objective_s:g} s {feature.freshness_status or ''}".strip()
 
 
 def register(app: typer.Typer) -> None:

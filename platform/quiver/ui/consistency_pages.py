@@ -53,12 +53,20 @@ def consistency_section(console: Console) -> str:
             [(t, f"threshold {t:g}") for t in thresholds[:2]], y_label="wrong share") + "</div>"
         body += f"<h4>Run #{newest['id']}, per feature</h4>" + table(
             ["feature", "status", "compared", "equal", "mismatched", "missing online", "missing offline", "late",
-             "wrong share", "threshold", "SMAPE", "causes of differences"],
+             "wrong share", "threshold", "SMAPE", "lag p99 / freshness objective", "causes of differences"],
             [[esc(r["feature"]), badge(r["status"]), num(r["compared"]), num(r["equal"]), num(r["mismatched"]),
               num(r["missing_online"]), num(r["missing_offline"]), num(r["late"]), num(r["wrong_rate"]),
-              num(r["threshold"]), num(r.get("smape")), esc(_causes(r.get("causes") or {}))] for r in results],
+              num(r["threshold"]), num(r.get("smape")), esc(_freshness(r.get("freshness") or {})),
+              esc(_causes(r.get("causes") or {}))] for r in results],
             numeric=tuple(range(2, 11)))
     return body
+
+
+def _freshness(freshness: dict[str, Any]) -> str:
+    """The measured p99 lag beside the view's objective: "12 s / 60 s (ok)", "12 s", or "–"."""
+    lag, objective = freshness.get("lag_p99_s"), freshness.get("objective_s")
+    shown = "–" if lag is None else f"{float(lag):g} s"
+    return shown if objective is None else f"{shown} / {float(objective):g} s ({freshness.get('status') or 'no lag'})"
 
 
 def _causes(causes: dict[str, Any]) -> str:

@@ -296,22 +296,28 @@ def test_a_stale_store_is_replayed_as_the_online_reader_reads_it(world: World) -
         assert not cons.equal(online, as_of_request[key]).all(), ref  # the 50-minute events are offline only
 
 
-def test_a_stream_stopped_for_an_hour_is_reported_as_stream_lag_and_holds_the_canary(world: World) -> None:
-    """The online store stops taking events an hour before t0 (as a stopped stream leaves it): every served
-    row that differs (every one for the floats; a category may be the same in both events) is explained as
-    stream lag once lags up to an hour are tried, and the canary waits."""
-    import json
-
+def _stop_the_stream_an_hour_before(world: World) -> None:
+    """The online store as a stream stopped an hour before t0 leaves it, then five minutes of traffic."""
     from quiver.online.materialize import materialize
-    from quiver.pipelines.loop_common import Project
-    from quiver.pipelines.loop_rollout import start_canary
-    from tests.integration.test_prediction_service import MODEL, register
 
     client = redis.Redis.from_url(world.config.redis_url)
     client.delete(*client.keys("q:cons:*"))
     client.close()
     materialize(world.config, world.catalog, int((world.t0 - timedelta(hours=1)).timestamp() * 1_000_000), full=True)
     _serve(world, range(1, 6), "s")
+
+
+def test_a_stream_stopped_for_an_hour_is_reported_as_stream_lag_and_holds_the_canary(world: World) -> None:
+    """The online store stops taking events an hour before t0 (as a stopped stream leaves it): every served
+    row that differs (every one for the floats; a category may be the same in both events) is explained as
+    stream lag once lags up to an hour are tried, and the canary waits."""
+    import json
+
+    from quiver.pipelines.loop_common import Project
+    from quiver.pipelines.loop_rollout import start_canary
+    from tests.integration.test_prediction_service import MODEL, register
+
+    _stop_the_stream_an_hour_before(world)
 
     result = quiver("consistency", "--model", "fraud", *_window(world), "--max-lag", "3600", "--json",
                     cwd=world.root)
@@ -336,13 +342,7 @@ def test_stream_lag_is_counted_against_the_views_freshness_objective_not_as_wron
     and only an objective it exceeds makes the features inconsistent, with the lag named."""
     import json
 
-    from quiver.online.materialize import materialize
-
-    client = redis.Redis.from_url(world.config.redis_url)
-    client.delete(*client.keys("q:cons:*"))
-    client.close()
-    materialize(world.config, world.catalog, int((world.t0 - timedelta(hours=1)).timestamp() * 1_000_000), full=True)
-    _serve(world, range(1, 6), "s")
+    _stop_the_stream_an_hour_before(world)
 
     def check(objective_s: int) -> dict[str, object]:
         (world.root / "monitoring.yaml").write_text(f"freshness_objectives: {{stats: {objective_s}}}\n")

@@ -200,6 +200,9 @@ def test_why_was_fraud_model_3_promoted_is_two_clicks_from_home(browser_page: An
     assert all("pass" in g and "[" in g for g in guardrails), guardrails  # a verdict and an interval each
     # Where the champion's scores of the canary rows came from: the service paired them all.
     assert re.search(r"[1-9][\d,]* paired while serving, 0 replayed .* 0 unpaired", page.inner_text("#pairing"))
+    # What the serving loggers did with the step's rows (every replica's accounts): nothing dropped.
+    assert re.search(r"[1-9][\d,]* rows served by .*, dropped: none \(0.00 % of the answering rows\)",
+                     page.inner_text("#serving-log")), page.inner_text("#serving-log")
     # The rollout's confidence sequence per guardrail over its looks, each with its floor.
     charts = page.locator("svg.cs-chart[data-kind=canary_step]")
     assert charts.count() == 5 and page.locator("svg.cs-chart[data-kind=watch]").count() == 2

@@ -210,3 +210,56 @@ def test_a_store_outage_under_load_loses_nothing(tmp_path: Path, redis_url: str,
     assert acknowledged <= set(ids)  # every acknowledged row (a request refused at the stop was not answered)
     assert not list((project.root / ".quiver" / "spool").rglob("*.parquet"))  # the spool is empty again
     proxy.close()
+
+
+def test_a_killed_replica_loses_at_most_its_unflushed_rows_and_the_next_start_counts_them(
+        tmp_path: Path, redis_url: str) -> None:
+    """kill -9 under load: the rows logged since the last flush are gone (at most one flush interval), and
+    the replica's next start settles the dead process's journal: the hour's accounts say how many were lost
+    (within the journal's one-second cadence), and a clean stop leaves no journal to settle."""
+    from quiver.serving.logs.accounts import read_accounts
+
+    project = make_project(tmp_path / "host", redis_url, shadow=False)
+    env = {"QUIVER_REPLICA_ID": "victim"}
+    server = serve_model(project, "--log-flush-interval", "3", env=env)
+    sent: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        k = 0
+        with httpx.Client(base_url=server.base, timeout=5, headers={"X-API-Key": KEY}) as client:
+            while not stop.is_set():
+                body = rows([k % USERS, (k + 1) % USERS], f"kill{k}-")
+                try:
+                    response = client.post("/predict", json=body)
+                except httpx.HTTPError:
+                    return  # the server is gone: this request was not acknowledged
+                if response.status_code == 200:
+                    now = time.monotonic()
+                    sent.extend((now, r["request_id"]) for r in body["rows"])  # type: ignore[index]
+                k += 1
+                time.sleep(0.01)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    time.sleep(7.5)  # two flushes, then half of the next interval
+    server.proc.kill()
+    server.proc.wait(30)
+    stop.set()
+    worker.join(15)
+    server.stop()
+    store = store_for(load_config(project.config_file))
+    acknowledged = {rid for _, rid in sent}
+    lost = acknowledged - set(read_serving_logs(store)["request_id"].to_pylist())
+    rate = len(sent) / (sent[-1][0] - sent[0][0])
+    assert 0 < len(lost) <= rate * 3.5, (len(lost), rate)  # at most one flush interval (3 s) and a little
+    journals = project.root / ".quiver" / "spool" / "victim" / "_journal"
+    [dead] = list(journals.glob("*.json"))  # the dead process's journal
+
+    again = serve_model(project, "--log-flush-interval", "3", env=env)  # the replica comes back
+    wait_for(lambda: not dead.exists(), "the dead process's journal to be settled", timeout_s=30)
+    assert again.signal(signal.SIGTERM) == 0
+    again.stop()
+    counted = sum(read_accounts(store).dropped.get("killed", {}).values())
+    assert len(lost) - rate * 1.5 <= counted <= len(lost), (counted, len(lost), rate)
+    assert not list(journals.glob("*.json"))  # settled, and the clean stop left none

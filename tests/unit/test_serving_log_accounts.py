@@ -95,3 +95,34 @@ def test_a_step_whose_loggers_lost_rows_holds_instead_of_advancing(tmp_path: Pat
     assert _hold_on_losses(advance, losses, JudgeSettings(max_dropped_share=0.6)) is advance
     rollback = replace(advance, outcome="rollback", next_fraction=0.0)
     assert _hold_on_losses(rollback, losses, JudgeSettings()) is rollback  # a failure still stands
+
+
+def test_a_dead_processs_journal_is_settled_into_its_accounts(tmp_path: Path) -> None:
+    from quiver.serving.logs.journal import Journal, reconcile
+
+    journals = tmp_path / "journal"
+    logger = ServingLogger(tmp_path / "store", flush_interval_s=3_600, replica="r", journal=journals)
+    batch(logger, "flushed", T0 + np.arange(5))
+    logger.flush()  # 5 written and accounted
+    batch(logger, "lost", T0 + np.arange(3))  # given, never flushed: the process is killed here
+    batch(logger, "later", T0 + H + np.arange(2))
+    assert logger.journal is not None
+    logger.journal.write()
+    dead = logger.ledger.process  # (the logger is abandoned, as a killed process leaves it)
+    settled = reconcile(journals, local_location(tmp_path / "store"), "serving_logs", current="r-next")
+    assert settled == 5 and not (journals / f"{dead}.json").exists()
+    accounts = read_accounts(tmp_path / "store")
+    assert accounts.dropped == {"killed": {"?": 5}} and accounts.written == {"champion": 5}
+    assert reconcile(journals, local_location(tmp_path / "store"), "serving_logs", current="r-next") == 0
+    clean = Journal(journals, "r", "r-clean")
+    clean.give(T0, 1)
+    clean.write()
+    clean.discard()
+    assert not list(journals.glob("*.json"))
+    logger.close()
+
+
+def test_a_clean_stop_leaves_no_journal(tmp_path: Path) -> None:
+    with ServingLogger(tmp_path / "store", replica="r", journal=tmp_path / "journal") as logger:
+        batch(logger, "r", T0 + np.arange(4))
+    assert not list((tmp_path / "journal").glob("*.json")) and read_accounts(tmp_path / "store").served == 4

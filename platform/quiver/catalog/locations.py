@@ -96,6 +96,16 @@ class Location:
         finally:
             staged.unlink(missing_ok=True)
 
+    def read_json(self, path: str) -> Any:
+        """The JSON document `path` (inside `fs`) holds, or None when there is no such file."""
+        import json
+
+        try:
+            with self.fs.open_input_stream(path) as stream:
+                return json.loads(stream.read())
+        except FileNotFoundError:
+            return None
+
     def children(self, folder: str) -> list[str]:
         """Names of the entries directly in `folder` (files and folders), sorted; none when it is missing."""
         import pyarrow.fs as pafs

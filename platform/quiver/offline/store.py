@@ -50,11 +50,7 @@ class OfflineStore(Location):
 
     def read_manifest(self, folder: str) -> dict[str, Any] | None:
         """The manifest of a partition folder (a path inside `fs`), or None when it has none."""
-        try:
-            with self.fs.open_input_stream(f"{folder}/{MANIFEST}") as stream:
-                manifest: dict[str, Any] = json.loads(stream.read())
-        except FileNotFoundError:
-            return None
+        manifest: dict[str, Any] | None = self.read_json(f"{folder}/{MANIFEST}")
         return manifest
 
     def partition_files(self, folder: str) -> list[str]:

@@ -192,6 +192,7 @@ def decision_page(console: Console, decision_id: int) -> str:
         pairing = explain.pairing_line(d)
         if pairing:
             body += f"<p id='pairing'>{esc(pairing)}</p>"
+        body += _logging_line(stats.get("serving_log"))
         body += _arms(stats)
     intervals = explain.shadow_rows(d)
     if intervals:
@@ -207,6 +208,18 @@ def decision_page(console: Console, decision_id: int) -> str:
     if d.rollout_id:
         body += f"<h2>Rollout #{d.rollout_id}: each guardrail over its looks</h2>" + _charts(console, d.rollout_id)
     return page(f"Decision #{d.id}: {d.outcome}", body, console.config.project)
+
+
+def _logging_line(accounts: dict[str, Any] | None) -> str:
+    """What the serving loggers of every replica did with the step's rows (their accounts), in one line."""
+    if not accounts:
+        return ""
+    dropped = accounts.get("dropped_by_reason") or {}
+    lost = ", ".join(f"{num(n)} {esc(why)}" for why, n in dropped.items()) or "none"
+    return (f"<p id='serving-log'>serving log of the step's hours: {num(accounts.get('served'))} rows served by "
+            f"{esc(', '.join(accounts.get('replicas') or []) or 'no replica with accounts')}, "
+            f"{num(accounts.get('written'))} written, dropped: {lost} "
+            f"({num(100 * float(accounts.get('answering_dropped_share') or 0.0), 2)} % of the answering rows)</p>")
 
 
 def guardrail_table(rows: list[explain.GuardrailRow]) -> str:

@@ -13,13 +13,13 @@ hour, stores it whole beside the hour's files:
 
 Counts are cumulative for the process (a later file of the same process replaces the earlier one: one PUT,
 never half), per arm where the rows' arm is known ("?" otherwise). A process killed with SIGKILL loses the
-rows logged since its last flush together with their count: at most one flush interval, not counted.
+rows logged since its last flush; the next process of the replica counts them from the dead one's journal
+(`quiver.serving.logs.journal`) as dropped for `killed`.
 `read_accounts` sums every replica's and process's files of a window.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -62,6 +62,12 @@ class Ledger:
         with self._lock:
             hours, self._dirty = sorted(self._dirty), set()
             return [(hour, self._account(hour)) for hour in hours]
+
+    @property
+    def pending(self) -> bool:
+        """Whether some hour's account is not stored yet."""
+        with self._lock:
+            return bool(self._dirty)
 
     def keep_dirty(self, hour: int) -> None:
         with self._lock:
@@ -138,8 +144,7 @@ def read_accounts(root: str | Path | Location, start: datetime | None = None, en
         for name in location.children(accounts):
             if not name.endswith(".json"):
                 continue
-            with location.fs.open_input_stream(f"{accounts}/{name}") as stream:
-                account = json.loads(stream.read())
+            account = location.read_json(f"{accounts}/{name}") or {}
             found.files += 1
             found.replicas.add(str(account.get("replica", "?")))
             for outcome in ("written", "quarantined", "spooled"):

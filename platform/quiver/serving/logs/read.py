@@ -4,7 +4,6 @@ Layout and columns: `quiver.serving.logs`."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -35,11 +34,8 @@ def read_quarantine(root: str | Path | Location) -> pa.Table:
 
 
 def read_manifest(location: Location, folder: str) -> dict[str, Any] | None:
-    try:
-        with location.fs.open_input_stream(f"{folder}/{MANIFEST}") as stream:
-            manifest: dict[str, Any] = json.loads(stream.read())
-    except FileNotFoundError:
-        return None
+    """An hour folder's compaction manifest (see `quiver.serving.logs.compact`), or None."""
+    manifest: dict[str, Any] | None = location.read_json(f"{folder}/{MANIFEST}")
     return manifest
 
 

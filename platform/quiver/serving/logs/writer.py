@@ -60,7 +60,9 @@ What can go wrong, and what happens (every row is either written, quarantined or
   writes, rows dropped and quarantined by reason, and rows / bytes buffered.
 Durability: `close()` (also registered with atexit; the prediction server calls it on SIGTERM and SIGINT)
 writes everything still buffered. A crash (SIGKILL, power loss) loses what was logged since the last flush —
-at most one `flush_interval_s` (or `flush_rows` rows).
+at most one `flush_interval_s` (or `flush_rows` rows); with a journal (`logger_for` gives one), the next
+process of the replica counts them in the dead process's accounts as dropped, `killed`
+(`quiver.serving.logs.journal`).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ from quiver.serving.logs.files import (
     part_name,
     write_atomically,
 )
+from quiver.serving.logs.journal import Journal, reconcile
 from quiver.serving.logs.read import (
     LOG_DIR,
     QUARANTINE_DIR,
@@ -173,14 +176,15 @@ def logger_for(config: Any, schema: pa.Schema | None = None, *, replica: str | N
     """The serving logger of a process of `config`'s project (servers and the demo build theirs here): files
     under the store root (`offline_root`: a folder or an object store), named for this replica (`replica`,
     else `replica_id`, $QUIVER_REPLICA_ID or the host), and, on an object store, a spool in the local
-    `spool_dir/<replica>` for what the store cannot take while it is down."""
+    `spool_dir/<replica>` for what the store cannot take while it is down, and a journal beside it
+    (`<replica>/_journal`) of the rows given, so a killed process's losses are counted."""
     from quiver.offline.store import store_for
 
     store = store_for(config)
     name = replica_name(replica or config.replica_id or None)
-    spool = None if store.is_local else Spool(config.root / config.spool_dir / name,
-                                              max_bytes=int(config.spool_max_mb * (1 << 20)))
-    return ServingLogger(store, schema=schema, replica=name, spool=spool, **options)
+    local = config.root / config.spool_dir / name
+    spool = None if store.is_local else Spool(local, max_bytes=int(config.spool_max_mb * (1 << 20)))
+    return ServingLogger(store, schema=schema, replica=name, spool=spool, journal=local / "_journal", **options)
 
 
 class ServingLogger:
@@ -189,7 +193,7 @@ class ServingLogger:
     def __init__(self, root: str | Path | Location, *, flush_rows: int = 10_000, flush_interval_s: float = 5.0,
                  max_buffer_bytes: int = 64 << 20, max_write_attempts: int = 8, compression: str = "zstd",
                  max_buffer_rows: int | None = None, schema: pa.Schema | None = None, replica: str | None = None,
-                 spool: Spool | None = None):
+                 spool: Spool | None = None, journal: str | Path | None = None):
         if flush_rows < 1 or flush_interval_s <= 0 or max_buffer_bytes < 1 or max_write_attempts < 1:
             raise ValueError("flush_rows, max_buffer_bytes and max_write_attempts must be >= 1 and "
                              "flush_interval_s > 0")
@@ -208,6 +212,9 @@ class ServingLogger:
         self.files_written = 0
         self.spooled = 0  # rows that went to the spool (uploaded later: then counted in `written` too)
         self.ledger = Ledger(self.replica, f"{self.replica}-{time.time_ns()}")
+        # Rows given, per hour, on local disk every second: what a killed process lost is counted by the next.
+        self.journal = None if journal is None else Journal(Path(journal), self.replica, self.ledger.process)
+        self._settled = journal is None
         self._spool_attempts = 0
         self._spool_next_try = 0.0  # time.monotonic()
         self.failed_writes = 0
@@ -240,6 +247,8 @@ class ServingLogger:
             prediction: float | None = None, ts: datetime | None = None, error: str = "") -> None:
         """Buffer one served request; returns immediately. The mappings must not be mutated afterwards."""
         ts_us = time.time_ns() // 1000 if ts is None else micros(ts)
+        if self.journal is not None:
+            self.journal.give(ts_us, 1)
         record = (ts_us, request_id, entity_keys, features, model_version, arm, latency_ms, prediction, error)
         if MIN_TIME_US <= ts_us < MAX_TIME_US:
             self._append(record, 1, 200 + 100 * (len(entity_keys) + len(features)))
@@ -283,6 +292,8 @@ class ServingLogger:
             return
         stamp = time.time_ns() // 1000 if ts_us is None else \
             ts_us.astype(np.int64, copy=False) if isinstance(ts_us, np.ndarray) else int(ts_us)
+        if self.journal is not None:
+            self.journal.give(stamp, n)
         batch = Batch(n, stamp, request_ids, dict(entity_keys), features if block else dict(features), model_version, arm,
                       latency_ms, predictions, error, rollout, call_id, dict(request) if request else None, missing)
         if isinstance(stamp, int):
@@ -642,6 +653,8 @@ class ServingLogger:
                       self.buffered)
         else:
             self._flush(retry_all=True, final=True)
+            if self.journal is not None:  # every row given is accounted for on the store, or will be next start
+                self.journal.discard() if not self.ledger.pending else self.journal.write()
         atexit.unregister(self.close)
 
     def __enter__(self) -> ServingLogger:
@@ -651,17 +664,35 @@ class ServingLogger:
         self.close()
 
     def _run(self) -> None:
+        tick = self.flush_interval_s if self.journal is None else min(self.flush_interval_s, 1.0)
+        due = time.monotonic() + self.flush_interval_s
         while True:
-            self._wake.wait(self.flush_interval_s)
+            woken = self._wake.wait(tick)
             self._wake.clear()
             with self._lock:
                 closing = self._closed
             if closing:
                 return  # close() does the final flush in its own thread
             try:
-                self._flush(retry_all=False)
+                self._keep_journal()
+                if woken or time.monotonic() >= due:
+                    due = time.monotonic() + self.flush_interval_s
+                    self._flush(retry_all=False)
             except Exception:  # never let the writer thread die: log and go on
                 log.exception("serving-log flush failed")
+
+    def _keep_journal(self) -> None:
+        """Write this process's journal, and settle the ones earlier processes of the replica left."""
+        if self.journal is None:
+            return
+        self.journal.write()
+        if not self._settled:
+            killed = reconcile(self.journal.folder, self.location, LOG_DIR, self.ledger.process)
+            self._settled = not any(p.stem != self.ledger.process for p in self.journal.folder.glob("*.json"))
+            if killed:
+                from quiver import metrics
+
+                metrics.SERVING_LOG_DROPPED.labels(reason="killed").inc(killed)
 
 
 def arm_counts(table: pa.Table) -> list[tuple[str, int]]:

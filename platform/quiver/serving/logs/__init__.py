@@ -2,7 +2,10 @@
 that judges them (`read`), and kept tidy on the store root (`compact`, `accounts`). Serving owns it; monitoring,
 the loop and the console only read it.
 
-    writer.py    ServingLogger: buffered, off the request path, one file per flush and replica; `logger_for`
+    writer.py    ServingLogger: buffered, off the request path, one file per flush and replica
+    factory.py   `logger_for`: a project process's logger (store root, replica name, spool, journal)
+    journal.py   rows given per process on local disk, so a killed process's losses are counted
+    gauges.py    Prometheus gauges over the live loggers
     spool.py     the local spool for files an object store does not take yet
     tables.py    the log's schema (`log_schema`) and how logged rows become Arrow tables
     files.py     one file: its name, its bytes, the types the dataset keeps
@@ -11,6 +14,8 @@ the loop and the console only read it.
     compact.py   an hour of small files into one, atomically
 """
 
+from quiver.serving.logs.factory import logger_for
+from quiver.serving.logs.files import replica_name
 from quiver.serving.logs.writer import (
     FEATURE_PREFIX,
     KEY_PREFIX,
@@ -25,11 +30,9 @@ from quiver.serving.logs.writer import (
     batches_to_table,
     feature_frame,
     log_schema,
-    logger_for,
     read_quarantine,
     read_serving_logs,
     records_to_table,
-    replica_name,
 )
 
 __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",

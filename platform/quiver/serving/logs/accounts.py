@@ -28,7 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from quiver.catalog.locations import Location, as_location
+from quiver.online.base import MAX_TIME_US, MIN_TIME_US
+from quiver.serving.logs.spool import Spooled
+from quiver.serving.logs.tables import US_PER_HOUR, Batch, FailedPart, QuarantinedBatch
 
 ACCOUNTS_DIR = "_accounts"
 OUTCOMES = ("written", "quarantined", "spooled", "dropped")
@@ -152,3 +158,56 @@ def read_accounts(root: str | Path | Location, start: datetime | None = None, en
             for reason, by_arm in (account.get("dropped") or {}).items():
                 found.dropped.setdefault(reason, Counter()).update(by_arm)
     return found
+
+
+def arm_counts(table: pa.Table) -> list[tuple[str, int]]:
+    """Rows per arm of a log table."""
+    import pyarrow.compute as pc
+
+    if "arm" not in table.column_names:
+        return [("?", table.num_rows)]
+    return [(str(item["values"]), int(item["counts"])) for item in pc.value_counts(table["arm"]).to_pylist()]
+
+
+def hours_and_arms(what: Any, rows: int) -> list[tuple[int, list[tuple[str, int]]]]:
+    """Hours (since the epoch) and rows per arm of something dropped or quarantined: a buffered item, a
+    failed part, a table, batches or a spooled file; an hour that cannot be told is left out of the accounts
+    (the totals in `dropped_by` still count it)."""
+    if isinstance(what, FailedPart):
+        return [(what.hour, arm_counts(what.table))]
+    if isinstance(what, Spooled):
+        folder = what.relative.split("/")
+        try:
+            moment = datetime.strptime(f"{folder[1][5:]} {folder[2][5:]}", "%Y-%m-%d %H").replace(tzinfo=UTC)
+        except (IndexError, ValueError):
+            return []
+        return [(int(moment.timestamp()) // 3600, [("?", rows)])]
+    if isinstance(what, QuarantinedBatch):
+        what = what.batch
+    if isinstance(what, list):
+        return [pair for item in what for pair in hours_and_arms(item, getattr(item, "n", 0))]
+    if isinstance(what, tuple):  # one `log()` record: (ts_us, request_id, keys, features, version, arm, …)
+        return _group(np.array([int(what[0]) // US_PER_HOUR]), np.array([str(what[5])], dtype=object))
+    if isinstance(what, pa.Table):
+        ts_name = "ts" if "ts" in what.column_names else "ts_us"
+        if ts_name not in what.column_names or not what.num_rows:
+            return []
+        ts = what[ts_name].cast(pa.int64()).to_numpy(zero_copy_only=False)
+        arms = what["arm"].to_numpy(zero_copy_only=False) if "arm" in what.column_names else np.full(len(ts), "?")
+        return _group(ts // US_PER_HOUR, arms)
+    if isinstance(what, Batch):
+        ts = np.broadcast_to(np.asarray(what.ts_us, dtype=np.int64), (what.n,))
+        arms = np.broadcast_to(np.asarray(what.arm, dtype=object), (what.n,))
+        return _group(ts // US_PER_HOUR, arms)
+    return []
+
+
+def _group(hours: np.ndarray, arms: np.ndarray) -> list[tuple[int, list[tuple[str, int]]]]:
+    """Rows per arm of each hour; hours outside TIME_RANGE (quarantined for that) have no account."""
+    out = []
+    valid = (hours >= MIN_TIME_US // US_PER_HOUR) & (hours < MAX_TIME_US // US_PER_HOUR)
+    for hour in np.unique(hours[valid]):
+        chosen = arms[hours == hour]
+        values, counts = np.unique(chosen.astype(str), return_counts=True)
+        out.append((int(hour), [(str(v), int(c)) for v, c in zip(values, counts, strict=True)]))
+    return out

@@ -5,6 +5,9 @@ files keep), and the memory a batch of rows holds while it waits to be written."
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import socket
 import time
 import uuid
 from collections.abc import Iterable
@@ -34,6 +37,13 @@ def newest_types(location: Location, directory: str) -> dict[str, pa.DataType]:
 
 def _is_part(name: str) -> bool:
     return name.startswith("part-") and name.endswith(".parquet")
+
+
+def replica_name(given: str | None = None) -> str:
+    """This process's name in the log: `given`, else $QUIVER_REPLICA_ID, else the host's name; letters,
+    digits, `.`, `_` and `-` only (it is part of file names)."""
+    name = given or os.environ.get("QUIVER_REPLICA_ID") or socket.gethostname() or "replica"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:64]
 
 
 def part_name(replica: str) -> str:

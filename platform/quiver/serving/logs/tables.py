@@ -348,3 +348,27 @@ def column_compression(table: pa.Table, codec: str) -> dict[str, str]:
     every feature column of a shadow row): nothing to compress there, and skipping it cut a 10,000-row file
     with 100 of them from 11.7 to 8.4 ms to write, at the same size."""
     return {name: "NONE" if table.column(name).null_count == len(table) else codec for name in table.column_names}
+
+
+@dataclass(slots=True)
+class QuarantinedBatch:
+    """Rows that cannot go to their hour, and why (written to the quarantine folder by the writer thread)."""
+
+    batch: Batch
+    reason: str
+
+
+@dataclass(slots=True)
+class FailedPart:
+    """One hour's rows of a flush whose write failed: kept as the table built, tried again later."""
+
+    hour: int
+    table: pa.Table
+    rows: int
+    attempts: int
+    next_try: float  # time.monotonic()
+    error: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes)

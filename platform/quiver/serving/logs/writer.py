@@ -68,18 +68,12 @@ process of the replica counts them in the dead process's accounts as dropped, `k
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import logging
-import os
-import re
-import socket
 import threading
 import time
-import weakref
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -90,14 +84,16 @@ import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location, as_location
 from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE, ColumnBlock
-from quiver.serving.logs.accounts import Ledger, account_path, hour_folder
+from quiver.serving.logs.accounts import Ledger, account_path, arm_counts, hour_folder, hours_and_arms
 from quiver.serving.logs.files import (
     estimate_bytes,
     newest_types,
     parquet_bytes,
     part_name,
+    replica_name,
     write_atomically,
 )
+from quiver.serving.logs.gauges import LIVE
 from quiver.serving.logs.journal import Journal, reconcile
 from quiver.serving.logs.read import (
     LOG_DIR,
@@ -106,12 +102,14 @@ from quiver.serving.logs.read import (
     read_quarantine,
     read_serving_logs,
 )
-from quiver.serving.logs.spool import Spool, Spooled
+from quiver.serving.logs.spool import Spool
 from quiver.serving.logs.tables import (
     BASE_SCHEMA,
     FEATURE_PREFIX,
     KEY_PREFIX,
     Batch,
+    FailedPart,
+    QuarantinedBatch,
     Record,
     RolloutTag,
     SchemaMismatch,
@@ -133,58 +131,10 @@ _OUT_OF_RANGE = f"time outside the supported range {TIME_RANGE}"
 
 __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",
            "SchemaMismatch", "ServingLogger", "Spool", "batches_to_table", "feature_frame", "log_schema",
-           "logger_for", "read_quarantine", "read_serving_logs", "records_to_table", "replica_name"]
+           "read_quarantine", "read_serving_logs", "records_to_table"]
 
 
-@dataclass(slots=True)
-class _Quarantined:
-    """Rows that cannot go to their hour, and why (written to the quarantine folder by the writer thread)."""
-
-    batch: Batch
-    reason: str
-
-
-@dataclass(slots=True)
-class _Part:
-    """One hour's rows of a flush whose write failed: kept as the table built, tried again later."""
-
-    hour: int
-    table: pa.Table
-    rows: int
-    attempts: int
-    next_try: float  # time.monotonic()
-    error: str
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.table.nbytes)
-
-
-Item = Record | Batch | _Quarantined
-_LIVE: weakref.WeakSet[ServingLogger] = weakref.WeakSet()
-
-
-def replica_name(given: str | None = None) -> str:
-    """This process's name in the log: `given`, else $QUIVER_REPLICA_ID, else the host's name; letters,
-    digits, `.`, `_` and `-` only (it is part of file names)."""
-    name = given or os.environ.get("QUIVER_REPLICA_ID") or socket.gethostname() or "replica"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:64]
-
-
-def logger_for(config: Any, schema: pa.Schema | None = None, *, replica: str | None = None,
-               **options: Any) -> ServingLogger:
-    """The serving logger of a process of `config`'s project (servers and the demo build theirs here): files
-    under the store root (`offline_root`: a folder or an object store), named for this replica (`replica`,
-    else `replica_id`, $QUIVER_REPLICA_ID or the host), and, on an object store, a spool in the local
-    `spool_dir/<replica>` for what the store cannot take while it is down, and a journal beside it
-    (`<replica>/_journal`) of the rows given, so a killed process's losses are counted."""
-    from quiver.offline.store import store_for
-
-    store = store_for(config)
-    name = replica_name(replica or config.replica_id or None)
-    local = config.root / config.spool_dir / name
-    spool = None if store.is_local else Spool(local, max_bytes=int(config.spool_max_mb * (1 << 20)))
-    return ServingLogger(store, schema=schema, replica=name, spool=spool, journal=local / "_journal", **options)
+Item = Record | Batch | QuarantinedBatch
 
 
 class ServingLogger:
@@ -222,7 +172,7 @@ class ServingLogger:
         self.quarantined_by: Counter[str] = Counter()
         self._buffer: deque[tuple[Item, int, int]] = deque()  # (item, rows, estimated bytes)
         self._rows = self._bytes = 0  # in _buffer
-        self._retry: deque[_Part] = deque()  # failed writes waiting, oldest first
+        self._retry: deque[FailedPart] = deque()  # failed writes waiting, oldest first
         self._in_flight_rows = self._in_flight_bytes = 0  # taken by the writer, not written yet
         self._last_write_failed = False
         self._lock = threading.Lock()
@@ -237,7 +187,7 @@ class ServingLogger:
         self._types: dict[str, pa.DataType] = {**newest_types(self.location, self.directory), **self._declared}
         self._thread = threading.Thread(target=self._run, name="quiver-serving-log", daemon=True)
         self._thread.start()
-        _LIVE.add(self)
+        LIVE.add(self)
         atexit.register(self.close)
 
     # ----- logging (the request path) -----
@@ -253,7 +203,7 @@ class ServingLogger:
         if MIN_TIME_US <= ts_us < MAX_TIME_US:
             self._append(record, 1, 200 + 100 * (len(entity_keys) + len(features)))
         else:
-            self._append(_Quarantined(as_batches([record])[0], _OUT_OF_RANGE), 1, 200)
+            self._append(QuarantinedBatch(as_batches([record])[0], _OUT_OF_RANGE), 1, 200)
 
     def log_batch(self, request_ids: Sequence[str], entity_keys: Mapping[str, Any], features: Mapping[str, Any] | ColumnBlock,
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
@@ -309,7 +259,7 @@ class ServingLogger:
             kept = take_rows(batch, good)
             self._append(kept, len(good), estimate_bytes(kept))
         poisoned = take_rows(batch, np.flatnonzero(bad))
-        self._append(_Quarantined(poisoned, _OUT_OF_RANGE), poisoned.n, estimate_bytes(poisoned))
+        self._append(QuarantinedBatch(poisoned, _OUT_OF_RANGE), poisoned.n, estimate_bytes(poisoned))
 
     def _append(self, item: Item, rows: int, size: int) -> None:
         dropped: list[tuple[str, int, Any]] = []
@@ -431,7 +381,7 @@ class ServingLogger:
                 for part in due:
                     written += self._write_part(part, final, store_down)
                 for hour, table, rows in parts:
-                    written += self._write_part(_Part(hour, table, rows, 0, now, ""), final, store_down)
+                    written += self._write_part(FailedPart(hour, table, rows, 0, now, ""), final, store_down)
                 for batches, reason in quarantine:
                     self._quarantine(batches, reason)
                 self._store_accounts(store_down)
@@ -444,9 +394,9 @@ class ServingLogger:
         """Per-hour tables of the buffered rows, and the batches to quarantine (with why)."""
         quarantine: list[tuple[list[Batch], str]] = []
         by_hour: dict[int, list[Batch]] = defaultdict(list)
-        rows_now = [i for i in items if not isinstance(i, _Quarantined)]
+        rows_now = [i for i in items if not isinstance(i, QuarantinedBatch)]
         for item in items:
-            if isinstance(item, _Quarantined):
+            if isinstance(item, QuarantinedBatch):
                 quarantine.append(([item.batch], item.reason))
         for batch in as_batches(rows_now):  # type: ignore[arg-type]
             for hour, piece in split_by_hour(batch):
@@ -544,7 +494,7 @@ class ServingLogger:
                     type(failure).__name__, failure, spool.rows, delay)
         return uploaded, True
 
-    def _write_part(self, part: _Part, final: bool, store_down: bool = False) -> int:
+    def _write_part(self, part: FailedPart, final: bool, store_down: bool = False) -> int:
         from quiver import metrics
 
         started = time.perf_counter()
@@ -693,90 +643,3 @@ class ServingLogger:
                 from quiver import metrics
 
                 metrics.SERVING_LOG_DROPPED.labels(reason="killed").inc(killed)
-
-
-def arm_counts(table: pa.Table) -> list[tuple[str, int]]:
-    """Rows per arm of a log table."""
-    import pyarrow.compute as pc
-
-    if "arm" not in table.column_names:
-        return [("?", table.num_rows)]
-    return [(str(item["values"]), int(item["counts"])) for item in pc.value_counts(table["arm"]).to_pylist()]
-
-
-def hours_and_arms(what: Any, rows: int) -> list[tuple[int, list[tuple[str, int]]]]:
-    """Hours (since the epoch) and rows per arm of something dropped or quarantined: a buffered item, a
-    failed part, a table, batches or a spooled file; an hour that cannot be told is left out of the accounts
-    (the totals in `dropped_by` still count it)."""
-    from quiver.serving.logs.tables import US_PER_HOUR
-
-    if isinstance(what, _Part):
-        return [(what.hour, arm_counts(what.table))]
-    if isinstance(what, Spooled):
-        folder = what.relative.split("/")
-        try:
-            moment = datetime.strptime(f"{folder[1][5:]} {folder[2][5:]}", "%Y-%m-%d %H").replace(tzinfo=UTC)
-        except (IndexError, ValueError):
-            return []
-        return [(int(moment.timestamp()) // 3600, [("?", rows)])]
-    if isinstance(what, _Quarantined):
-        what = what.batch
-    if isinstance(what, list):
-        return [pair for item in what for pair in hours_and_arms(item, getattr(item, "n", 0))]
-    if isinstance(what, tuple):  # one `log()` record: (ts_us, request_id, keys, features, version, arm, …)
-        return _group(np.array([int(what[0]) // US_PER_HOUR]), np.array([str(what[5])], dtype=object))
-    if isinstance(what, pa.Table):
-        ts_name = "ts" if "ts" in what.column_names else "ts_us"
-        if ts_name not in what.column_names or not what.num_rows:
-            return []
-        ts = what[ts_name].cast(pa.int64()).to_numpy(zero_copy_only=False)
-        arms = what["arm"].to_numpy(zero_copy_only=False) if "arm" in what.column_names else np.full(len(ts), "?")
-        return _group(ts // US_PER_HOUR, arms)
-    if isinstance(what, Batch):
-        ts = np.broadcast_to(np.asarray(what.ts_us, dtype=np.int64), (what.n,))
-        arms = np.broadcast_to(np.asarray(what.arm, dtype=object), (what.n,))
-        return _group(ts // US_PER_HOUR, arms)
-    return []
-
-
-def _group(hours: np.ndarray, arms: np.ndarray) -> list[tuple[int, list[tuple[str, int]]]]:
-    """Rows per arm of each hour; hours outside TIME_RANGE (quarantined for that) have no account."""
-    from quiver.serving.logs.tables import US_PER_HOUR
-
-    out = []
-    valid = (hours >= MIN_TIME_US // US_PER_HOUR) & (hours < MAX_TIME_US // US_PER_HOUR)
-    for hour in np.unique(hours[valid]):
-        chosen = arms[hours == hour]
-        values, counts = np.unique(chosen.astype(str), return_counts=True)
-        out.append((int(hour), [(str(v), int(c)) for v, c in zip(values, counts, strict=True)]))
-    return out
-
-
-class _BufferCollector:
-    """Gauges over every live ServingLogger in the process, computed at scrape time."""
-
-    def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        loggers = list(_LIVE)
-        yield GaugeMetricFamily("quiver_serving_log_buffered_rows", "Serving-log rows waiting to be written",
-                                value=sum(x.buffered for x in loggers))
-        yield GaugeMetricFamily("quiver_serving_log_buffered_bytes",
-                                "Estimated memory of the serving-log rows waiting", value=sum(x.buffered_bytes
-                                                                                             for x in loggers))
-        yield GaugeMetricFamily("quiver_serving_log_spooled_rows",
-                                "Serving-log rows in the local spool, waiting for the store",
-                                value=sum(x.spool.rows for x in loggers if x.spool is not None))
-        yield GaugeMetricFamily("quiver_serving_log_writable",
-                                "0 while a serving log's last write failed or rows wait for a retry",
-                                value=0 if any(not x.writable for x in loggers if not x._closed) else 1)
-
-
-def _register_collector() -> None:
-    from prometheus_client import REGISTRY
-
-    with contextlib.suppress(ValueError):  # already registered (a reload of this module)
-        REGISTRY.register(_BufferCollector())  # type: ignore[arg-type]
-
-
-_register_collector()

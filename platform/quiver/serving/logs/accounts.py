@@ -3,8 +3,9 @@
 A row the logger was given is written, quarantined, dropped (by reason) or waits in the spool; only written
 rows are in the log, so what a reader cannot see would otherwise be invisible to it: a judge would take a
 split that lost rows for the traffic's split, and a training set built from logs would not know what is
-missing. Each logger keeps a ledger per hour (of the rows' own time) and, after each flush that changed an
-hour, stores it whole beside the hour's files:
+missing. Each logger keeps a ledger per hour (of the rows' own time) and stores a changed hour's whole
+ledger beside the hour's files (after each flush on a folder; on an object store at once for drops,
+quarantines and spooling, at each explicit flush and stop, else at most once a minute):
 
     <root>/serving_logs/date=YYYY-MM-DD/hour=HH/_accounts/<replica>-<process start ns>.json
     {"replica": "web-1", "process": "web-1-1793…", "hour": "2026-11-03T09",
@@ -52,6 +53,7 @@ class Ledger:
         self.replica, self.process = replica, process
         self._counts: dict[int, dict[str, Counter[str]]] = {}
         self._dirty: set[int] = set()
+        self._urgent = False  # an outcome other than "written" changed since the last `dirty()`
         self._lock = threading.Lock()
 
     def add(self, hour: int, outcome: str, by_arm: Iterable[tuple[str, int]]) -> None:
@@ -62,12 +64,19 @@ class Ledger:
                 if rows:
                     counter[arm] += int(rows)
                     self._dirty.add(hour)
+                    self._urgent = self._urgent or outcome != "written"
 
     def dirty(self) -> list[tuple[int, dict[str, Any]]]:
         """The changed hours with their whole account, oldest first (marked clean: `keep_dirty` on failure)."""
         with self._lock:
-            hours, self._dirty = sorted(self._dirty), set()
+            hours, self._dirty, self._urgent = sorted(self._dirty), set(), False
             return [(hour, self._account(hour)) for hour in hours]
+
+    @property
+    def urgent(self) -> bool:
+        """Whether rows were dropped, quarantined or spooled since the accounts were last taken."""
+        with self._lock:
+            return self._urgent
 
     @property
     def pending(self) -> bool:

@@ -6,9 +6,9 @@ accounts (`quiver.serving.logs.accounts`) stop at that flush. Its journal, `<jou
 ({"replica", "process", "given": {hour: rows}}), was replaced (written, then renamed) about every second. The
 next process of the replica finds it (`reconcile`), compares each hour's rows given with what the dead
 process's account says became of them (written, quarantined, spooled, dropped), and records the difference
-in that account as dropped for `killed`. The count is an upper bound within one flush (rows written in the
-flush the kill cut short, before its account was stored, count as killed) and misses at most the last
-second's rows (given after the journal's last write). A clean stop deletes the journal: nothing to settle.
+in that account as dropped for `killed`. The count is an upper bound (rows written after the process's
+last stored account count as killed: at most a flush on a folder, a minute on an object store) and misses
+at most the last second's rows (given after the journal's last write). A clean stop deletes the journal: nothing to settle.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def compaction(args: argparse.Namespace, s3: Any) -> dict[str, Any]:
     from quiver.serving.logs.compact import compact
 
     rows_per_day = 200_000 if args.quick else 1_000_000
-    replicas, flush_s = 2, args.flush_s
+    replicas, flush_s = 2, args.flush_s or (120 if args.quick else 30)  # quick: a quarter of the files
     flushes = 86_400 // flush_s
     per_file = rows_per_day // (replicas * flushes)
     store = as_location(s3.uri("bench-logs", f"compaction-{os.getpid()}"))
@@ -157,7 +157,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, a few minutes")
     parser.add_argument("--no-targets", action="store_true", help="report, but exit 0 when a target is missed")
-    parser.add_argument("--flush-s", type=int, default=30, help="seconds between a replica's files (part 2)")
+    parser.add_argument("--flush-s", type=int, default=0,
+                        help="seconds between a replica's files (part 2; default 30, --quick 120)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of part 1 (full size)")
     parser.add_argument("--serving-only", action="store_true", help="part 1 only")
     args = parser.parse_args()

@@ -66,6 +66,47 @@ def send(server: Any, tag: str, requests: int, size: int) -> int:
     return answered
 
 
+class Load:
+    """Two-row predictions in a thread until `stop`: the ids answered (`sent`, with when) and the requests
+    refused while the server was meant to be up (`refused`; none is acceptable before `stopping` is set)."""
+
+    def __init__(self, server: Any, tag: str) -> None:
+        self.server, self.tag = server, tag
+        self.sent: list[tuple[float, str]] = []
+        self.refused: list[str] = []
+        self.stop, self.stopping = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @property
+    def ids(self) -> list[str]:
+        return [rid for _, rid in self.sent]
+
+    def _run(self) -> None:
+        k = 0
+        with httpx.Client(base_url=self.server.base, timeout=10, headers={"X-API-Key": KEY}) as client:
+            while not self.stop.is_set():
+                body = rows([k % USERS, (k + 1) % USERS], f"{self.tag}{k}-")
+                try:
+                    response = client.post("/predict", json=body)
+                    failure = "" if response.status_code == 200 else response.text
+                except httpx.HTTPError as exc:
+                    failure = repr(exc)
+                if failure:  # not acknowledged; the server is stopping, or this is a defect
+                    if not self.stopping.is_set():
+                        self.refused.append(failure)
+                    return
+                now = time.monotonic()
+                self.sent.extend((now, r["request_id"]) for r in body["rows"])  # type: ignore[index]
+                k += 1
+                time.sleep(0.01)
+
+    def end(self) -> None:
+        self.stopping.set()
+        self.stop.set()
+        self.thread.join(15)
+
+
 def test_two_replicas_one_store_every_reader_reads_both(tmp_path: Path, redis_url: str, pg_url: str,
                                                         s3_server: Any) -> None:
     from quiver.catalog.loader import load_catalog
@@ -152,33 +193,9 @@ def test_a_store_outage_under_load_loses_nothing(tmp_path: Path, redis_url: str,
     project = make_project(tmp_path / "host", redis_url, offline_root=store_root(s3_server, proxy.endpoint),
                            shadow=False)
     server = serve_model(project, "--log-flush-interval", "0.5", env={"QUIVER_REPLICA_ID": "solo"})
-    sent: list[str] = []
-    refused: list[str] = []  # requests not answered while the server was up (none allowed)
-    stop, stopping = threading.Event(), threading.Event()
-
-    def load() -> None:
-        k = 0
-        with httpx.Client(base_url=server.base, timeout=10, headers={"X-API-Key": KEY}) as client:
-            while not stop.is_set():
-                body = rows([k % USERS, (k + 1) % USERS], f"load{k}-")
-                try:
-                    response = client.post("/predict", json=body)
-                except httpx.HTTPError as exc:
-                    if not stopping.is_set():
-                        refused.append(repr(exc))
-                    return
-                if response.status_code != 200:  # a request the stop refused was not acknowledged
-                    if not stopping.is_set():
-                        refused.append(response.text)
-                    return
-                sent.extend(r["request_id"] for r in body["rows"])  # type: ignore[index]
-                k += 1
-                time.sleep(0.01)
-
-    worker = threading.Thread(target=load, daemon=True)
+    load = Load(server, "load")
     try:
-        worker.start()
-        wait_for(lambda: len(sent) > 100, "traffic")
+        wait_for(lambda: len(load.sent) > 100, "traffic")
         proxy.cut()
         down_at = time.monotonic()
         wait_for(lambda: server.client.get("/health").json().get("serving_log", {}).get("spooled_rows", 0) > 0,
@@ -187,20 +204,19 @@ def test_a_store_outage_under_load_loses_nothing(tmp_path: Path, redis_url: str,
         assert health["status"] == "degraded" and health["serving_log"]["status"] == "spooling"
         assert any(r["reason"] == "serving_log_spooling" for r in health["reasons"])
         time.sleep(max(0.0, 15 - (time.monotonic() - down_at)))
-        assert worker.is_alive()  # serving went on
+        assert load.thread.is_alive() and not load.refused  # serving went on
         proxy.restore()
         wait_for(lambda: server.client.get("/health").json()["serving_log"]["spooled_rows"] == 0,
                  "the spool to drain", timeout_s=90)
         assert server.client.get("/health").json()["status"] == "ok"
         time.sleep(1)  # more traffic after the outage, then a stop under load
-        assert not refused and worker.is_alive()
-        stopping.set()
+        assert not load.refused and load.thread.is_alive()
+        load.stopping.set()
         assert server.signal(signal.SIGTERM) == 0
     finally:
-        stop.set()
-        worker.join(15)
+        load.end()
         server.stop()
-    acknowledged = set(sent)
+    acknowledged = set(load.ids)
     store = store_for(load_config(project.config_file))
     far = datetime.now(UTC) + timedelta(hours=3)
     compact(store, far - timedelta(days=1), far, now=far)  # after compaction too: each row once
@@ -222,34 +238,15 @@ def test_a_killed_replica_loses_at_most_its_unflushed_rows_and_the_next_start_co
     project = make_project(tmp_path / "host", redis_url, shadow=False)
     env = {"QUIVER_REPLICA_ID": "victim"}
     server = serve_model(project, "--log-flush-interval", "3", env=env)
-    sent: list[tuple[float, str]] = []
-    stop = threading.Event()
-
-    def load() -> None:
-        k = 0
-        with httpx.Client(base_url=server.base, timeout=5, headers={"X-API-Key": KEY}) as client:
-            while not stop.is_set():
-                body = rows([k % USERS, (k + 1) % USERS], f"kill{k}-")
-                try:
-                    response = client.post("/predict", json=body)
-                except httpx.HTTPError:
-                    return  # the server is gone: this request was not acknowledged
-                if response.status_code == 200:
-                    now = time.monotonic()
-                    sent.extend((now, r["request_id"]) for r in body["rows"])  # type: ignore[index]
-                k += 1
-                time.sleep(0.01)
-
-    worker = threading.Thread(target=load, daemon=True)
-    worker.start()
+    load = Load(server, "kill")
     time.sleep(7.5)  # two flushes, then half of the next interval
+    load.stopping.set()
     server.proc.kill()
     server.proc.wait(30)
-    stop.set()
-    worker.join(15)
+    load.end()
     server.stop()
     store = store_for(load_config(project.config_file))
-    acknowledged = {rid for _, rid in sent}
+    acknowledged, sent = set(load.ids), load.sent
     lost = acknowledged - set(read_serving_logs(store)["request_id"].to_pylist())
     rate = len(sent) / (sent[-1][0] - sent[0][0])
     assert 0 < len(lost) <= rate * 3.5, (len(lost), rate)  # at most one flush interval (3 s) and a little

@@ -1,5 +1,26 @@
-"""Serving-log rows in memory (`Batch`, `Record`) and as Arrow tables (`batches_to_table`): the columns and
-types described in `quiver.serving.logs`, the same whether rows came from `log()` or `log_batch()`."""
+"""Serving-log rows in memory (`Batch`, `Record`) and as Arrow tables (`batches_to_table`), the same whether
+rows came from `log()` or `log_batch()`.
+
+Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `call_id` (one id per request to the
+prediction service: its rows on one arm were scored by one model call), `model_version`, `arm`
+(champion / shadow / canary / paired …), `latency_ms`, `prediction` (float64, may be null), `error` (empty, or
+why the model failed on the row: then `prediction` is null), `rollout_id`, `rollout_step` (int64) and
+`canary_fraction` (float64): the rollout, step and traffic share the row was routed under (null when no rollout
+ran), so a judge counts only rows served under the step it judges, `missing_inputs` (int64: how many of the
+serving model's inputs were missing, null where not known); then one column per request field the client sent
+named `request.<name>` (what on-demand features read, so a model can later be trained on it), one per entity
+key named `key.<name>` and one per feature named `feature.<name>` (names as the caller gives them, e.g.
+"user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart; `replica` (the
+process that served the row, see `replica_name`). Given `schema=log_schema(catalog)` (the servers do), every file has
+every key, request field and feature of the catalog, typed from it, null where the serving model did not read
+it: one schema for the dataset, so pandas, `pyarrow.dataset`, DuckDB and Spark read the folder as it is. Other
+columns keep the type they were first written with; a catalog change adds columns (read with DuckDB's
+`union_by_name`, Spark's `mergeSchema`, or `read_serving_logs`). Values are cast to the dataset's type without
+loss (NaN, how numpy hands over a missing integer, boolean or text, becomes a null; 7.0 becomes 7); rows
+holding a value the type cannot take (1.5 or "abc" in an int64 column) are quarantined with why, never
+written as a file of another schema.
+Quarantine files hold the same columns with `ts` as plain epoch µs (`ts_us`), plus `quarantine_reason`.
+"""
 
 from __future__ import annotations
 

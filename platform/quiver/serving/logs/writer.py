@@ -7,26 +7,8 @@
 Every replica of a prediction service writes its own files into the same folders (its name in the file name
 and in the `replica` column; no shared disk assumed), and every reader reads them all.
 
-Columns: `ts` (timestamp µs UTC, when `log` was called), `request_id`, `call_id` (one id per request to the
-prediction service: its rows on one arm were scored by one model call), `model_version`, `arm`
-(champion / shadow / canary / paired …), `latency_ms`, `prediction` (float64, may be null), `error` (empty, or
-why the model failed on the row: then `prediction` is null), `rollout_id`, `rollout_step` (int64) and
-`canary_fraction` (float64): the rollout, step and traffic share the row was routed under (null when no rollout
-ran), so a judge counts only rows served under the step it judges, `missing_inputs` (int64: how many of the
-serving model's inputs were missing, null where not known); then one column per request field the client sent
-named `request.<name>` (what on-demand features read, so a model can later be trained on it), one per entity
-key named `key.<name>` and one per feature named `feature.<name>` (names as the caller gives them, e.g.
-"user_spend:amount_sum_1h"); the prefixes keep a key and a feature of the same name apart; `replica` (the
-process that served the row, see `replica_name`). A file holds the
-rows of one flush that fall into its hour. Given `schema=log_schema(catalog)` (the servers do), every file has
-every key, request field and feature of the catalog, typed from it, null where the serving model did not read
-it: one schema for the dataset, so pandas, `pyarrow.dataset`, DuckDB and Spark read the folder as it is. Other
-columns keep the type they were first written with; a catalog change adds columns (read with DuckDB's
-`union_by_name`, Spark's `mergeSchema`, or `read_serving_logs`). Values are cast to the dataset's type without
-loss (NaN, how numpy hands over a missing integer, boolean or text, becomes a null; 7.0 becomes 7); rows
-holding a value the type cannot take (1.5 or "abc" in an int64 column) are quarantined with why, never
-written as a file of another schema.
-Quarantine files hold the same columns with `ts` as plain epoch µs (`ts_us`), plus `quarantine_reason`.
+Columns, types and the one schema of the dataset: `quiver.serving.logs.tables`. A file holds the rows of one
+flush that fall into its hour.
 
 Latency: `log()` appends one tuple to a list under a lock (~1 µs); `log_batch()` appends one record of whole
 columns (numpy arrays or lists) for many rows at once, so a request's rows cost no per-row Python. A background
@@ -68,7 +50,6 @@ process of the replica counts them in the dead process's accounts as dropped, `k
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import threading
 import time
@@ -80,21 +61,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from quiver.catalog.locations import Location, as_location
-from quiver.online.base import MAX_TIME_US, MIN_TIME_US, TIME_RANGE, ColumnBlock
-from quiver.serving.logs.accounts import Ledger, account_path, arm_counts, hour_folder, hours_and_arms
+from quiver.online.base import MAX_TIME_US, MIN_TIME_US, ColumnBlock
+from quiver.serving.logs.accounts import Ledger, hours_and_arms
 from quiver.serving.logs.files import (
     estimate_bytes,
     newest_types,
-    parquet_bytes,
-    part_name,
     replica_name,
-    write_atomically,
 )
 from quiver.serving.logs.gauges import LIVE
-from quiver.serving.logs.journal import Journal, reconcile
+from quiver.serving.logs.journal import Journal
 from quiver.serving.logs.read import (
     LOG_DIR,
     QUARANTINE_DIR,
@@ -103,6 +80,7 @@ from quiver.serving.logs.read import (
     read_serving_logs,
 )
 from quiver.serving.logs.spool import Spool
+from quiver.serving.logs.store_side import OUT_OF_RANGE, StoreSide
 from quiver.serving.logs.tables import (
     BASE_SCHEMA,
     FEATURE_PREFIX,
@@ -126,9 +104,6 @@ from quiver.serving.logs.tables import (
 
 log = logging.getLogger("quiver.serving_log")
 
-_MAX_BACKOFF_S = 60.0
-ACCOUNTS_EVERY_S = 60.0  # on an object store: how often accounts of rows merely written are stored
-_OUT_OF_RANGE = f"time outside the supported range {TIME_RANGE}"
 
 __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch", "Record", "RolloutTag",
            "SchemaMismatch", "ServingLogger", "Spool", "batches_to_table", "feature_frame", "log_schema",
@@ -138,7 +113,7 @@ __all__ = ["FEATURE_PREFIX", "KEY_PREFIX", "LOG_DIR", "QUARANTINE_DIR", "Batch",
 Item = Record | Batch | QuarantinedBatch
 
 
-class ServingLogger:
+class ServingLogger(StoreSide):
     """Buffered, asynchronous writer of serving logs (see the module docstring)."""
 
     def __init__(self, root: str | Path | Location, *, flush_rows: int = 10_000, flush_interval_s: float = 5.0,
@@ -205,7 +180,7 @@ class ServingLogger:
         if MIN_TIME_US <= ts_us < MAX_TIME_US:
             self._append(record, 1, 200 + 100 * (len(entity_keys) + len(features)))
         else:
-            self._append(QuarantinedBatch(as_batches([record])[0], _OUT_OF_RANGE), 1, 200)
+            self._append(QuarantinedBatch(as_batches([record])[0], OUT_OF_RANGE), 1, 200)
 
     def log_batch(self, request_ids: Sequence[str], entity_keys: Mapping[str, Any], features: Mapping[str, Any] | ColumnBlock,
                   model_version: str | np.ndarray = "", arm: str | np.ndarray = "champion",
@@ -261,7 +236,7 @@ class ServingLogger:
             kept = take_rows(batch, good)
             self._append(kept, len(good), estimate_bytes(kept))
         poisoned = take_rows(batch, np.flatnonzero(bad))
-        self._append(QuarantinedBatch(poisoned, _OUT_OF_RANGE), poisoned.n, estimate_bytes(poisoned))
+        self._append(QuarantinedBatch(poisoned, OUT_OF_RANGE), poisoned.n, estimate_bytes(poisoned))
 
     def _append(self, item: Item, rows: int, size: int) -> None:
         dropped: list[tuple[str, int, Any]] = []
@@ -442,161 +417,6 @@ class ServingLogger:
                 self._types[column.name] = column.type
         return table
 
-    def _store_accounts(self, store_down: bool, now_: bool = False) -> None:
-        """Store the accounts of the hours that changed (see `quiver.serving.logs.accounts`); while the
-        store refuses, they wait (each file holds the process's whole count, so the next one catches up).
-        On an object store, rows merely written are stored at most every ACCOUNTS_EVERY_S: one more PUT per
-        flush cost the 1-row p99 a tenth (benchmarks/serving_log_store.py); drops, quarantines, spooling, an
-        explicit flush and the close store at once."""
-        if not (now_ or self.location.is_local or self.ledger.urgent) and time.monotonic() < self._accounts_due:
-            return
-        self._accounts_due = time.monotonic() + ACCOUNTS_EVERY_S
-        for hour, account in self.ledger.dirty():
-            if store_down:
-                self.ledger.keep_dirty(hour)
-                continue
-            try:
-                self.location.put(account_path(self.location, LOG_DIR, hour, self.ledger.process),
-                                  json.dumps(account).encode())
-            except Exception as exc:
-                self.ledger.keep_dirty(hour)
-                store_down = True
-                log.warning("serving log: the accounts of %s could not be stored (%s: %s); next flush tries again",
-                            hour_folder(hour), type(exc).__name__, exc)
-
-    def _with_replica(self, table: pa.Table) -> pa.Table:
-        """Every row names the replica that served it (files of several replicas merge, the column stays)."""
-        return table.append_column(pa.field("replica", pa.string()), pa.repeat(self.replica, table.num_rows)) \
-            if "replica" not in table.column_names else table
-
-    def _drain_spool(self, now: float, retry_all: bool) -> tuple[int, bool]:
-        """Upload what the spool holds, oldest first, when its backoff allows; returns (rows uploaded, whether
-        the store still refuses: then this flush's files go to the spool behind them without a try)."""
-        from quiver import metrics
-
-        spool = self.spool
-        if spool is None or not spool.files:
-            return 0, False
-        if not retry_all and now < self._spool_next_try:
-            return 0, True
-        def upload(relative: str, data: bytes) -> None:
-            self.location.put(self.location.path(relative), data)
-            table = pq.read_table(pa.BufferReader(data), columns=["ts", "arm"])
-            for hour, by_arm in hours_and_arms(table, table.num_rows):
-                self.ledger.add(hour, "written", by_arm)
-
-        uploaded, failure = spool.drain(upload)
-        self.written += uploaded
-        metrics.SERVING_LOG_ROWS.inc(uploaded)
-        if failure is None:
-            if self._spool_attempts:
-                log.warning("serving log: the store answers again; %d spooled rows uploaded", uploaded)
-            self._spool_attempts = 0
-            return uploaded, False
-        self._spool_attempts += 1
-        delay = min(self.flush_interval_s * 2 ** (self._spool_attempts - 1), _MAX_BACKOFF_S)
-        self._spool_next_try = time.monotonic() + delay
-        self.failed_writes += 1
-        metrics.SERVING_LOG_FAILED_WRITES.inc()
-        log.warning("serving log: the store still refuses uploads (%s: %s); %d rows spooled, next try in %.0f s",
-                    type(failure).__name__, failure, spool.rows, delay)
-        return uploaded, True
-
-    def _write_part(self, part: FailedPart, final: bool, store_down: bool = False) -> int:
-        from quiver import metrics
-
-        started = time.perf_counter()
-        moment = datetime.fromtimestamp(part.hour * 3600, UTC)
-        relative = f"{LOG_DIR}/date={moment:%Y-%m-%d}/hour={moment:%H}/{part_name(self.replica)}"
-        data = None
-        try:
-            data = parquet_bytes(part.table, self.compression)
-            if store_down and self.spool is not None:
-                raise OSError("the store refused the spool's oldest file; this one waits behind it")
-            self.location.put(self.location.path(relative), data)
-        except Exception as exc:
-            if data is not None and self.spool is not None and self._spooled(relative, data, part.rows, exc):
-                self.ledger.add(part.hour, "spooled", arm_counts(part.table))
-                return 0
-            part.attempts += 1
-            part.error = f"{type(exc).__name__}: {exc}"
-            self.failed_writes += 1
-            metrics.SERVING_LOG_FAILED_WRITES.inc()
-            with self._lock:
-                self._last_write_failed = True
-            if part.attempts >= self.max_write_attempts or final:
-                log.error("serving log: %d rows of %s could not be written (%d attempts, last: %s); "
-                          "quarantining them", part.rows, relative, part.attempts, part.error)
-                self._quarantine_table(part.table, part.rows, f"write failed {part.attempts} times: "
-                                                              f"{type(exc).__name__}", "write_failed")
-            else:
-                delay = min(self.flush_interval_s * 2 ** (part.attempts - 1), _MAX_BACKOFF_S)
-                part.next_try = time.monotonic() + delay
-                log.warning("serving log: writing %d rows failed (attempt %d of %d, next in %.0f s): %s",
-                            part.rows, part.attempts, self.max_write_attempts, delay, part.error)
-                with self._lock:
-                    self._retry.append(part)
-                    self._retry = deque(sorted(self._retry, key=lambda p: p.hour))
-            return 0
-        with self._lock:
-            self._last_write_failed = False
-        self.ledger.add(part.hour, "written", arm_counts(part.table))
-        self.files_written += 1
-        self.written += part.rows
-        metrics.SERVING_LOG_ROWS.inc(part.rows)
-        metrics.SERVING_LOG_FLUSH_SECONDS.observe(time.perf_counter() - started)
-        return part.rows
-
-    def _spooled(self, relative: str, data: bytes, rows: int, why: Exception) -> bool:
-        """Put a file the store refused into the spool; False when the spool cannot take it either (then the
-        rows wait in memory for a retry, as without a spool)."""
-        assert self.spool is not None
-        try:
-            dropped = self.spool.add(relative, data, rows)
-        except OSError as exc:
-            log.error("serving log: the spool cannot be written (%s: %s)", type(exc).__name__, exc)
-            return False
-        if self._spool_attempts == 0:
-            self._spool_attempts = 1
-            self._spool_next_try = time.monotonic() + self.flush_interval_s
-            log.warning("serving log: the store refused a file (%s: %s); spooling locally until it answers",
-                        type(why).__name__, why)
-        self.spooled += rows
-        for item in dropped:
-            self._count_dropped("spool_full", item.rows, item)
-        return True
-
-    def _quarantine(self, batches: list[Batch], reason: str) -> None:
-        rows = sum(b.n for b in batches)
-        try:
-            table = self._with_replica(batches_to_table(batches))
-        except Exception as exc:
-            log.error("serving log: %d rows cannot be converted even for the quarantine (%s): dropped", rows, exc)
-            self._count_dropped("unconvertible", rows, batches)
-            return
-        self._quarantine_table(table, rows, reason, "time_out_of_range" if reason == _OUT_OF_RANGE
-                               else "unconvertible")
-
-    def _quarantine_table(self, table: pa.Table, rows: int, reason: str, kind: str) -> None:
-        from quiver import metrics
-
-        ts = table.column("ts").cast(pa.int64())
-        table = table.drop_columns(["ts"]).add_column(0, "ts_us", ts)
-        table = table.append_column("quarantine_reason", pa.array([reason] * rows, pa.string()))
-        try:
-            write_atomically(table, self.location, self.quarantine_directory, self.compression, self.replica)
-        except Exception as exc:
-            log.error("serving log: the quarantine cannot be written either (%s: %s): %d rows dropped",
-                      type(exc).__name__, exc, rows)
-            self._count_dropped(kind if kind != "time_out_of_range" else "unconvertible", rows, table)
-            return
-        for hour, by_arm in hours_and_arms(table, rows):
-            self.ledger.add(hour, "quarantined", by_arm)
-        with self._lock:
-            self.quarantined_by[kind] += rows
-        metrics.SERVING_LOG_QUARANTINED.labels(reason=kind).inc(rows)
-        log.warning("serving log: %d rows quarantined (%s)", rows, reason)
-
     def close(self, timeout_s: float = 60.0) -> None:
         """Stop the background thread and write what is left (one attempt each; what fails is quarantined or
         dropped and counted). Idempotent."""
@@ -638,16 +458,3 @@ class ServingLogger:
                     self._flush(retry_all=False)
             except Exception:  # never let the writer thread die: log and go on
                 log.exception("serving-log flush failed")
-
-    def _keep_journal(self) -> None:
-        """Write this process's journal, and settle the ones earlier processes of the replica left."""
-        if self.journal is None:
-            return
-        self.journal.write()
-        if not self._settled:
-            killed = reconcile(self.journal.folder, self.location, LOG_DIR, self.ledger.process)
-            self._settled = not any(p.stem != self.ledger.process for p in self.journal.folder.glob("*.json"))
-            if killed:
-                from quiver import metrics
-
-                metrics.SERVING_LOG_DROPPED.labels(reason="killed").inc(killed)

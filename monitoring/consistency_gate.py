@@ -13,7 +13,7 @@ that the model's features were served right, the step waits. It passes only when
 3. for every feature the version reads, the newest fresh covering run made under the project's thresholds
    (`consistency_threshold`, `consistency_thresholds`; runs are chosen by window, then by run id, never by
    insertion order alone) **compared** at least `min_rows` rows of it (`consistency_min_rows`, 100) and found
-   it **consistent**;
+   it **consistent** (within its threshold and, where its view states one, its freshness objective);
 4. no run made under a **looser** threshold than the project's (an operator's `quiver consistency
    --threshold 0.5`) of a window at least as new measured a feature over the project's threshold. Such a run
    is recorded and may hold the gate, but it never clears it.

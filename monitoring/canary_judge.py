@@ -105,11 +105,11 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
                                              f"champion calls of step {rollout.step}'s first look")
             threshold = rollout.reference["latency_threshold_ms"]
     stats = step_evidence(rows, settings, threshold, _routing_columns(loop, model_name, rollout, joined))
-    logging = _logging_losses(config, rollout.step_started_at, as_of)
-    verdict = _hold_on_losses(judge(stats, rollout.fraction), logging, settings)
+    losses = _logging_losses(config, rollout.step_started_at, as_of)
+    verdict = _hold_on_losses(judge(stats, rollout.fraction), losses, settings)
     if dry_run:
         return JudgeOutcome(verdict, None, (), rollout, pairing)
-    statistics = {**verdict.to_dict(), "pairing": pairing.to_dict(), "serving_log": logging}
+    statistics = {**verdict.to_dict(), "pairing": pairing.to_dict(), "serving_log": losses}
     key = _key("canary_step", rollout.id, rollout.step, statistics)
     statistics["window"] = {"step_started_at": rollout.step_started_at.isoformat(), "as_of": as_of.isoformat()}
     statistics["reference"] = rollout.reference
@@ -138,14 +138,14 @@ def _logging_losses(config: Config, start: datetime, end: datetime) -> dict[str,
             "answering_dropped_share": sum(lost.values()) / served if served else 0.0}
 
 
-def _hold_on_losses(verdict: StepVerdict, logging: dict[str, Any], settings: JudgeSettings) -> StepVerdict:
+def _hold_on_losses(verdict: StepVerdict, losses: dict[str, Any], settings: JudgeSettings) -> StepVerdict:
     """An advance or promotion on evidence the loggers lost part of becomes a hold that says so."""
-    share = logging["answering_dropped_share"]
+    share = losses["answering_dropped_share"]
     if verdict.outcome not in ("advance", "promote") or share <= settings.max_dropped_share:
         return verdict
-    reasons = ", ".join(f"{n:,} {why}" for why, n in logging["dropped_by_reason"].items())
+    reasons = ", ".join(f"{n:,} {why}" for why, n in losses["dropped_by_reason"].items())
     return replace(verdict, outcome="hold", next_fraction=None, reason=(
-        f"holding: the serving loggers dropped {logging['answering_dropped']:,} answering rows in this step's hours "
+        f"holding: the serving loggers dropped {losses['answering_dropped']:,} answering rows in this step's hours "
         f"({share:.1%}: {reasons}), more than max_dropped_share {settings.max_dropped_share:.1%}; the logged rows "
         f"are not the traffic (would have been: {verdict.reason})"))
 

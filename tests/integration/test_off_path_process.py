@@ -241,3 +241,34 @@ def test_a_hung_process_cannot_hang_the_stop(project: Project) -> None:
     assert stats["shadow_dropped"] > 0
     assert stats["shadow_rows"] + stats["shadow_dropped"] == len(users) + sent
     assert len(shadow_rows(project, "before-")) == len(users)
+
+
+def test_a_busy_machine_cannot_starve_the_stop(project: Project) -> None:
+    """The child runs in the idle class, which gets no CPU while anything else wants it. Stopped with every
+    core busy (here: busy processes, on CI the rest of the suite), and while it may still be starting, it
+    leaves that class and writes what it holds; before, it did not answer and its rows were dropped (a
+    prediction server then took over a minute to stop)."""
+    import subprocess
+    import sys
+
+    v1 = register(project.models, project.root, seed=1)
+    v2 = register(project.models, project.root, seed=2)
+    project.models.set_alias(MODEL, "champion", v1, expected=None, reason="t")
+    project.models.set_alias(MODEL, "shadow", v2, expected=None, reason="t")
+    users = list(range(5, 400, 13))
+    logger = ServingLogger(project.config.offline_dir, flush_interval_s=3600)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1) + 2)]
+    try:
+        service = project.service(logger=logger, off_path="process").start()
+        process = service._off_path_queue.process
+        assert process is not None
+        process.stop_timeout_s = 40.0
+        service.predict(rows(users, "busy-"))
+        service.close()
+    finally:
+        for hog in busy:
+            hog.kill()
+        logger.close()
+    stats = service.stats.snapshot()
+    assert stats["shadow_dropped"] == 0 and stats["shadow_rows"] == len(users)
+    assert len(shadow_rows(project, "busy-")) == len(users)

@@ -56,7 +56,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         more = message.get("more_body", False)
     request = _decode(body)
     users = request["entities"]["user_id"]
-    raw = await _client.mget([PREFIX + b"%d" % u for u in users])
+    raw = await _client.mget([PREFIX + b"%d}" % u for u in users])
     records = np.frombuffer(b"".join(raw), dtype=DTYPE)
     present = ["PRESENT"] * len(users)
     payload = {"at": time.time_ns() // 1000, "entities": {"user_id": users},

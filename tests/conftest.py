@@ -19,6 +19,7 @@ from tests.durations import (  # the run's time, by resource
 )
 from tests.harness import (
     PostgresCluster,
+    RedisCluster,
     RedisServer,
     S3Server,
     ServiceError,
@@ -81,6 +82,19 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """Six redis-server processes as one cluster (3 masters, 3 replicas), shared by the tests that need one."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server not found on PATH: run `make setup` (or apt-get install redis-server)",
+                    pytrace=False)
+    cluster = RedisCluster(binary, tmp_path_factory.mktemp("redis-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

@@ -105,6 +105,130 @@ class RedisServer:
         self.proc = None
 
 
+class RedisCluster:
+    """A Redis Cluster of `masters` masters with one replica each, made as an operator would
+    (`redis-cli --cluster create … --cluster-replicas 1`). Its node timeout is short (a killed master's replica
+    takes over within about two seconds) and it serves the slots it still covers when a master is down
+    (`cluster-require-full-coverage no`, what docs/serving.md recommends for an online store)."""
+
+    def __init__(self, binary: str, directory: Path, masters: int = 3, node_timeout_ms: int = 1000) -> None:
+        self.binary, self.dir, self.node_timeout_ms = binary, directory, node_timeout_ms
+        self.ports = [free_port() for _ in range(2 * masters)]
+        self.bus_ports = {port: free_port() for port in self.ports}  # not port + 10000: that may be taken
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[:2])
+
+    def client(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+
+    def start(self, timeout: float = 60.0) -> None:
+        for port in self.ports:
+            self.start_node(port)
+        create = [shutil.which("redis-cli") or "redis-cli", "--cluster", "create",
+                  *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1", "--cluster-yes"]
+        out = subprocess.run(create, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            self.stop()
+            raise ServiceError(f"redis-cli --cluster create failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        self.wait_until_ok(timeout)
+
+    def start_node(self, port: int, timeout: float = 10.0) -> None:
+        folder = self.dir / str(port)
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--save", "",
+               "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+               "--cluster-port", str(self.bus_ports.setdefault(port, free_port())), "--cluster-node-timeout", str(self.node_timeout_ms), "--cluster-require-full-coverage", "no",
+               "--repl-diskless-sync-delay", "0", "--logfile", str(folder / "redis.log")]
+        self.procs[port] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with self.client(port) as c:
+                    if c.ping():
+                        return
+            except redis.exceptions.ConnectionError:
+                pass
+            if self.procs[port].poll() is not None or time.monotonic() > deadline:
+                raise ServiceError(f"redis-server (cluster node) did not start on port {port}:\n"
+                                   f"{_tail(folder / 'redis.log')}")
+            time.sleep(0.05)
+
+    def masters(self) -> list[int]:
+        """The ports of the nodes that are masters now, by the view of a live node."""
+        for port in self.live():
+            with contextlib.suppress(redis.exceptions.RedisError), self.client(port) as c:
+                nodes = c.execute_command("CLUSTER", "NODES")
+                text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+                return sorted(int(line.split()[1].split("@")[0].rsplit(":", 1)[1]) for line in text.splitlines()
+                              if "master" in line.split()[2] and "fail" not in line.split()[2])
+        raise ServiceError("no live node of the cluster")
+
+    def live(self) -> list[int]:
+        return [port for port, proc in self.procs.items() if proc.poll() is None]
+
+    def wait_until_ok(self, timeout: float = 60.0) -> None:
+        """Until every live node says cluster_state:ok and sees every slot served by a live master, and every
+        replica has its master's data (a master killed before that has no replica to take over)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ok = all(b"cluster_state:ok" in self.client(p).execute_command("CLUSTER", "INFO")
+                         for p in self.live())
+                ok = ok and all(self._covered(p) for p in self.live())
+                ok = ok and all(self._synced(p) for p in self.live())
+            except redis.exceptions.RedisError:
+                ok = False
+            if ok:
+                return
+            if time.monotonic() > deadline:
+                raise ServiceError(f"the Redis Cluster on {self.ports} did not settle within {timeout}s")
+            time.sleep(0.1)
+
+    def _synced(self, port: int) -> bool:
+        info = self.client(port).info("replication")
+        return info.get("role") != "slave" or info.get("master_link_status") == "up"
+
+    def _covered(self, port: int) -> bool:
+        live = set(self.live())
+        served = 0
+        for first, last, master, *_ in self.client(port).execute_command("CLUSTER", "SLOTS"):
+            if int(master[1]) in live:
+                served += int(last) - int(first) + 1
+        return served == 16384
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node: what it had not replicated is lost, as in a crash."""
+        proc = self.procs[port]
+        proc.kill()
+        proc.wait()
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again with its cluster config: it rejoins (as a replica once its replica took
+        over)."""
+        self.start_node(port)
+
+    def flushall(self) -> None:
+        for port in self.masters():
+            with self.client(port) as c:
+                c.flushall()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+
 def find_postgres_bin() -> Path | None:
     """Newest /usr/lib/postgresql/N/bin (Debian layout), else whatever initdb is on PATH."""
     dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),

@@ -159,7 +159,7 @@ def test_served_values_equal_offline_then_each_injected_failure_gets_its_cause(w
         online.write_last_values(view, pa.Table.from_pandas(row[["user_id", "event_ts", "f0", "f1", "category"]],
                                                             preserve_index=False))
     client = redis.Redis.from_url(world.config.redis_url)
-    assert client.delete(*client.keys(f"q:cons:stats:*:{MISSING_USER}")) == 1
+    assert client.delete(*client.keys(f"q:cons:stats:*:{{{MISSING_USER}}}")) == 1
     client.close()
     _serve(world, range(30, 35), "b")
     # A late event, after serving: dated 10 minutes before t0, it reaches offline through the late-event store

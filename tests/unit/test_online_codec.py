@@ -49,11 +49,13 @@ def test_keys_are_readable_and_escape_separators():
     cat = catalog()
     view = cat.views["pair"]
     prefix = key_prefix("proj", view)
-    assert prefix == f"q:proj:pair:{view_tag(view)}:".encode()
-    keys = entity_keys(prefix, view, {"user_id": np.array([1, -2]), "shop": np.array(["a:b", "50%"], dtype=object)})
-    assert keys == [prefix + b"1:a%3Ab", prefix + b"-2:50%25"]
+    assert prefix == f"q:proj:pair:{view_tag(view)}:{{".encode()
+    keys = entity_keys(prefix, view, {"user_id": np.array([1, -2, 3]),
+                                      "shop": np.array(["a:b", "50%", "{x}"], dtype=object)})
+    # The braces are the cluster's hash tag: escaped inside the entity, so the tag is always the whole entity.
+    assert keys == [prefix + b"1:a%3Ab}", prefix + b"-2:50%25}", prefix + b"3:%7Bx%7D}"]
     single = cat.views["last"]
-    assert entity_keys(key_prefix("p", single), single, {"user_id": [7]}) == [key_prefix("p", single) + b"7"]
+    assert entity_keys(key_prefix("p", single), single, {"user_id": [7]}) == [key_prefix("p", single) + b"7}"]
 
 
 def test_tag_follows_storage_schema_only():

@@ -110,7 +110,7 @@ def test_packed_mget_keys_are_the_layout_keys(cat):
                     ids[:min(n, 8)] = [0, -1, 9, 10, -10, 2**63 - 1, -2**63, 99][:min(n, 8)]
                     entities = {"user_id": ids}
                 else:
-                    entities = {"shop": np.array([f"s:{i}%" for i in range(n)], dtype=object)}
+                    entities = {"shop": np.array([f"s:{i}%{{}}" for i in range(n)], dtype=object)}
                 packed, count = _bulk_keys(prefix, view, entities)
                 keys = entity_keys(prefix, view, entities)
                 assert (packed, count) == (_bulk(keys), len(keys))

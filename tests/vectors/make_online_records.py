@@ -112,7 +112,7 @@ def _partials(view: ViewSpec, x: float, key: int) -> dict[str, Any]:
 def edge_rows(name: str) -> list[dict[str, Any]]:
     nan, inf = math.nan, math.inf
     if name == "every_type":
-        base = {"user_id": 1, "shop": "a:b%c", "vip": True, "amount": 1.5, "n": -3, "flag": False,
+        base = {"user_id": 1, "shop": "a:b%c{d}", "vip": True, "amount": 1.5, "n": -3, "flag": False,
                 "seen": PRE_1970, "note": "héllo ✓ 𝄞", "tag": ""}
         return [
             {**base, EVENT_TS: T0},

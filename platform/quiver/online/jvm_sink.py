@@ -33,7 +33,7 @@ from quiver.online.layout import (
 )
 
 CONNECTOR: Final = "quiver-redis"
-LAYOUT_VERSION: Final = 1  # bump with the Java reader (SinkLayout.java) when the JSON's shape changes
+LAYOUT_VERSION: Final = 2  # bump with the Java reader (SinkLayout.java) when the JSON or the keys change (2: hash tags)
 DEFAULT_BUFFER_ROWS: Final = 20_000
 DEFAULT_IN_FLIGHT: Final = 2  # flushes out on the sink's writer thread at once
 KEY_DTYPES: Final = ("int64", "string", "bool")  # what the catalog allows for join keys

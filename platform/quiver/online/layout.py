@@ -2,7 +2,7 @@
 
 Keys (UTF-8, readable in redis-cli)::
 
-    q:<project>:<view>:<tag>:<entity>        STRING  one packed value per (view, entity)
+    q:<project>:<view>:<tag>:{<entity>}      STRING  one packed value per (view, entity)
     q:<project>:_meta:<view>                 HASH    max_event_ts (µs; feature freshness),
                                                      updated_at_ms, run (last materialization marker)
 
@@ -10,7 +10,13 @@ Keys (UTF-8, readable in redis-cli)::
   columns with dtypes, tile size, longest window). A layout change reads as "no value" until the view is
   re-materialized, instead of being misdecoded; description or owner changes keep the tag.
 - ``<entity>``: the join key values in the view's key order, joined by ``:``. int64 as decimal, bool as
-  ``0``/``1``, strings as UTF-8 with ``%`` and ``:`` percent-escaped (so composite keys never collide).
+  ``0``/``1``, strings as UTF-8 with ``%``, ``:``, ``{`` and ``}`` percent-escaped (so composite keys never
+  collide, and the braces are always the key's hash tag).
+- ``{…}``: Redis Cluster's hash tag. A cluster places a key by the CRC16 of the text between the braces, so
+  every view's value of one entity lands in one slot (a read is one MGET per slot, see redis_cluster.py),
+  while the entities spread over all slots. A single server ignores the braces: one layout for both, and
+  the meta keys (no braces) spread over slots by their view name. Layout 2 added the braces; a store written
+  by layout 1 reads as "no value" (the tag changed) until it is materialized again.
 
 Values are little-endian, packed (no padding), fixed width where the data allows, so a read of B entities
 is one ``MGET`` whose replies are joined and decoded with one ``numpy.frombuffer`` (docs/architecture.md, "Online read path": packed
@@ -69,6 +75,7 @@ from quiver.catalog.aggregations import view_partials
 from quiver.catalog.ir import ViewSpec
 
 KEY_PREFIX: Final = "q"
+KEY_END: Final = b"}"  # closes the hash tag that key_prefix opens
 INT64_MIN: Final = np.iinfo(np.int64).min
 
 # Logical dtype → packed numpy slot. Strings hold their byte length; the bytes follow the fixed part.
@@ -89,14 +96,15 @@ def view_tag(view: ViewSpec) -> str:
         triples = [(a.column, a.fn, a.input_dtype) for a in view.aggregations]
         body = {"partials": [(p.name, p.dtype) for p in view_partials(triples)],
                 "tile_us": view.tile_us, "max_window_us": view.max_window_us}
-    body.update(kind=view.kind, keys=list(view.keys), layout=1)
+    body.update(kind=view.kind, keys=list(view.keys), layout=2)
     blob = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha1(blob).hexdigest()[:8]
 
 
 def key_prefix(project: str, view: ViewSpec) -> bytes:
-    """Bytes every key of `view` starts with, entity excluded."""
-    return f"{KEY_PREFIX}:{project}:{view.name}:{view_tag(view)}:".encode()
+    """Bytes every key of `view` starts with, up to its entity (the hash tag's opening brace included; the
+    key ends with the entity and KEY_END)."""
+    return f"{KEY_PREFIX}:{project}:{view.name}:{view_tag(view)}:{{".encode()
 
 
 def meta_key(project: str, view: str) -> bytes:
@@ -105,8 +113,8 @@ def meta_key(project: str, view: str) -> bytes:
 
 
 def _escape(value: str) -> bytes:
-    if "%" in value or ":" in value:
-        value = value.replace("%", "%25").replace(":", "%3A")
+    if "%" in value or ":" in value or "{" in value or "}" in value:
+        value = value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
     return value.encode()
 
 
@@ -120,16 +128,19 @@ def _key_parts(values: np.ndarray | Sequence[Any], dtype: str) -> list[bytes]:
 
 def entity_keys(prefix: bytes, view: ViewSpec, columns: Mapping[str, np.ndarray | Sequence[Any]]) -> list[bytes]:
     """Redis keys of the entities given column-wise (one array per join key of `view`)."""
-    names = view.key_names
-    if len(names) == 1:
+    if len(view.keys) == 1 and view.keys[0][1] == "int64":
+        fmt = prefix.replace(b"%", b"%%") + b"%d}"
+        return [fmt % v for v in np.asarray(columns[view.keys[0][0]], dtype=np.int64).tolist()]
+    return [prefix + tag + KEY_END for tag in entity_tags(view, columns)]
+
+
+def entity_tags(view: ViewSpec, columns: Mapping[str, np.ndarray | Sequence[Any]]) -> list[bytes]:
+    """The `<entity>` part of the entities' keys: what a Redis Cluster hashes to place them."""
+    if len(view.keys) == 1:
         name, dtype = view.keys[0]
-        values = columns[name]
-        if dtype == "int64":
-            fmt = prefix.replace(b"%", b"%%") + b"%d"
-            return [fmt % v for v in np.asarray(values, dtype=np.int64).tolist()]
-        return [prefix + part for part in _key_parts(values, dtype)]
+        return _key_parts(columns[name], dtype)
     parts = [_key_parts(columns[name], dtype) for name, dtype in view.keys]
-    return [prefix + b":".join(row) for row in zip(*parts, strict=True)]
+    return [b":".join(row) for row in zip(*parts, strict=True)]
 
 
 def last_record_dtype(view: ViewSpec) -> np.dtype[Any]:

@@ -66,14 +66,14 @@ def _bulk_keys(prefix: bytes, view: ViewSpec, entities: Mapping[str, np.ndarray]
         return _bulk(keys), len(keys)
     values = np.asarray(entities[view.keys[0][0]], dtype=np.int64)
     n = len(values)
-    template = b"$%d\r\n" + prefix.replace(b"%", b"%%") + b"%d\r\n"
+    template = b"$%d\r\n" + prefix.replace(b"%", b"%%") + b"%d}\r\n"
     ids = values.tolist()
     if n <= _FEW_KEYS:
-        width = len(prefix)
+        width = len(prefix) + 1  # and the closing brace
         return b"".join([template % (width + len(b"%d" % v), v) for v in ids]), n
     digits = np.searchsorted(_POWERS_OF_TEN, np.abs(values).view(np.uint64), side="right") + 1
     flat: list[Any] = [None] * (2 * n)
-    flat[0::2] = (digits + (values < 0) + len(prefix)).tolist()
+    flat[0::2] = (digits + (values < 0) + (len(prefix) + 1)).tolist()
     flat[1::2] = ids
     return template * n % tuple(flat), n
 

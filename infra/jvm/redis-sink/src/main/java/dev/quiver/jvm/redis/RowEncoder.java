@@ -202,15 +202,17 @@ final class RowEncoder {
             }
             out.write(part, 0, part.length);
         }
+        out.write('}'); // closes the hash tag the prefix opens: a cluster places the key by its entity
         return out.toByteArray();
     }
 
-    /** `%` and `:` percent-escaped, so composite keys never collide (layout._escape). */
+    /** `%`, `:`, `{` and `}` percent-escaped, so composite keys never collide and the braces stay the key's
+     * hash tag (layout._escape). */
     static String escape(String value) {
-        if (value.indexOf('%') < 0 && value.indexOf(':') < 0) {
+        if (value.indexOf('%') < 0 && value.indexOf(':') < 0 && value.indexOf('{') < 0 && value.indexOf('}') < 0) {
             return value;
         }
-        return value.replace("%", "%25").replace(":", "%3A");
+        return value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D");
     }
 
     byte[] record(RowData row) {

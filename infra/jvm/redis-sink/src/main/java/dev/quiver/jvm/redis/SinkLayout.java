@@ -17,7 +17,7 @@ import java.util.List;
 public final class SinkLayout implements Serializable {
     private static final long serialVersionUID = 1L;
     /** The JSON shape this reader understands (jvm_sink.LAYOUT_VERSION). */
-    public static final int VERSION = 1;
+    public static final int VERSION = 2; // 2: keys end with the entity as a hash tag, {<entity>}
 
     /** One fixed slot of the record: which sink column fills it, how, and where. */
     public static final class Field implements Serializable {

@@ -46,7 +46,7 @@ class SinkLayoutTest {
         String good = RedisWriterTest.vector("user_spend").json.get("layout").toString();
         assertThrows(IllegalArgumentException.class, () -> SinkLayout.parse("{}"));
         String message = assertThrows(IllegalArgumentException.class,
-                () -> SinkLayout.parse(good.replace("\"version\":1", "\"version\":2"))).getMessage();
+                () -> SinkLayout.parse(good.replace("\"version\":2", "\"version\":1"))).getMessage();
         assertTrue(message.contains("rebuild"), message);
         assertThrows(IllegalArgumentException.class, () -> SinkLayout.parse(good.replace("\"<f8\"", "\"<i8\"")));
         assertThrows(IllegalArgumentException.class, () -> SinkLayout.parse(good.replace("\"script\":\"tile\"",
@@ -57,6 +57,7 @@ class SinkLayoutTest {
     @Test
     void keysEscapePercentAndColon() {
         assertEquals("a%3Ab%25c", RowEncoder.escape("a:b%c"));
+        assertEquals("%7Ba%7D", RowEncoder.escape("{a}"));
         assertEquals("plain", RowEncoder.escape("plain"));
     }
 }

@@ -70,7 +70,8 @@ def quiver_setup(url: str, frame: pd.DataFrame) -> tuple[Any, Any, Any]:
     return FeatureStore(config=Config(project="bench"), catalog=catalog, online_store=online), spec, online
 
 
-def feast_setup(url: str, frame: pd.DataFrame, repo: Path) -> Any:
+def feast_setup(url: str, frame: pd.DataFrame, repo: Path, online_store: dict[str, Any] | None = None) -> Any:
+    """Feast's repo over `frame`, materialized into the Redis at `url` (or the `online_store` settings given)."""
     import logging
 
     import yaml
@@ -78,13 +79,12 @@ def feast_setup(url: str, frame: pd.DataFrame, repo: Path) -> Any:
     from feast.types import Float64
 
     logging.getLogger("feast").setLevel(logging.ERROR)
-    host_port = url.split("//", 1)[1].split("/", 1)[0]
     data = repo / "data"
     data.mkdir(parents=True)
     frame.to_parquet(data / "v.parquet")
     (repo / "feature_store.yaml").write_text(yaml.safe_dump({
         "project": "bench", "registry": str(data / "registry.db"), "provider": "local",
-        "online_store": {"type": "redis", "connection_string": host_port},
+        "online_store": online_store or {"type": "redis", "connection_string": url.split("//", 1)[1].split("/", 1)[0]},
         "offline_store": {"type": "file"}, "entity_key_serialization_version": 3}))
     user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
     source = FileSource(path=str(data / "v.parquet"), timestamp_field="event_ts")

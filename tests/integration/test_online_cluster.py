@@ -99,6 +99,31 @@ def test_the_cluster_holds_the_single_servers_bytes_spread_over_every_master(dem
     assert len(masters) == 3 and min(counts) > 0.2 * len(expected), counts
     by_user = [k for k in expected if k.endswith(b"{7}")]
     assert len(by_user) >= 2 and len({key_slot(k) for k in by_user}) == 1
+    # Again over what is stored: every slot's keys now go through the merge scripts (tiles and newer-wins).
+    materialize(demo["cluster"], demo["catalog"], END, full=True)
+    assert {k: v for port in masters for k, v in _values([cluster.client(port)]).items()} == expected
+
+
+def test_the_merge_rules_hold_per_slot_with_many_keys_in_a_slot(redis_server: RedisServer,
+                                                                redis_cluster: RedisCluster) -> None:
+    """50,000 entities (three keys a slot): older records never replace newer ones, on both stores alike."""
+    view = _last_view()
+    users = np.arange(50_000)
+    redis_server.start()
+    stores = [RedisOnlineStore(redis_server.url, "merge"), RedisClusterOnlineStore(redis_cluster.url, "merge", timeout_s=5)]
+    for store in stores:
+        store.flush_project()
+        assert store.write_last_values(view, _rows(users, 10)) == len(users)
+        newer, older = _rows(users[::2], 20), _rows(users[1::2], 5)
+        store.write_last_values(view, pa.concat_tables([newer, older]))
+    at = int(END.timestamp() * 1e6) + 10**9
+    single, clustered = (store.read([ViewRead(view, ("amount",))], {"user_id": users}, at)[("balance", "amount")]
+                         for store in stores)
+    want = users * 1000.0 + np.where(users % 2 == 0, 20, 10)
+    np.testing.assert_array_equal(single.values, want)
+    np.testing.assert_array_equal(clustered.values, want)
+    for store in stores:
+        store.close()
 
 
 def test_get_online_features_on_the_cluster_equals_the_single_server(demo: dict[str, Any]) -> None:
@@ -131,11 +156,11 @@ def test_redis_status_shows_every_node(demo: dict[str, Any], tmp_path: Path) -> 
 def test_bad_cluster_addresses_give_one_clear_line(redis_server: RedisServer, tmp_path: Path) -> None:
 
     nobody = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
-    with pytest.raises(OnlineStoreUnavailable, match="no node of the Redis Cluster .* answered within"):
+    with pytest.raises(OnlineStoreUnavailable, match=r"no node of the Redis Cluster .* answered within"):
         RedisClusterOnlineStore(nobody, "p", timeout_s=0.5).ping()
     redis_server.start()
     single = f"redis+cluster://127.0.0.1:{redis_server.port}"
-    with pytest.raises(OnlineStoreError, match="not in cluster mode .* use redis://127.0.0.1"):
+    with pytest.raises(OnlineStoreError, match=r"not in cluster mode .* use redis://127\.0\.0\.1"):
         RedisClusterOnlineStore(single, "p").ping()
     # A cluster-enabled node that was never given slots: every slot uncovered.
     lonely = RedisCluster(str(redis_server.binary), tmp_path / "lonely", masters=1)

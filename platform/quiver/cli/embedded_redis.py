@@ -62,8 +62,11 @@ def _cluster_status(url: str, project: str, timeout_s: float) -> None:
     from quiver.online.redis_cluster import RedisClusterOnlineStore
     from quiver.online.redis_store import redact_url
 
-    with RedisClusterOnlineStore(url, project, timeout_s=max(timeout_s, 1.0)) as store:
+    store = RedisClusterOnlineStore(url, project, timeout_s=max(timeout_s, 1.0))
+    try:
         nodes = store.cluster_nodes()
+    finally:
+        store.close()
     table = Table("node", "role", "slots", "keys", "memory", title=f"Redis Cluster {redact_url(url)}")
     for node in nodes:
         memory = "-" if node["used_memory"] is None else f"{node['used_memory'] / 2**20:.1f} MiB"

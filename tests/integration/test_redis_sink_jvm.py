@@ -29,6 +29,7 @@ from quiver.catalog.validate import build_catalog
 from quiver.compile.flink import BATCH_FIELD, FlinkTarget, compile_flink, sink_table
 from quiver.jars import REDIS_SINK, bundle_jars
 from quiver.online.base import ViewRead
+from quiver.online.factory import redis_store_for
 from quiver.online.jvm_sink import markers_key, sink_options
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.streaming.loader import Loader
@@ -142,14 +143,34 @@ def snapshot(client: redis.Redis, project: str) -> dict[bytes, bytes]:
     return out
 
 
-def reads(store: RedisOnlineStore, views: list[ViewSpec], at: int) -> dict[tuple[str, str], list[str | None]]:
+def reads(store: Any, views: list[ViewSpec], at: int) -> dict[tuple[str, str], list[str | None]]:
     """Every feature of every user as of `at`, as text (so NaN equals NaN)."""
     batch = store.read([ViewRead(v, tuple(v.feature_names)) for v in views], {"user_id": USERS}, at)
     return {key: [repr(v) if ok else None for v, ok in zip(col.values.tolist(), col.valid.tolist(), strict=True)]
             for key, col in batch.items()}
 
 
-def test_the_flink_sink_writes_what_the_loader_writes(tmp_path: Path, redis_url: str) -> None:
+class Snapshots:
+    """`snapshot` of one server, or of every master of a cluster."""
+
+    def __init__(self, clients: list[redis.Redis]):
+        self.clients = clients
+
+    def __call__(self, project: str) -> dict[bytes, bytes]:
+        return {k: v for client in self.clients for k, v in snapshot(client, project).items()}
+
+
+@pytest.mark.parametrize("where", ["server", "cluster"])
+def test_the_flink_sink_writes_what_the_loader_writes(tmp_path: Path, where: str, request: Any) -> None:
+    """On one server and on a Redis Cluster (the sink routes each slot's keys to its master; the loader writes
+    through the cluster store)."""
+    if where == "server":
+        redis_url = request.getfixturevalue("redis_url")
+        shots = Snapshots([redis.Redis.from_url(redis_url)])
+    else:
+        cluster = request.getfixturevalue("redis_cluster")
+        redis_url = cluster.url
+        shots = Snapshots([cluster.client(port) for port in cluster.masters()])
     if not STREAM_PYTHON.exists():
         pytest.fail(f"streaming virtualenv missing ({STREAM_PYTHON}): run `make setup`", pytrace=False)
     built = subprocess.run(["bash", "scripts/jars.sh", REDIS_SINK], cwd=REPO, capture_output=True, text=True,
@@ -158,9 +179,11 @@ def test_the_flink_sink_writes_what_the_loader_writes(tmp_path: Path, redis_url:
     (jar,) = bundle_jars(REDIS_SINK)
     cat = catalog()
     views = [cat.views["latest"], cat.views["spend"]]
-    client = redis.Redis.from_url(redis_url)
-    py = RedisOnlineStore(redis_url, "py", timeout_s=5.0)
-    jvm = RedisOnlineStore(redis_url, "jvm", timeout_s=5.0)
+    py, jvm = (redis_store_for(redis_url, project, timeout_s=5.0) for project in ("py", "jvm"))
+    for store in (py, jvm):
+        store.flush_project()
+        store.remove_members(markers_key(store.project, "events"), sorted(store.set_members(
+            markers_key(store.project, "events"))))
     paths = StreamPaths.at(tmp_path / "state")
     loader = Loader(views, ["events"], py, paths, marking=["latest"])  # the first view of the source carries them
     states = []
@@ -172,19 +195,18 @@ def test_the_flink_sink_writes_what_the_loader_writes(tmp_path: Path, redis_url:
         shutil.rmtree(paths.sinks, ignore_errors=True)
         run_job(tmp_path, run, job_spec(cat, inbox, paths, redis_url, jar))
         assert loader.poll() > 0
-        expected, got = snapshot(client, "py"), snapshot(client, "jvm")
+        expected, got = shots("py"), shots("jvm")
         assert len(expected) == 2 * (3 if run == "run1" else 4)  # 3 then 4 users, the null key dropped
         assert got == expected, run
         assert jvm.freshness(["latest", "spend"]) == py.freshness(["latest", "spend"])
-        assert {m.decode() for m in client.smembers(markers_key("jvm", "events"))} == loader.markers
+        assert jvm.set_members(markers_key("jvm", "events")) == loader.markers
         for at in AT:
             assert reads(jvm, views, at) == reads(py, views, at), (run, at)
         states.append(got)
     first, second = states
     # The replayed rows changed nothing: user 1's fuller tiles and newer last value, user -7's identical rows.
-    for key in first:
-        if key.endswith((b":1", b":-7")):
-            assert second[key] == first[key], key
+    replayed = [key for key in first if key.endswith((b"{1}", b"{-7}"))]
+    assert len(replayed) == 4 and all(second[key] == first[key] for key in replayed)
     assert loader.markers == {"run1", "run2"}
     assert reads(jvm, views, AT[1])[("latest", "category")][0] == repr("")  # user 1's newest, not the replayed one
     assert reads(jvm, views, AT[0])[("spend", "amount_count_2h")][1] == repr(3)  # user 2: three tiles, one event each

@@ -95,6 +95,7 @@ class _ClusterRead(NamedTuple):
     slots: np.ndarray  # each key's slot
     at: np.ndarray
     total: int
+    one_slot: bool  # every key in one slot (a read of one entity)
 
 
 class RedisClusterOnlineStore(RedisOnlineStore):
@@ -195,7 +196,7 @@ class RedisClusterOnlineStore(RedisOnlineStore):
             values.extend(chunk_values)
         if not keys:
             return 0
-        slots = np.fromiter(map(key_slot, keys), dtype=np.int64, count=len(keys))
+        slots = _key_slots(keys)
         order = np.argsort(slots, kind="stable")
         sorted_slots = slots[order]
         starts = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]])
@@ -343,7 +344,8 @@ class RedisClusterOnlineStore(RedisOnlineStore):
             slot_parts.append(slots_of[names])
         n = spans[0][3] - spans[0][2] if spans else 0
         slots = np.concatenate(slot_parts) if keys else np.zeros(0, np.int64)
-        return _ClusterRead(spans, keys, slots, empty_at(at, n), len(keys))
+        one_slot = bool(len(slots)) and int(slots.min()) == int(slots.max())
+        return _ClusterRead(spans, keys, slots, empty_at(at, n), len(keys), one_slot)
 
     def fetch(self, pending: Any) -> list[bytes | None]:
         """One MGET per slot, every master's sent before any reply is read; once more after a redirection or
@@ -362,6 +364,12 @@ class RedisClusterOnlineStore(RedisOnlineStore):
         """One MGET per slot (a script reading a master's keys of many slots in one call, Redis 7's
         allow-cross-slot-keys, was no faster: 778 µs against 589 µs at 100 entities, equal at 1000)."""
         owner, masters = self._slot_map()
+        if pending.one_slot:  # one entity (the request path's usual read): one MGET, nothing to reorder
+            reply = self._exchange([(masters[int(owner[pending.slots[0]])],
+                                     [_mget_template(pending.total) % tuple(_interleaved(pending.keys))], 1)])[0][0]
+            if type(reply) is not list:
+                raise OnlineStoreError(f"Redis error: {reply}")
+            return reply
         order = np.argsort(pending.slots, kind="stable")
         sorted_slots = pending.slots[order]
         starts = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]])
@@ -371,10 +379,7 @@ class RedisClusterOnlineStore(RedisOnlineStore):
         runs = np.r_[np.flatnonzero(np.r_[True, group_owner[1:] != group_owner[:-1]]), len(starts)].tolist()
         key_at = np.r_[0, np.cumsum(sizes)].tolist()
         keys = pending.keys
-        ordered = [keys[i] for i in order.tolist()]
-        flat: list[Any] = [None] * (2 * len(ordered))
-        flat[0::2] = map(len, ordered)
-        flat[1::2] = ordered
+        flat = _interleaved([keys[i] for i in order.tolist()])
         counts = sizes.tolist()
         payloads = []
         for g0, g1 in itertools.pairwise(runs):
@@ -489,6 +494,22 @@ def _sha(name: str) -> bytes:
     return hashlib.sha1(SCRIPTS[name]).hexdigest().encode()
 
 
+def _interleaved(items: list[bytes]) -> list[Any]:
+    """length, item, length, item …: the arguments of a bulk-string template."""
+    flat: list[Any] = [None] * (2 * len(items))
+    flat[0::2] = map(len, items)
+    flat[1::2] = items
+    return flat
+
+
+def _key_slots(keys: list[bytes]) -> np.ndarray:
+    """The slots of layout.py's keys: CRC16 of the entity between the key's one pair of braces (what
+    redis.crc.key_slot computes for any key, in a third of its time)."""
+    tags = [key[key.rfind(b"{") + 1:-1] for key in keys]
+    crc = np.fromiter(map(binascii.crc_hqx, tags, itertools.repeat(0, len(tags))), dtype=np.int64, count=len(tags))
+    return crc & (SLOTS - 1)
+
+
 def _in_order(total: int, order: np.ndarray, values: list[Any]) -> list[Any]:
     """`values` (of the keys in `order`) back in the read's order."""
     out = np.empty(total, dtype=object)
@@ -599,7 +620,7 @@ def _owners(reply: Sequence[Any], asked: str, url: str) -> tuple[np.ndarray, lis
         owner[first:last + 1] = masters.index(address)
     missing = np.flatnonzero(owner < 0)
     if len(missing):
-        raise OnlineStoreError(f"the Redis Cluster at {url} serves no node for {len(missing)} of {SLOTS} slots "
+        raise OnlineStoreError(f"the Redis Cluster at {url} assigns no node to {len(missing)} of {SLOTS} slots "
                                f"(first {int(missing[0])}): it answers CLUSTERDOWN until every slot is assigned "
                                f"(redis-cli --cluster fix)")
     return owner, masters

@@ -39,6 +39,7 @@ from quiver.offline.layout import LATE_DIR
 from quiver.offline.store import store_for
 from quiver.online.base import OnlineStore, OnlineStoreError
 from quiver.online.jvm_sink import markers_key, sink_options
+from quiver.online.redis_cluster import CLUSTER_SCHEMES
 from quiver.online.redis_store import RedisOnlineStore, redact_url
 from quiver.streaming.feeder import Feeder, source_feeds
 from quiver.streaming.job import (
@@ -116,11 +117,11 @@ class StreamRunner:
         if sink == "files":
             return ""
         url = self.config.redis_url or (self._store.url if isinstance(self._store, RedisOnlineStore) else "")
-        reachable = url.startswith(("redis://", "rediss://", "unix:///"))
+        reachable = url.startswith(("redis://", "rediss://", "unix:///", *CLUSTER_SCHEMES))
         if sink == "redis":
             if not reachable:
-                raise QuiverError(f"the JVM Redis sink needs a redis://, rediss:// or unix:/// URL, not "
-                                  f"{redact_url(url) or 'none (no redis_url, no store)'}: use --sink files")
+                raise QuiverError(f"the JVM Redis sink needs a redis://, rediss://, redis+cluster:// or unix:/// "
+                                  f"URL, not {redact_url(url) or 'none (no redis_url, no store)'}: use --sink files")
             bundle_jars(REDIS_SINK)  # a clear error when setup has not built it
             return url
         return url if reachable and has_bundle(REDIS_SINK) else ""

@@ -21,7 +21,8 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
     public static final String IDENTIFIER = "quiver-redis";
 
     public static final ConfigOption<String> REDIS_URL = ConfigOptions.key("redis.url").stringType().noDefaultValue()
-            .withDescription("redis://[[user]:password@]host:port/db (rediss:// for TLS), or unix:///path.sock[?db=N]");
+            .withDescription("redis://[[user]:password@]host:port/db (rediss:// for TLS), unix:///path.sock[?db=N], or "
+                    + "redis+cluster://[[user]:password@]host:port,host:port (a Redis Cluster's seed nodes)");
     public static final ConfigOption<String> VIEW = ConfigOptions.key("view").stringType().noDefaultValue()
             .withDescription("The feature view (must match the layout's).");
     public static final ConfigOption<String> KIND = ConfigOptions.key("kind").stringType().noDefaultValue()
@@ -76,10 +77,11 @@ public final class QuiverRedisSinkFactory implements DynamicTableSinkFactory {
 
     static SinkOptions options(ReadableConfig config) {
         String url = config.get(REDIS_URL);
-        if (!url.startsWith("redis://") && !url.startsWith("rediss://") && !url.startsWith("unix:///")) {
+        if (!url.startsWith("redis://") && !url.startsWith("rediss://") && !url.startsWith("unix:///")
+                && !ClusterRoute.isCluster(url)) {
             String scheme = url.contains("://") ? url.substring(0, url.indexOf("://")) : url;
-            throw new IllegalArgumentException("redis.url must be redis://, rediss:// or unix:///path, got "
-                    + scheme + "://");
+            throw new IllegalArgumentException("redis.url must be redis://, rediss://, unix:///path or "
+                    + "redis+cluster://, got " + scheme + "://");
         }
         int rows = config.get(BUFFER_ROWS);
         if (rows < 1) {

@@ -9,23 +9,35 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.HexFormat;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import redis.clients.jedis.DefaultJedisClientConfig;
+import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.Jedis;
 import redis.clients.jedis.Pipeline;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.exceptions.JedisDataException;
 import redis.clients.jedis.exceptions.JedisException;
+import redis.clients.jedis.exceptions.JedisRedirectionException;
 
 /**
  * Sends a flush to Redis with the online store's own Lua scripts (online/lua/*.lua, bundled in the jar): the data
  * in pipelined EVALSHA calls of a few hundred keys, then — only once every data call succeeded — the view's
  * freshness (meta script) and the batch markers (SADD), so a reader that sees a marker knows every earlier row
  * is written. Every call is idempotent, so a failed flush is simply sent again after the job restarts.
+ *
+ * <p>On a Redis Cluster ({@code redis+cluster://}, see {@link ClusterRoute}) each call holds the keys of one slot
+ * and goes to that slot's master, every master's calls pipelined; a redirection or a lost master (a failover)
+ * reads the map again and sends the whole flush once more, until {@link #CLUSTER_RETRY_MS} has passed.
  */
 final class RedisWriter implements AutoCloseable {
     /** Keys per script call: redis_store.py's batch size. */
     static final int BATCH_KEYS = 500;
+
+    /** How long a cluster write keeps retrying through redirections and a failover (node timeout + election). */
+    static final long CLUSTER_RETRY_MS = 30_000;
 
     /** A script's text and its SHA-1 (what EVALSHA names). */
     static final class Script {
@@ -69,8 +81,10 @@ final class RedisWriter implements AutoCloseable {
     private final Script data;
     private final Script meta = new Script("meta");
     private Jedis jedis;
+    private final ClusterRoute cluster; // null: one server
 
     RedisWriter(String url, int timeoutMs, SinkLayout layout, String markersKey) {
+        this.cluster = ClusterRoute.isCluster(url) ? new ClusterRoute(url, timeoutMs) : null;
         this.url = url;
         this.timeoutMs = timeoutMs;
         this.layout = layout;
@@ -83,27 +97,57 @@ final class RedisWriter implements AutoCloseable {
         if (flush.isEmpty()) {
             return;
         }
+        long deadline = System.currentTimeMillis() + CLUSTER_RETRY_MS;
         for (int attempt = 0; ; attempt++) {
             try {
                 send(flush);
                 return;
             } catch (JedisDataException e) { // a refusal (wrong credentials, a script error): retrying won't help
                 disconnect();
-                throw new IOException("Redis refused a write of view " + layout.view + ": " + e.getMessage(), e);
+                if (!(cluster != null && moved(e) && System.currentTimeMillis() < deadline)) {
+                    throw new IOException("Redis refused a write of view " + layout.view + ": " + e.getMessage(), e);
+                }
             } catch (JedisException e) {
                 disconnect();
-                if (attempt > 0) {
+                if (attempt > 0 && !(cluster != null && System.currentTimeMillis() < deadline)) {
                     throw new IOException("Redis write of view " + layout.view + " failed: " + e.getMessage(), e);
+                }
+            }
+            if (cluster != null && attempt > 0) {
+                try {
+                    Thread.sleep(Math.min(1000, 50L << Math.min(attempt, 5)));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IOException("interrupted while retrying a write of view " + layout.view, e);
                 }
             }
         }
     }
 
+    /** A cluster's answer that the map moved: read it again and send once more. */
+    private static boolean moved(JedisDataException e) {
+        String m = e.getMessage() == null ? "" : e.getMessage();
+        return e instanceof JedisRedirectionException || m.startsWith("MOVED") || m.startsWith("ASK")
+                || m.startsWith("TRYAGAIN") || m.startsWith("CLUSTERDOWN");
+    }
+
     private void send(FlushBuffer.Flush flush) {
         List<Call> calls = new ArrayList<>();
-        for (int start = 0; start < flush.keys.size(); start += BATCH_KEYS) {
-            int end = Math.min(start + BATCH_KEYS, flush.keys.size());
-            calls.add(dataCall(flush, start, end));
+        if (cluster == null) {
+            for (int start = 0; start < flush.keys.size(); start += BATCH_KEYS) {
+                int end = Math.min(start + BATCH_KEYS, flush.keys.size());
+                calls.add(dataCall(flush, start, end));
+            }
+        } else { // one call per slot: a cluster refuses a script whose keys span slots
+            Map<Integer, List<Integer>> bySlot = new TreeMap<>();
+            for (int i = 0; i < flush.keys.size(); i++) {
+                bySlot.computeIfAbsent(ClusterRoute.slotOf(flush.keys.get(i)), s -> new ArrayList<>()).add(i);
+            }
+            for (List<Integer> rows : bySlot.values()) {
+                for (int start = 0; start < rows.size(); start += BATCH_KEYS) {
+                    calls.add(dataCall(flush, rows.subList(start, Math.min(start + BATCH_KEYS, rows.size()))));
+                }
+            }
         }
         run(calls); // the data first: freshness and markers promise it is there
         List<Call> after = new ArrayList<>();
@@ -115,17 +159,25 @@ final class RedisWriter implements AutoCloseable {
         if (markersKey != null && !flush.markers.isEmpty()) {
             byte[][] members = flush.markers.stream().map(m -> m.getBytes(StandardCharsets.UTF_8))
                     .toArray(byte[][]::new);
-            connection().sadd(markersKey, members);
+            connectionFor(markersKey).sadd(markersKey, members);
         }
     }
 
     private Call dataCall(FlushBuffer.Flush flush, int start, int end) {
-        int n = end - start;
+        List<Integer> rows = new ArrayList<>(end - start);
+        for (int i = start; i < end; i++) {
+            rows.add(i);
+        }
+        return dataCall(flush, rows);
+    }
+
+    private Call dataCall(FlushBuffer.Flush flush, List<Integer> rows) {
+        int n = rows.size();
         int extra = layout.isTiles() ? 3 : 0;
         byte[][] args = new byte[2 * n + extra][];
         for (int i = 0; i < n; i++) {
-            args[i] = flush.keys.get(start + i);
-            args[n + extra + i] = flush.values.get(start + i);
+            args[i] = flush.keys.get(rows.get(i));
+            args[n + extra + i] = flush.values.get(rows.get(i));
         }
         if (layout.isTiles()) { // TILE_SCRIPT's ARGV: width, var_len offset (0: none), horizon µs
             args[n] = ascii(layout.width);
@@ -139,14 +191,29 @@ final class RedisWriter implements AutoCloseable {
         return Long.toString(v).getBytes(StandardCharsets.US_ASCII);
     }
 
-    /** Pipeline the calls as EVALSHA; calls answered NOSCRIPT (a restarted or flushed server) go again as EVAL. */
+    /** Pipeline the calls as EVALSHA; calls answered NOSCRIPT (a restarted or flushed server) go again as EVAL.
+     * On a cluster, each master's calls (by the slot of their first key) in a pipeline of its own. */
     private void run(List<Call> calls) {
         if (calls.isEmpty()) {
             return;
         }
+        if (cluster != null) {
+            Map<HostAndPort, List<Call>> byMaster = new LinkedHashMap<>();
+            for (Call c : calls) {
+                byMaster.computeIfAbsent(cluster.ownerOf(c.args[0]), m -> new ArrayList<>()).add(c);
+            }
+            for (Map.Entry<HostAndPort, List<Call>> e : byMaster.entrySet()) {
+                run(cluster.connection(e.getKey()), e.getValue());
+            }
+            return;
+        }
+        run(connection(), calls);
+    }
+
+    private void run(Jedis connection, List<Call> calls) {
         List<Call> missing = new ArrayList<>();
         List<Response<Object>> replies = new ArrayList<>(calls.size());
-        try (Pipeline p = connection().pipelined()) {
+        try (Pipeline p = connection.pipelined()) {
             for (Call c : calls) {
                 replies.add(p.evalsha(c.script.sha, c.keyCount, c.args));
             }
@@ -171,7 +238,7 @@ final class RedisWriter implements AutoCloseable {
             return;
         }
         // EVAL caches the script server-side too, so the next flush's EVALSHA finds it.
-        try (Pipeline p = connection().pipelined()) {
+        try (Pipeline p = connection.pipelined()) {
             List<Response<Object>> again = new ArrayList<>();
             for (Call c : missing) {
                 again.add(p.eval(c.script.body, c.keyCount, c.args));
@@ -181,6 +248,10 @@ final class RedisWriter implements AutoCloseable {
                 r.get();
             }
         }
+    }
+
+    private Jedis connectionFor(byte[] key) {
+        return cluster == null ? connection() : cluster.connection(cluster.ownerOf(key));
     }
 
     private Jedis connection() {
@@ -209,6 +280,9 @@ final class RedisWriter implements AutoCloseable {
     }
 
     private void disconnect() {
+        if (cluster != null) {
+            cluster.reset();
+        }
         if (jedis != null) {
             try {
                 jedis.close();
@@ -222,5 +296,8 @@ final class RedisWriter implements AutoCloseable {
     @Override
     public void close() {
         disconnect();
+        if (cluster != null) {
+            cluster.close();
+        }
     }
 }

@@ -195,6 +195,37 @@ def test_the_factory_opens_a_cluster_for_a_cluster_url(redis_cluster: RedisClust
     assert type(redis_store_for("redis://127.0.0.1:1/0", "p")) is RedisOnlineStore
 
 
+def test_the_feature_and_prediction_servers_answer_from_the_cluster(redis_cluster: RedisCluster,
+                                                                    tmp_path: Path) -> None:
+    """`POST /features/online` and `POST /predict` over real HTTP with the online store on the cluster: the
+    values written, and the artifact's own scores."""
+    from quiver.serving.predict_server import create_app as prediction_app
+    from quiver.serving.server import create_app as feature_app
+    from tests.integration import test_serving_http as features_http
+    from tests.integration.test_prediction_service import MODEL, Server, prediction_project, register
+
+    redis_cluster.flushall()
+    with prediction_project(redis_cluster.url, tmp_path) as project:
+        assert isinstance(project.store.online, RedisClusterOnlineStore)
+        v1 = register(project.models, project.root, seed=1)
+        project.models.set_alias(MODEL, "champion", v1, expected=None, reason="first")
+        users = [3, 1, 4, 1, 5, 399]
+        service = project.service()
+        with service, Server(prediction_app(service)) as client:
+            body = {"rows": [{"request_id": f"q{i}", "entities": {"user_id": u}} for i, u in enumerate(users)]}
+            r = client.post("/predict", json=body)
+            assert r.status_code == 200, r.text
+            scores = [p["score"] for p in r.json()["predictions"]]
+            np.testing.assert_allclose(scores, project.scores(v1, users), atol=1e-12)
+            assert client.get("/health").json()["status"] == "ok"
+        with features_http.Server(feature_app(project.store)) as client:
+            r = client.post("/features/online", json={"features": ["stats:f0", "stats:category"],
+                                                      "entities": {"user_id": users}})
+            assert r.status_code == 200, r.text
+            frame = project.features.set_index("user_id").loc[users]
+            assert r.json()["features"] == {"f0": frame["f0"].tolist(), "category": frame["category"].tolist()}
+
+
 def _cli() -> CliRunner:
     _register_optional_commands()
     return CliRunner()

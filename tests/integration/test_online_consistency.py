@@ -1,5 +1,6 @@
 """Online equals offline: after materializing as of t, every online value at t equals
-get_historical_features at t, value for value (random events, random request times)."""
+get_historical_features at t, value for value (random events, random request times), on one Redis server and
+on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -36,21 +37,30 @@ def assert_same(name: str, online: object, offline: object, user: int, t: int) -
         assert online == offline, f"{where}: online {online!r} offline {offline!r}"
 
 
+@pytest.fixture(params=["server", "cluster"])
+def online_url(request: pytest.FixtureRequest) -> str:
+    """A Redis server's URL, or a Redis Cluster's (emptied first)."""
+    if request.param == "server":
+        return str(request.getfixturevalue("redis_url"))
+    cluster = request.getfixturevalue("redis_cluster")
+    cluster.flushall()
+    return str(cluster.url)
+
+
 @pytest.mark.parametrize("seed", [11, 12])
-def test_online_equals_offline_at_random_times(tmp_path, redis_url, seed):
+def test_online_equals_offline_at_random_times(tmp_path, online_url, seed):
     rng = np.random.default_rng(seed)
     events = random_events(seed=seed, users=USERS)
-    config, catalog = make_project(tmp_path, redis_url, events)
+    config, catalog = make_project(tmp_path, online_url, events)
     backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
     features = [f"{v.name}:{f}" for v in catalog.views.values() for f in v.feature_names]
     store = FeatureStore(config=config, catalog=catalog)
-    client = redis.Redis.from_url(redis_url)
     # Random request times, a few of them exactly on a tile boundary, across all three days.
     times = sorted(int(t) for t in DAY0_US + rng.integers(0, 3 * DAY, 5))
     times.append(DAY0_US + DAY + 14 * 3_600_000_000)
     checked = 0
     for t in times:
-        client.flushall()  # online must hold exactly what is known as of t: nothing from later
+        store.online.flush_project()  # online must hold exactly what is known as of t: nothing from later
         materialize(config, catalog, t, store=store.online)
         online = store.get_online_features(features, {"user_id": np.arange(USERS)}, at=t,
                                            full_feature_names=True).to_dict()
@@ -231,7 +241,7 @@ def _differences(store: FeatureStore, features: list[str], config, catalog, t: i
 
 
 @pytest.mark.parametrize("planned", [True, False], ids=["planned", "one-query-a-moment"])
-def test_following_the_events_keeps_online_equal_offline_at_every_moment(tmp_path, redis_url, planned):
+def test_following_the_events_keeps_online_equal_offline_at_every_moment(tmp_path, online_url, planned):
     """The replay's stand-in for a stream with no lag: materialized once, then `advance` before each moment
     (random, on tile boundaries, just after an event); online equals the point-in-time join at every one,
     while before each advance the store was behind at some of them (so the comparison has teeth)."""
@@ -239,7 +249,7 @@ def test_following_the_events_keeps_online_equal_offline_at_every_moment(tmp_pat
 
     rng = np.random.default_rng(31)
     events = random_events(seed=31, users=USERS)
-    config, catalog = make_project(tmp_path, redis_url, events)
+    config, catalog = make_project(tmp_path, online_url, events)
     backfill(config, catalog, DAY0, DAY0 + timedelta(days=2))
     features = [f"{v.name}:{f}" for v in catalog.views.values() for f in v.feature_names]
     start, end = DAY0_US + DAY + 8 * 3_600_000_000, DAY0_US + DAY + 14 * 3_600_000_000

@@ -4,6 +4,7 @@ a response, a broken canary falls back and alerts, hot swap under load loses no 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from quiver.composition import prediction_service
 from quiver.config import Config
 from quiver.monitoring.alerts import AlertManager, LogSink
 from quiver.offline.layout import last_values_schema
-from quiver.online.redis_store import RedisOnlineStore
+from quiver.online.factory import redis_store_for
 from quiver.registry import Registry, rollouts
 from quiver.registry.models import ModelRegistry
 from quiver.serving.logs import ServingLogger, read_serving_logs
@@ -106,10 +107,17 @@ class Project:
 
 @pytest.fixture
 def project(redis_url: str, tmp_path: Path) -> Iterator[Project]:
+    with prediction_project(redis_url, tmp_path) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def prediction_project(redis_url: str, tmp_path: Path) -> Iterator[Project]:
+    """The prediction tests' project on the Redis (or Redis Cluster) at `redis_url`."""
     cat = catalog()
     config = Config(root=tmp_path, project="p", redis_url=redis_url, registry_url=f"sqlite:///{tmp_path}/reg.db",
                     offline_root=str(tmp_path / "offline"))
-    online = RedisOnlineStore(redis_url, "p", timeout_s=1.0)
+    online = redis_store_for(redis_url, "p", timeout_s=1.0)
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"user_id": np.arange(USERS, dtype=np.int64), "f0": rng.normal(size=USERS),
                           "f1": rng.normal(size=USERS), "category": rng.choice(["a", "b", "c"], USERS)})

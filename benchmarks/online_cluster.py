@@ -1,5 +1,6 @@
 """The online store on a Redis Cluster against one Redis server: reads (p50/p99) and bulk writes (rows/s),
-with Feast's Redis store in `redis_type: redis_cluster` mode on the same cluster beside them.
+with Feast's Redis store in `redis_type: redis_cluster` mode on the same cluster beside them, and the raw floor
+of each store (the read's commands packed beforehand, sent on a plain socket, parsed by hiredis, not decoded).
 
 One run starts a single redis-server and a six-process Redis Cluster (3 masters, 3 replicas, as
 tests/harness.py makes it) on free loopback ports. The same N entities × 50 float64 features (online_read.py's
@@ -9,7 +10,8 @@ single server and on the cluster, and Feast's `get_online_features` on the clust
 online_read.py). Writes: `write_last_values` of every entity into an empty store, then again over the stored
 values (the newer-wins script path), each side `--write-runs` times. The answers must agree (the sampled
 entities' values from all three reads equal the frame), or the script exits non-zero. The per-master keys,
-memory and commands during the reads show how the load spread.
+memory and commands during the reads show how the load spread. Last, one master is killed (SIGKILL) and reads
+go on: how fast reads of its slots are refused, and when every read answers again.
 
 Targets (issue 51): cluster p99 ≤ 1.3× single at 100 and 1000 entities, ≤ 1.5× at 1; Feast / Quiver on the
 cluster ≥ 5× at 100 entities; cluster writes ≥ 0.7× single rows/s. Reported, not enforced.
@@ -65,6 +67,98 @@ def feast_cluster(cluster: RedisCluster, frame: Any, repo: Path) -> Any:
     """online_read.py's Feast repo, its Redis store in cluster mode on every node of the cluster."""
     nodes = ",".join(f"127.0.0.1:{p}" for p in cluster.ports)
     return feast_setup("", frame, repo, {"type": "redis", "redis_type": "redis_cluster", "connection_string": nodes})
+
+
+class RawFloor:
+    """The bytes alone: the read's commands packed beforehand, sent on a plain socket and parsed by hiredis, no
+    decoding. One MGET on the single server; on the cluster, one MGET per slot, every master's sent before any
+    reply is read (what Quiver sends). Their ratio is what the cluster costs the servers on this machine."""
+
+    def __init__(self, single_port: int, cluster: RedisCluster, spec: Any, ids: np.ndarray):
+        from redis.crc import key_slot
+
+        from quiver.online.layout import entity_keys, key_prefix
+        from quiver.online.redis_store import pack
+
+        keys = entity_keys(key_prefix("bench", spec), spec, {"user_id": ids})
+        self.single_command = pack(b"MGET", *keys)
+        owner = {}
+        for port in cluster.masters():
+            with cluster.client(port) as c:
+                for first, last, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+                    owner.update(dict.fromkeys(range(int(first), int(last) + 1), int(master[1])))
+                break
+        by_slot: dict[int, list[bytes]] = {}
+        for key in keys:
+            by_slot.setdefault(key_slot(key), []).append(key)
+        per_master: dict[int, list[bytes]] = {}
+        for slot, slot_keys in by_slot.items():
+            per_master.setdefault(owner[slot], []).append(pack(b"MGET", *slot_keys))
+        self.cluster_commands = [(port, b"".join(commands), len(commands)) for port, commands in per_master.items()]
+        self.single_port = single_port
+
+    def single(self) -> Any:
+        return _exchange([(_socket(self.single_port), self.single_command, 1)])
+
+    def cluster(self) -> Any:
+        return _exchange([(_socket(port), data, count) for port, data, count in self.cluster_commands])
+
+
+_SOCKETS: dict[int, Any] = {}
+
+
+def _socket(port: int) -> Any:
+    import socket
+
+    if port not in _SOCKETS:
+        _SOCKETS[port] = socket.create_connection(("127.0.0.1", port))
+        _SOCKETS[port].setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return _SOCKETS[port]
+
+
+def _exchange(sends: list[tuple[Any, bytes, int]]) -> list[Any]:
+    import hiredis
+
+    for sock, data, _ in sends:
+        sock.sendall(data)
+    out = []
+    for sock, _, count in sends:
+        reader = hiredis.Reader()
+        reader.feed(b"*%d\r\n" % count)
+        reply = reader.gets()
+        while reply is False:
+            reader.feed(sock.recv(1 << 16))
+            reply = reader.gets()
+        out.append(reply)
+    return out
+
+
+def failover(cluster: RedisCluster, store: Any, features: list[str], n_entities: int) -> dict[str, Any]:
+    """Kill one master with SIGKILL and read all of a batch of entities every 20 ms until every read answers
+    again: how fast reads of its slots are refused meanwhile, and how long until its replica serves them."""
+    from quiver.online.base import OnlineStoreUnavailable
+
+    users = np.arange(min(n_entities, 1000))
+    victim = cluster.masters()[0]
+    cluster.kill(victim)
+    killed = time.perf_counter()
+    refused, slowest = 0, 0.0
+    while time.perf_counter() - killed < 60:
+        began = time.perf_counter()
+        try:
+            store.get_online_features(features[:1], {"user_id": users}).to_dict()
+            break
+        except OnlineStoreUnavailable:
+            refused += 1
+            slowest = max(slowest, time.perf_counter() - began)
+        time.sleep(0.02)
+    else:
+        sys.exit("online_cluster: reads did not recover within 60 s of the failover")
+    recovered = time.perf_counter() - killed
+    cluster.restart(victim)
+    cluster.wait_until_ok()
+    return {"killed": victim, "refused": refused, "slowest_refusal_ms": slowest * 1000,
+            "recovered_after_s": recovered}
 
 
 def node_counters(cluster: RedisCluster) -> dict[int, dict[str, int]]:
@@ -141,8 +235,15 @@ def main() -> int:
                 pool = [rng.choice(n_entities, size, replace=False) for _ in range(64)]
                 rows = [{"user_id": ids} for ids in pool]
                 feast_rows = [[{"user_id": int(u)} for u in ids] for ids in pool]
+                floors = [RawFloor(single_server.port, cluster, spec, ids) for ids in pool]
+                got_single, got_cluster = floors[0].single()[0][0], floors[0].cluster()
+                if sorted(got_single) != sorted(v for master in got_cluster for reply in master for v in reply) \
+                        or None in got_single:
+                    sys.exit("online_cluster: the raw floors read different bytes from the two stores")
                 sides: dict[str, tuple[int, Any]] = {
                     "single": (calls[size], lambda k, rows=rows: single.get_online_features(features, rows[k]).to_dict()),
+                    "single_floor": (calls[size], lambda k, floors=floors: floors[k].single()),
+                    "cluster_floor": (calls[size], lambda k, floors=floors: floors[k].cluster()),
                     "cluster": (calls[size],
                                 lambda k, rows=rows: clustered.get_online_features(features, rows[k]).to_dict()),
                     "feast_cluster": (feast_calls[size], lambda k, entity_rows=feast_rows: feast.get_online_features(
@@ -171,19 +272,29 @@ def main() -> int:
                 stats["p50_cluster_over_single"] = stats["cluster"]["p50_us"] / stats["single"]["p50_us"]
                 stats[f"{tail}_feast_over_cluster"] = (stats["feast_cluster"][f"{tail}_us"]
                                                        / stats["cluster"][f"{tail}_us"])
+                stats[f"{ours}_floor_cluster_over_single"] = (stats["cluster_floor"][f"{ours}_us"]
+                                                              / stats["single_floor"][f"{ours}_us"])
                 report["sizes"][str(size)] = stats
                 print(f"{size:>5} entities × {F}: single p50 {stats['single']['p50_us']:7.0f}us {ours} "
                       f"{stats['single'][f'{ours}_us']:7.0f}us | cluster p50 {stats['cluster']['p50_us']:7.0f}us "
                       f"{ours} {stats['cluster'][f'{ours}_us']:7.0f}us ({stats[f'{ours}_cluster_over_single']:.2f}x) | "
                       f"feast on the cluster p50 {stats['feast_cluster']['p50_us']:8.0f}us {tail} "
                       f"{stats['feast_cluster'][f'{tail}_us']:8.0f}us (feast/quiver {tail} "
-                      f"{stats[f'{tail}_feast_over_cluster']:.1f}x)", flush=True)
+                      f"{stats[f'{tail}_feast_over_cluster']:.1f}x) | raw floors: single p50 "
+                      f"{stats['single_floor']['p50_us']:6.0f}us, cluster p50 {stats['cluster_floor']['p50_us']:6.0f}us, "
+                      f"cluster/single {ours} {stats[f'{ours}_floor_cluster_over_single']:.2f}x", flush=True)
             after = node_counters(cluster)
             report["masters"] = {str(port): {**after[port], "commands": after[port]["commands"]
                                              - before[port]["commands"]} for port in after}
             for port, row in report["masters"].items():
                 print(f"master 127.0.0.1:{port}: {row['keys']} keys, {row['used_memory'] / 2**20:.1f} MiB, "
                       f"{row['commands']} commands during the reads", flush=True)
+            report["failover"] = failover(cluster, clustered, features, n_entities)
+            print(f"failover: SIGKILL of master {report['failover']['killed']} (node timeout "
+                  f"{cluster.node_timeout_ms} ms): reads of its slots refused {report['failover']['refused']} times, "
+                  f"the slowest refusal {report['failover']['slowest_refusal_ms']:.1f} ms; "
+                  f"every read answered again {report['failover']['recovered_after_s']:.2f} s after the kill, "
+                  f"the same store object", flush=True)
             single.close()
             clustered.close()
         finally:

@@ -219,7 +219,7 @@ catalog: feature_defs          # directory of Python feature definitions
 registry_url: sqlite:///.quiver/registry.db   # or postgresql+psycopg://user@host/db
 offline_root: data/offline     # Parquet offline store
 artifact_root: .quiver         # models, references, label snapshots: a shared folder or s3://bucket/prefix
-redis_url: ""                  # empty: embedded Redis for demos; e.g. redis://:password@host:6379/0
+redis_url: ""                  # empty: embedded Redis; redis://:password@host:6379/0, redis+cluster://h1:7000,h2:7000
 engine: duckdb                 # duckdb (embedded) or spark
 spark_master: local[2]         # or spark://host:7077
 """

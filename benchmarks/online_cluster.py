@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.online_read import WARMUP, F, feast_setup, percentiles, tail_name, user_frame
+from benchmarks.online_read import F, alternating_rounds, feast_setup, percentiles, tail_name, user_frame
 from tests.harness import RedisCluster, RedisServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -249,21 +249,7 @@ def main() -> int:
                     "feast_cluster": (feast_calls[size], lambda k, entity_rows=feast_rows: feast.get_online_features(
                         features=features, entity_rows=entity_rows[k]).to_dict()),
                 }
-                samples: dict[str, list[float]] = {name: [] for name in sides}
-                order = list(sides)
-                rounds = 10
-                for r in range(rounds):
-                    for name in order[r % len(order):] + order[:r % len(order)]:
-                        total, call = sides[name]
-                        per_round = max(1, total // rounds)
-                        gc.collect()
-                        for k in range(min(WARMUP, per_round)):
-                            call(k % len(pool))
-                        for _ in range(per_round):
-                            k = len(samples[name]) % len(pool)
-                            t = time.perf_counter()
-                            call(k)
-                            samples[name].append(time.perf_counter() - t)
+                samples = alternating_rounds(sides, len(pool))
                 stats: dict[str, Any] = {name: percentiles(values) for name, values in samples.items()}
                 tail = tail_name(min(len(v) for v in samples.values()))
                 ours = tail_name(min(len(samples["single"]), len(samples["cluster"])))

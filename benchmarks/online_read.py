@@ -119,6 +119,31 @@ def percentiles(samples: list[float]) -> dict[str, float | int | None]:
             "mean_us": float(arr.mean()), "calls": len(samples)}
 
 
+def alternating_rounds(sides: dict[str, tuple[int, Any]], pool: int, rounds: int = 10) -> dict[str, list[float]]:
+    """Time each side's calls (`(calls, call(k))`, k a request of the pool) in `rounds` rounds; the seconds
+    of every call per side.
+
+    Each side takes a different place each round and starts its turn with a collection and WARMUP untimed
+    calls: whatever ran just before (Feast allocates a lot) leaves the next side cold caches and a garbage
+    collector about to run, and with a fixed order that cost fell on one side only, enough of its calls to set
+    its p99. Collections its own calls cause stay in."""
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides)
+    for r in range(rounds):
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            total, call = sides[name]
+            per_round = max(1, total // rounds)
+            gc.collect()
+            for k in range(min(WARMUP, per_round)):
+                call(k % pool)
+            for _ in range(per_round):
+                k = len(samples[name]) % pool
+                t = time.perf_counter()
+                call(k)
+                samples[name].append(time.perf_counter() - t)
+    return samples
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute")
@@ -185,24 +210,7 @@ def main() -> int:
                 "feast": (feast_calls[size], lambda k, entity_rows=feast_rows: feast.get_online_features(
                     features=features, entity_rows=entity_rows[k]).to_dict()),
             }
-            order = list(sides)
-            rounds = 10
-            for r in range(rounds):
-                # Each side takes a different place each round and starts its turn with a collection and
-                # WARMUP untimed calls: whatever ran just before (Feast allocates a lot) leaves the next side
-                # cold caches and a garbage collector about to run, and with a fixed order that cost fell on
-                # one side only, enough of its calls to set its p99. Collections its own calls cause stay in.
-                for name in order[r % len(order):] + order[:r % len(order)]:
-                    total, call = sides[name]
-                    per_round = max(1, total // rounds)
-                    gc.collect()
-                    for k in range(min(WARMUP, per_round)):
-                        call(k % len(pool))
-                    for _ in range(per_round):
-                        k = len(samples[name]) % len(pool)
-                        t = time.perf_counter()
-                        call(k)
-                        samples[name].append(time.perf_counter() - t)
+            samples.update(alternating_rounds(sides, len(pool)))
             stats: dict[str, Any] = {name: percentiles(values) for name, values in samples.items()}
             tail = tail_name(min(len(v) for v in samples.values()))  # one percentile for every system
             q_tail, f_tail, r_tail = (stats[k][f"{tail}_us"] for k in ("quiver", "feast", "raw"))

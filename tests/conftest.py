@@ -71,14 +71,18 @@ _cache_typer_commands()
 logging.raiseExceptions = False
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def _redis_binary() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
         # Fail, never skip: the online store is the product; `make setup` installs redis-server.
         pytest.fail("redis-server not found on PATH: run `make setup` (or apt-get install redis-server)",
                     pytrace=False)
-    server = RedisServer(binary, tmp_path_factory.mktemp("redis"))
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(_redis_binary(), tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
     server.stop()
@@ -87,11 +91,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """Six redis-server processes as one cluster (3 masters, 3 replicas), shared by the tests that need one."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server not found on PATH: run `make setup` (or apt-get install redis-server)",
-                    pytrace=False)
-    cluster = RedisCluster(binary, tmp_path_factory.mktemp("redis-cluster"))
+    cluster = RedisCluster(_redis_binary(), tmp_path_factory.mktemp("redis-cluster"))
     cluster.start()
     yield cluster
     cluster.stop()

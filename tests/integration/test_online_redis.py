@@ -160,7 +160,7 @@ def test_windows_decay_over_simulated_time(store, cat):
 
 def test_tiles_are_replay_safe_and_trimmed(store, cat, redis_url):
     agg = cat.views["agg"]
-    key = key_prefix("t", agg) + b"1"
+    key = key_prefix("t", agg) + b"1}"
     client = redis.Redis.from_url(redis_url)
     full = tiles(agg, [(1, T0 + 1, 1.0, "a"), (1, T0 + 2, 2.0, "b"), (1, T0 + 11 * M, 5.0, "c")])
     store.write_tiles(agg, full)
@@ -221,7 +221,7 @@ def test_fixed_width_tiles_change_in_place_like_a_full_merge(redis_url):
             firsts, values, _ = codec.encode(table)
             store.write_tiles(view, table)
             for user_id, value in zip(firsts.column("user_id").to_pylist(), values, strict=True):
-                stored = model.setdefault(key_prefix("splice", view) + str(user_id).encode(), {})
+                stored = model.setdefault(key_prefix("splice", view) + b"%d}" % user_id, {})
                 for i in range(0, len(value), codec.width):
                     rec = value[i:i + codec.width]
                     ts, events = np.frombuffer(rec[:16], "<i8")

@@ -26,9 +26,10 @@ from quiver.cli import _register_optional_commands, app
 from quiver.config import Config
 from quiver.offline.backfill import backfill
 from quiver.online.base import OnlineStoreError, OnlineStoreUnavailable, ViewRead
+from quiver.online.cluster_wire import parse_cluster_url
 from quiver.online.factory import redis_store_for
 from quiver.online.materialize import materialize
-from quiver.online.redis_cluster import RedisClusterOnlineStore, parse_cluster_url
+from quiver.online.redis_cluster import RedisClusterOnlineStore
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.pipelines.demo_data import generate
 from quiver.registry import Registry

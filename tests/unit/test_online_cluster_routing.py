@@ -13,17 +13,17 @@ from redis.crc import key_slot
 from quiver import Entity, FeatureView, Field, Float64, Source, String
 from quiver.catalog.validate import build_catalog
 from quiver.online.base import OnlineStoreError
-from quiver.online.layout import entity_keys, entity_tags, key_prefix
-from quiver.online.redis_cluster import (
-    _evalsha_template,
-    _key_slots,
-    _mget_template,
-    _owners,
-    _pack_calls,
-    _sha,
+from quiver.online.cluster_wire import (
+    evalsha_template,
     is_cluster_url,
+    key_slots,
+    mget_template,
+    pack_calls,
     parse_cluster_url,
+    script_sha,
+    slot_owners,
 )
+from quiver.online.layout import entity_keys, entity_tags, key_prefix
 from quiver.online.redis_store import _eval, pack
 
 
@@ -61,20 +61,20 @@ def test_the_slot_of_a_layout_key_is_its_entitys(views) -> None:
     for view in (last, pair):
         keys = entity_keys(key_prefix("proj", view), view, columns)
         want = [key_slot(key) for key in keys]
-        assert _key_slots(keys).tolist() == want
+        assert key_slots(keys).tolist() == want
         # What plan_read hashes (the tags alone) places a key where Redis does.
         assert [key_slot(tag) for tag in entity_tags(view, columns)] == want
-    assert len(set(_key_slots(entity_keys(key_prefix("proj", last), last, columns)).tolist())) > 400
+    assert len(set(key_slots(entity_keys(key_prefix("proj", last), last, columns)).tolist())) > 400
 
 
 def test_the_slot_map_covers_every_slot_or_says_which_are_missing() -> None:
     reply = [[0, 5460, [b"10.0.0.1", 7000, b"a"], [b"10.0.0.4", 7003, b"d"]],
              [5461, 10922, [b"", 7001, b"b"]], [10923, 16383, [b"10.0.0.3", 7002, b"c"]]]
-    owner, masters = _owners(reply, "10.0.0.9", "u")
+    owner, masters = slot_owners(reply, "10.0.0.9", "u")
     assert masters == [("10.0.0.1", 7000), ("10.0.0.9", 7001), ("10.0.0.3", 7002)]  # empty host: the one asked
     assert owner[0] == 0 and owner[5461] == 1 and owner[16383] == 2
     with pytest.raises(OnlineStoreError, match=r"assigns no node to 5461 of 16384 slots \(first 10923\)"):
-        _owners(reply[:2], "h", "u")
+        slot_owners(reply[:2], "h", "u")
 
 
 def _parse(data: bytes, count: int) -> list:
@@ -96,15 +96,15 @@ def test_packed_calls_are_the_single_servers_calls() -> None:
     blob = b"".join(b"$%d\r\n%s\r\n" % (len(e), e) for e in extra)
     at = np.cumsum([0, *counts]).tolist()
     groups = [(keys[a:b], values[a:b]) for a, b in itertools.pairwise(at)]
-    nx = _parse(b"".join(_pack_calls("nx", "tile", blob, keys, values, counts, extra)), len(counts))
+    nx = _parse(b"".join(pack_calls("nx", "tile", blob, keys, values, counts, extra)), len(counts))
     assert nx == _parse(b"".join(pack(b"MSETNX", *[x for kv in zip(k, v, strict=True) for x in kv])
                                  for k, v in groups), len(counts))
-    scripts = _parse(b"".join(_pack_calls("eval", "tile", blob, keys, values, counts, extra)), len(counts))
-    assert scripts == [[b"EVALSHA", _sha("tile"), b"%d" % len(k), *k, *extra, *v] for k, v in groups]
-    assert _parse(b"".join(_pack_calls("body", "tile", blob, keys, values, counts, extra)), len(counts)) == \
+    scripts = _parse(b"".join(pack_calls("eval", "tile", blob, keys, values, counts, extra)), len(counts))
+    assert scripts == [[b"EVALSHA", script_sha("tile"), b"%d" % len(k), *k, *extra, *v] for k, v in groups]
+    assert _parse(b"".join(pack_calls("body", "tile", blob, keys, values, counts, extra)), len(counts)) == \
         _parse(b"".join(_eval("tile", k, [*extra, *v]) for k, v in groups), len(counts))
-    one = _pack_calls("eval", "last", b"", keys[:4], values[:4], [1, 1, 1, 1], [])
-    assert _parse(b"".join(one), 4) == [[b"EVALSHA", _sha("last"), b"1", k, v] for k, v in zip(keys[:4], values[:4],
+    one = pack_calls("eval", "last", b"", keys[:4], values[:4], [1, 1, 1, 1], [])
+    assert _parse(b"".join(one), 4) == [[b"EVALSHA", script_sha("last"), b"1", k, v] for k, v in zip(keys[:4], values[:4],
                                                                                             strict=True)]
-    assert _mget_template(2) % (3, b"abc", 1, b"d") == pack(b"MGET", b"abc", b"d")
-    assert _evalsha_template(_sha("last"), b"", 1).count(b"%") == 4
+    assert mget_template(2) % (3, b"abc", 1, b"d") == pack(b"MGET", b"abc", b"d")
+    assert evalsha_template(script_sha("last"), b"", 1).count(b"%") == 4

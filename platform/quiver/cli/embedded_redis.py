@@ -22,8 +22,8 @@ redis_app = typer.Typer(help="The project's embedded Redis (status, stop), or it
 def redis_status(config: ConfigOption = None) -> None:
     """Say whether the embedded Redis is running (or which external Redis is configured); for a Redis Cluster,
     every node: role, slots, keys, memory."""
+    from quiver.online.cluster_wire import is_cluster_url
     from quiver.online.embedded import embedded_dir, running_pid
-    from quiver.online.redis_cluster import is_cluster_url
 
     cfg = load_config(config)
     if is_cluster_url(cfg.redis_url):

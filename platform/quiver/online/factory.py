@@ -20,7 +20,8 @@ def open_online_store(config: Config, *, writer: bool = False) -> OnlineStore:
 
 def redis_store_for(url: str, project: str, *, timeout_s: float = 1.0) -> OnlineStore:
     """The store of a Redis URL: `redis+cluster://` (or `rediss+cluster://`) a cluster, else one server."""
-    from quiver.online.redis_cluster import RedisClusterOnlineStore, is_cluster_url
+    from quiver.online.cluster_wire import is_cluster_url
+    from quiver.online.redis_cluster import RedisClusterOnlineStore
     from quiver.online.redis_store import RedisOnlineStore
 
     if is_cluster_url(url):

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import binascii
 import functools
-import hashlib
 import itertools
-import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import hiredis
@@ -39,54 +37,24 @@ import redis
 from redis.crc import key_slot
 
 from quiver.online.base import OnlineStoreError, OnlineStoreUnavailable, ViewRead
+from quiver.online.cluster_wire import (
+    SLOTS,
+    in_order,
+    interleaved,
+    key_slots,
+    mget_template,
+    pack_calls,
+    parse_cluster_url,
+    receive_array,
+    slot_owners,
+)
 from quiver.online.codec import empty_at
 from quiver.online.layout import entity_keys, entity_tags, meta_key
-from quiver.online.redis_scripts import SCRIPTS
 from quiver.online.redis_store import _IO_ERRORS, RedisOnlineStore, _eval, _socket_of, pack, redact_url
 
-log = logging.getLogger(__name__)
-CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
-SLOTS = 16384
 _STALE = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")  # replies that mean: the map moved, read it again
 _MIN_REFRESH_S = 0.1  # a dead master fails every read of its slots: read the map at most this often
-_RECV_BYTES = 1 << 16
-_MGET = b"*%d\r\n$4\r\nMGET\r\n"
-_SEND_COMMANDS = 2_000  # calls per send: a write's calls go out in pieces of about a megabyte
-_WINDOW_GROUPS = 20_000  # slots' calls per exchange of a write: its memory stays bounded
-
-
-def is_cluster_url(url: str) -> bool:
-    return url.startswith(CLUSTER_SCHEMES)
-
-
-class ClusterUrl(NamedTuple):
-    scheme: str  # "redis" or "rediss"
-    credentials: str  # "user:password@", ":password@" or ""
-    seeds: list[tuple[str, int]]
-    query: str  # "?…" or ""
-
-    def node_url(self, host: str, port: int) -> str:
-        return f"{self.scheme}://{self.credentials}{host}:{port}/0{self.query}"
-
-
-def parse_cluster_url(url: str) -> ClusterUrl:
-    """The parts of a ``redis+cluster://`` URL; a clear error names what is wrong."""
-    if not is_cluster_url(url):
-        raise OnlineStoreError(f"not a Redis Cluster URL: {redact_url(url)!r} (redis+cluster://host:port,…)")
-    scheme, rest = url.split("://", 1)
-    rest, _, query = rest.partition("?")
-    credentials, _, hosts = rest.rpartition("@")
-    hosts = hosts.split("/", 1)[0]
-    seeds = []
-    for part in filter(None, hosts.split(",")):
-        host, _, port = part.rpartition(":")
-        if not host or not port.isdigit():
-            raise OnlineStoreError(f"invalid Redis Cluster URL {redact_url(url)!r}: {part!r} is not host:port")
-        seeds.append((host.strip("[]"), int(port)))
-    if not seeds:
-        raise OnlineStoreError(f"invalid Redis Cluster URL {redact_url(url)!r}: no seed node (host:port,…)")
-    return ClusterUrl(scheme.split("+")[0], f"{credentials}@" if credentials else "", seeds,
-                      f"?{query}" if query else "")
+_WINDOW_KEYS = 20_000  # keys per exchange of a write: its memory stays bounded
 
 
 class _ClusterRead(NamedTuple):
@@ -150,7 +118,7 @@ class RedisClusterOnlineStore(RedisOnlineStore):
                             f"Redis at {address[0]}:{address[1]} is not in cluster mode (cluster-enabled no): "
                             f"use redis://{address[0]}:{address[1]} for a single server") from None
                     raise
-                self._owner, self._masters = _owners(reply, address[0], redact_url(self.url))
+                self._owner, self._masters = slot_owners(reply, address[0], redact_url(self.url))
                 self._refreshed = time.monotonic()
                 return
             raise OnlineStoreUnavailable(f"online store unavailable: no node of the Redis Cluster "
@@ -185,18 +153,25 @@ class RedisClusterOnlineStore(RedisOnlineStore):
     def _stream(self, name: str, chunks: Iterable[tuple[Sequence[bytes], Sequence[bytes]]],
                 extra: Sequence[bytes] = (), progress: Callable[[int], None] | None = None,
                 merge: bool = False) -> int:
-        """Write the keys with the single server's rules, one call per slot: first MSETNX (sets every key of
-        the slot when none exists), and where a slot's keys exist the script (EVALSHA, EVAL after NOSCRIPT).
-        Every master's calls are sent before any reply is read. Retried as a whole on a redirection or a
-        failover (the writes are idempotent)."""
-        keys: list[bytes] = []
-        values: list[bytes] = []
+        """Write the keys with the single server's rules, one call per slot, `_WINDOW_KEYS` keys at a time
+        (memory stays bounded): first MSETNX (sets every key of the slot when none exists), and where a
+        slot's keys exist the script (EVALSHA, EVAL after NOSCRIPT); once a slot needed the script, later
+        windows start with it, as one server's batches do. Every master's calls are sent before any reply is
+        read. A window is retried as a whole on a redirection or a failover (the writes are idempotent)."""
+        blob = b"".join(b"$%d\r\n%s\r\n" % (len(e), e) for e in extra).replace(b"%", b"%%")
+        state = {"merge": merge}
+        written = 0
         for chunk_keys, chunk_values in chunks:
-            keys.extend(chunk_keys)
-            values.extend(chunk_values)
-        if not keys:
-            return 0
-        slots = _key_slots(keys)
+            for start in range(0, len(chunk_keys), _WINDOW_KEYS):
+                keys = list(chunk_keys[start:start + _WINDOW_KEYS])
+                values = list(chunk_values[start:start + _WINDOW_KEYS])
+                written += int(self._retrying(functools.partial(self._write_window, name, keys, values, extra,
+                                                                blob, progress, state)))
+        return written
+
+    def _write_window(self, name: str, keys: list[bytes], values: list[bytes], extra: Sequence[bytes],
+                      blob: bytes, progress: Callable[[int], None] | None, state: dict[str, bool]) -> int:
+        slots = key_slots(keys)
         order = np.argsort(slots, kind="stable")
         sorted_slots = slots[order]
         starts = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]])
@@ -204,7 +179,6 @@ class RedisClusterOnlineStore(RedisOnlineStore):
         picked = order.tolist()
         keys, values = [keys[i] for i in picked], [values[i] for i in picked]
         group_slots = sorted_slots[starts]
-        blob = b"".join(b"$%d\r\n%s\r\n" % (len(e), e) for e in extra).replace(b"%", b"%%")
 
         def calls(how: str, groups: np.ndarray) -> list[Any]:
             """One call per group (slot), every master's sent at once; the replies in `groups`' order."""
@@ -217,55 +191,37 @@ class RedisClusterOnlineStore(RedisOnlineStore):
                 counts = sizes[mine]
                 at = (np.repeat(starts[mine] - np.r_[0, np.cumsum(counts)[:-1]], counts)
                       + np.arange(int(counts.sum()))).tolist()
-                data = _pack_calls(how, name, blob, [keys[i] for i in at], [values[i] for i in at],
-                                   counts.tolist(), extra)
+                data = pack_calls(how, name, blob, [keys[i] for i in at], [values[i] for i in at],
+                                  counts.tolist(), extra)
                 payloads.append((masters[int(group_owner[r0])], data, r1 - r0))
             return list(itertools.chain.from_iterable(self._exchange(payloads)))
 
-        def write() -> int:
-            written = 0
-            todo = {"eval" if merge else "nx": np.arange(len(starts))}
-            while todo:
-                again: dict[str, list[int]] = {}
-                for how, groups in todo.items():
-                    for window in range(0, len(groups), _WINDOW_GROUPS):
-                        part = groups[window:window + _WINDOW_GROUPS]
-                        for g, reply in zip(part.tolist(), calls(how, part), strict=True):
-                            if isinstance(reply, hiredis.ReplyError):
-                                if str(reply).startswith("NOSCRIPT"):
-                                    again.setdefault("body", []).append(g)
-                                    continue
-                                raise OnlineStoreError(f"Redis refused a write: {reply}")
-                            if how == "nx" and int(reply) == 0:  # a key of the slot exists: the script merges
-                                again.setdefault("eval", []).append(g)
-                                continue
-                            written += int(sizes[g]) if how == "nx" else int(reply)
-                            if progress:
-                                progress(int(sizes[g]))
-                todo = {how: np.asarray(groups) for how, groups in again.items()}
-            return written
-
-        return int(self._retrying(write))
-
-    def _pipeline(self, slots: np.ndarray, commands: Sequence[bytes]) -> list[Any]:
-        """Send each command to the master of its slot (see `_exchange`); the replies in the commands' order."""
-        owner, masters = self._slot_map()
-        command_owner = owner[slots]
-        mine = [np.flatnonzero(command_owner == m) for m in np.unique(command_owner).tolist()]
-        payloads = [(masters[int(command_owner[picked[0]])],
-                     [b"".join([commands[i] for i in part]) for part in _pieces(picked.tolist())], len(picked))
-                    for picked in mine]
-        replies: list[Any] = [None] * len(commands)
-        for picked, got in zip(mine, self._exchange(payloads), strict=True):
-            for i, reply in zip(picked.tolist(), got, strict=True):
-                replies[i] = reply
-        return replies
+        written = 0
+        todo = {"eval" if state["merge"] else "nx": np.arange(len(starts))}
+        while todo:
+            again: dict[str, list[int]] = {}
+            for how, groups in todo.items():
+                for g, reply in zip(groups.tolist(), calls(how, groups), strict=True):
+                    if isinstance(reply, hiredis.ReplyError):
+                        if str(reply).startswith("NOSCRIPT"):
+                            again.setdefault("body", []).append(g)
+                            continue
+                        raise OnlineStoreError(f"Redis refused a write: {reply}")
+                    if how == "nx" and int(reply) == 0:  # a key of the slot exists: the script merges
+                        state["merge"] = True
+                        again.setdefault("eval", []).append(g)
+                        continue
+                    written += int(sizes[g]) if how == "nx" else int(reply)
+                    if progress:
+                        progress(int(sizes[g]))
+            todo = {how: np.asarray(groups) for how, groups in again.items()}
+        return written
 
     def _exchange(self, payloads: Sequence[tuple[tuple[str, int], list[bytes], int]]) -> list[list[Any]]:
-        """Send every (master, data, commands in it) before reading any reply, then read each master's replies
-        (error replies returned as hiredis.ReplyError, not raised). A redirection or a master that refused the connection raises
-        `_MapMoved` (after every reply was read, so the connections stay in step; `_retrying` and `fetch`
-        read the map again); a master that did not answer in time, `OnlineStoreUnavailable`."""
+        """Send every (master, data, calls in it) before reading any reply, then read each master's replies
+        (error replies returned as hiredis.ReplyError, not raised). A redirection or a master that refused the
+        connection raises `_MapMoved` after every reply was read, so the connections stay in step (`_retrying`
+        and `fetch` read the map again); a master that did not answer in time, `OnlineStoreUnavailable`."""
         sent: list[tuple[Any, tuple[str, int], int, int]] = []  # (connection, master, commands, payload)
         problems: list[tuple[str, bool]] = []  # (what, whether a master hung)
         for number, (address, data, count) in enumerate(payloads):
@@ -282,16 +238,16 @@ class RedisClusterOnlineStore(RedisOnlineStore):
         replies: list[list[Any]] = [[] for _ in payloads]
         for conn, address, count, number in sent:
             try:
-                got = replies[number] = _receive(conn, count)
+                got = replies[number] = receive_array(conn, count)
             except _IO_ERRORS as exc:
                 conn.disconnect()
                 problems.append(self._down(address, exc))
                 continue
-            for reply in [r for r in got if isinstance(r, hiredis.ReplyError)] if hiredis.ReplyError in map(type, got) \
-                    else ():
-                if str(reply).startswith(_STALE):
-                    problems.append((f"{address[0]}:{address[1]} answered {str(reply)[:80]}", False))
-                    break
+            if hiredis.ReplyError in map(type, got):  # rare: scan for a redirection only then
+                moved = next((r for r in got if isinstance(r, hiredis.ReplyError) and str(r).startswith(_STALE)),
+                             None)
+                if moved is not None:
+                    problems.append((f"{address[0]}:{address[1]} answered {str(moved)[:80]}", False))
         if problems:
             what = "; ".join(dict.fromkeys(text for text, _ in problems))
             if any(hung for _, hung in problems):  # never waited for twice: refused now
@@ -366,7 +322,7 @@ class RedisClusterOnlineStore(RedisOnlineStore):
         owner, masters = self._slot_map()
         if pending.one_slot:  # one entity (the request path's usual read): one MGET, nothing to reorder
             reply = self._exchange([(masters[int(owner[pending.slots[0]])],
-                                     [_mget_template(pending.total) % tuple(_interleaved(pending.keys))], 1)])[0][0]
+                                     [mget_template(pending.total) % tuple(interleaved(pending.keys))], 1)])[0][0]
             if type(reply) is not list:
                 raise OnlineStoreError(f"Redis error: {reply}")
             return reply
@@ -379,17 +335,17 @@ class RedisClusterOnlineStore(RedisOnlineStore):
         runs = np.r_[np.flatnonzero(np.r_[True, group_owner[1:] != group_owner[:-1]]), len(starts)].tolist()
         key_at = np.r_[0, np.cumsum(sizes)].tolist()
         keys = pending.keys
-        flat = _interleaved([keys[i] for i in order.tolist()])
+        flat = interleaved([keys[i] for i in order.tolist()])
         counts = sizes.tolist()
         payloads = []
         for g0, g1 in itertools.pairwise(runs):
-            template = b"".join(map(_mget_template, counts[g0:g1]))
+            template = b"".join(map(mget_template, counts[g0:g1]))
             payloads.append((masters[int(group_owner[g0])], [template % tuple(flat[2 * key_at[g0]:2 * key_at[g1]])],
                              g1 - g0))
         replies = list(itertools.chain.from_iterable(self._exchange(payloads)))
         if set(map(type, replies)) - {list}:
             raise OnlineStoreError(f"Redis error: {next(r for r in replies if type(r) is not list)}")
-        return _in_order(pending.total, order, list(itertools.chain.from_iterable(replies)))
+        return in_order(pending.total, order, list(itertools.chain.from_iterable(replies)))
 
     def _down(self, address: tuple[str, int], exc: BaseException) -> tuple[str, bool]:
         """What a connection problem with a master means: (the sentence, whether it hung)."""
@@ -490,138 +446,8 @@ def _moved(exc: OnlineStoreUnavailable) -> bool:
     return isinstance(exc, _MapMoved) or "ConnectionError" in str(exc)
 
 
-def _sha(name: str) -> bytes:
-    return hashlib.sha1(SCRIPTS[name]).hexdigest().encode()
-
-
-def _interleaved(items: list[bytes]) -> list[Any]:
-    """length, item, length, item …: the arguments of a bulk-string template."""
-    flat: list[Any] = [None] * (2 * len(items))
-    flat[0::2] = map(len, items)
-    flat[1::2] = items
-    return flat
-
-
-def _key_slots(keys: list[bytes]) -> np.ndarray:
-    """The slots of layout.py's keys: CRC16 of the entity between the key's one pair of braces (what
-    redis.crc.key_slot computes for any key, in a third of its time)."""
-    tags = [key[key.rfind(b"{") + 1:-1] for key in keys]
-    crc = np.fromiter(map(binascii.crc_hqx, tags, itertools.repeat(0, len(tags))), dtype=np.int64, count=len(tags))
-    return crc & (SLOTS - 1)
-
-
-def _in_order(total: int, order: np.ndarray, values: list[Any]) -> list[Any]:
-    """`values` (of the keys in `order`) back in the read's order."""
-    out = np.empty(total, dtype=object)
-    out[order] = _objects(values)
-    return out.tolist()  # type: ignore[no-any-return]
-
-
-@functools.lru_cache(maxsize=256)
-def _mget_template(count: int) -> bytes:
-    return _MGET % (count + 1) + b"$%d\r\n%s\r\n" * count
-
-
-def _pieces(items: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(items), _SEND_COMMANDS):
-        yield items[start:start + _SEND_COMMANDS]
-
-
-def _pack_calls(how: str, name: str, blob: bytes, keys: list[bytes], values: list[bytes], counts: list[int],
-                extra: Sequence[bytes]) -> list[bytes]:
-    """The calls of consecutive slots (`counts` keys each; `keys` and `values` in that order) as RESP, in
-    pieces of at most `_SEND_COMMANDS` calls: MSETNX ("nx"), the script by its SHA ("eval") or with its text
-    ("body", after NOSCRIPT). One %-format per piece: formatting a call at a time cost more than Redis' work."""
-    if how == "body":
-        out, at = [], 0
-        for count in counts:
-            out.append(_eval(name, keys[at:at + count], [*extra, *values[at:at + count]]))
-            at += count
-        return out
-    n = len(keys)
-    flat: list[Any] = [None] * (4 * n)
-    if how == "nx" or max(counts) == 1:  # key, value, key, value …: what MSETNX and one-key scripts take
-        flat[0::4], flat[1::4], flat[2::4], flat[3::4] = map(len, keys), keys, map(len, values), values
-    else:  # a script's keys, then its values, per call
-        sizes = np.asarray(counts)
-        first = np.repeat(np.r_[0, np.cumsum(sizes)[:-1]], sizes)
-        rank = np.arange(n) - first
-        items = np.empty(2 * n, dtype=object)
-        items[2 * first + rank] = _objects(keys)
-        items[2 * first + np.repeat(sizes, sizes) + rank] = _objects(values)
-        ordered = items.tolist()
-        flat[0::2], flat[1::2] = map(len, ordered), ordered
-    template = _msetnx_template if how == "nx" else functools.partial(_evalsha_template, _sha(name), blob)
-    pieces = []
-    at = 0
-    for start in range(0, len(counts), _SEND_COMMANDS):
-        part = counts[start:start + _SEND_COMMANDS]
-        size = sum(part)
-        pieces.append(b"".join(map(template, part)) % tuple(flat[4 * at:4 * (at + size)]))
-        at += size
-    return pieces
-
-
-def _objects(items: list[bytes]) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _msetnx_template(count: int) -> bytes:
-    return b"*%d\r\n$6\r\nMSETNX\r\n" % (2 * count + 1) + b"$%d\r\n%s\r\n" * (2 * count)
-
-
-@functools.lru_cache(maxsize=1024)
-def _evalsha_template(sha: bytes, blob: bytes, count: int) -> bytes:
-    """EVALSHA of `count` keys: the SHA, the key count and the extra arguments (`blob`, %-escaped) written
-    in, the keys and values left to format."""
-    extra = blob.count(b"\r\n") // 2
-    head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % (3 + 2 * count + extra, sha)
-    number = b"%d" % count
-    return (head + b"$%d\r\n%s\r\n" % (len(number), number) + b"$%d\r\n%s\r\n" * count + blob
-            + b"$%d\r\n%s\r\n" * count)
-
-
 def _sends(commands: list[bytes], timeout_s: float | None = None) -> Callable[[RedisOnlineStore], Any]:
     """A call of `_on_master`: send `commands` to the node, the first reply."""
     return lambda node: node._call(commands, timeout_s)[0]
 
-
-def _receive(conn: Any, count: int) -> list[Any]:
-    """`count` replies from a connection whose commands were sent; error replies stay hiredis.ReplyError.
-
-    The reader is first told to expect an array of `count`: the replies of pipelined commands are exactly that
-    array's elements, so hiredis parses all of them in C and hands them over in one call (one call per reply
-    cost 0.7 µs each: 1000 replies were half of a 1000-entity read)."""
-    sock, reader = _socket_of(conn)
-    reader.feed(b"*%d\r\n" % count)
-    replies = reader.gets()
-    while replies is False:
-        data = sock.recv(_RECV_BYTES)
-        if not data:
-            raise ConnectionResetError("Redis closed the connection")
-        reader.feed(data)
-        replies = reader.gets()
-    return replies  # type: ignore[no-any-return]
-
-
-def _owners(reply: Sequence[Any], asked: str, url: str) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """CLUSTER SLOTS as slot → master index and the masters; every slot must have one."""
-    owner = np.full(SLOTS, -1, dtype=np.int64)
-    masters: list[tuple[str, int]] = []
-    for entry in reply:
-        first, last, master = int(entry[0]), int(entry[1]), entry[2]
-        host = bytes(master[0]).decode() or asked  # empty: the node we asked
-        address = (host, int(master[1]))
-        if address not in masters:
-            masters.append(address)
-        owner[first:last + 1] = masters.index(address)
-    missing = np.flatnonzero(owner < 0)
-    if len(missing):
-        raise OnlineStoreError(f"the Redis Cluster at {url} assigns no node to {len(missing)} of {SLOTS} slots "
-                               f"(first {int(missing[0])}): it answers CLUSTERDOWN until every slot is assigned "
-                               f"(redis-cli --cluster fix)")
-    return owner, masters
 

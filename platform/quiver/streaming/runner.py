@@ -38,8 +38,8 @@ from quiver.jars import REDIS_SINK, bundle_jars, has_bundle
 from quiver.offline.layout import LATE_DIR
 from quiver.offline.store import store_for
 from quiver.online.base import OnlineStore, OnlineStoreError
+from quiver.online.cluster_wire import CLUSTER_SCHEMES
 from quiver.online.jvm_sink import markers_key, sink_options
-from quiver.online.redis_cluster import CLUSTER_SCHEMES
 from quiver.online.redis_store import RedisOnlineStore, redact_url
 from quiver.streaming.feeder import Feeder, source_feeds
 from quiver.streaming.job import (

@@ -163,14 +163,19 @@ final class RedisWriter implements AutoCloseable {
         }
     }
 
+    /** The script call of rows {@code start} to {@code end} of the flush (one server: any rows). */
     private Call dataCall(FlushBuffer.Flush flush, int start, int end) {
-        List<Integer> rows = new ArrayList<>(end - start);
-        for (int i = start; i < end; i++) {
-            rows.add(i);
+        int n = end - start;
+        int extra = layout.isTiles() ? 3 : 0;
+        byte[][] args = new byte[2 * n + extra][];
+        for (int i = 0; i < n; i++) {
+            args[i] = flush.keys.get(start + i);
+            args[n + extra + i] = flush.values.get(start + i);
         }
-        return dataCall(flush, rows);
+        return withExtra(args, n);
     }
 
+    /** The script call of the given rows of the flush (a cluster: the rows of one slot). */
     private Call dataCall(FlushBuffer.Flush flush, List<Integer> rows) {
         int n = rows.size();
         int extra = layout.isTiles() ? 3 : 0;
@@ -179,6 +184,10 @@ final class RedisWriter implements AutoCloseable {
             args[i] = flush.keys.get(rows.get(i));
             args[n + extra + i] = flush.values.get(rows.get(i));
         }
+        return withExtra(args, n);
+    }
+
+    private Call withExtra(byte[][] args, int n) {
         if (layout.isTiles()) { // TILE_SCRIPT's ARGV: width, var_len offset (0: none), horizon µs
             args[n] = ascii(layout.width);
             args[n + 1] = ascii(layout.varLenOffset);

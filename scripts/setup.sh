@@ -84,6 +84,7 @@ apt_need() {  # package why: install a Debian package as root, or say how to; mi
 }
 
 command -v redis-server >/dev/null || apt_need redis-server "tests run a real one"
+command -v redis-cli >/dev/null || apt_need redis-tools "the Redis Cluster tests make a cluster with redis-cli"
 # Tests start a private PostgreSQL cluster (registry on Postgres).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null \
   || apt_need postgresql "tests run a private cluster"

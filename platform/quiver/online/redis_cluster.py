@@ -49,7 +49,7 @@ from quiver.online.cluster_wire import (
     slot_owners,
 )
 from quiver.online.codec import empty_at
-from quiver.online.layout import entity_keys, entity_tags, meta_key
+from quiver.online.layout import entity_keys, meta_key
 from quiver.online.redis_store import _IO_ERRORS, RedisOnlineStore, _eval, _socket_of, pack, redact_url
 
 _STALE = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN")  # replies that mean: the map moved, read it again
@@ -291,7 +291,7 @@ class RedisClusterOnlineStore(RedisOnlineStore):
             view_keys = entity_keys(prefix, r.view, entities)
             names = tuple(r.view.key_names)
             if names not in slots_of:  # the tag is the entity: CRC16 of it places every view's key
-                tags = entity_tags(r.view, entities)
+                tags = [key[len(prefix):-1] for key in view_keys]  # the keys' entity, not formatted again
                 crc = np.fromiter(map(binascii.crc_hqx, tags, itertools.repeat(0, len(tags))), dtype=np.int64,
                                   count=len(tags))
                 slots_of[names] = crc & (SLOTS - 1)

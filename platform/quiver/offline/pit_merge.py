@@ -7,7 +7,9 @@ evaluates compile.sql's FINALIZE expressions (the SQL the backfill and the onlin
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -71,8 +73,6 @@ def finalize(aggs: list[AggSpec], merged: Merged) -> dict[str, pa.Array]:
     partials: count 0 and sum 0 for empty windows, null otherwise; stddev is the sample deviation (null
     below two values) from sum and sum of squares, clamped at 0 against rounding.
     """
-    import duckdb
-
     from quiver.compile import dialect_for
     from quiver.compile.sql import finalize_expr
 
@@ -86,7 +86,7 @@ def finalize(aggs: list[AggSpec], merged: Merged) -> dict[str, pa.Array]:
         else:
             columns[partial_column(column, kind)] = pa.array(values, mask=empty if kind in ("min", "max") else None)
     select = ", ".join(f"{finalize_expr(d, agg)} AS {d.quote(agg.name)}" for agg in aggs)
-    con = duckdb.connect()
+    con = _database().cursor()  # a connection of its own (thread-safe), without a new database's setup
     try:
         con.register("merged", pa.table(columns))
         result = con.sql(f"SELECT {select} FROM merged").to_arrow_table()
@@ -94,3 +94,19 @@ def finalize(aggs: list[AggSpec], merged: Merged) -> dict[str, pa.Array]:
         con.close()
     return {agg.name: pc.cast(result[agg.name].combine_chunks(), arrow_type(output_dtype(agg.fn, agg.input_dtype)))
             for agg in aggs}
+
+
+_DATABASE: Any = None
+_DATABASE_LOCK = threading.Lock()
+
+
+def _database() -> Any:
+    """One in-memory DuckDB database for every finalize of the process: opening a database costs 15-30 ms,
+    a cursor on it (its own connection, safe in its own thread) about 20 µs."""
+    global _DATABASE
+    with _DATABASE_LOCK:
+        if _DATABASE is None:
+            import duckdb
+
+            _DATABASE = duckdb.connect(":memory:")
+        return _DATABASE

@@ -133,7 +133,8 @@ class EntityIndex:
             code, size = _lookup(self._final, code), len(self._final)
         self.codes = code
         self.n_codes = max(size, 1)
-        self.order = Timeline(code + 1, t_us, self.n_codes + 1).rows
+        # Label rows that tie on entity and time get equal answers: their order among them is free.
+        self.order = Timeline(code + 1, t_us, self.n_codes + 1, stable=False).rows
 
     def encode(self, columns: list[pa.ChunkedArray]) -> np.ndarray:
         """Codes of data rows; -1 where a key is null or names an entity no label row asks for."""

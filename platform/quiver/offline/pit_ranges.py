@@ -26,13 +26,14 @@ _BLOCK: Final = 64
 class Timeline:
     """Rows of one table sorted by (entity code, time).
 
+    `stable=False` lets rows that tie on (code, time) come in any order (label rows: ties get equal answers).
     `codes` (≥ 0; callers drop rows of entities no label asks for) is consumed: its buffer becomes the sort
     key, because at 10M rows every fresh array costs more than the arithmetic on it. `rows` are the rows'
     positions in their table (default 0..n-1); `rows_at` maps sorted positions back to table rows.
     """
 
     def __init__(self, codes: np.ndarray, times: np.ndarray, n_codes: int,
-                 rows: np.ndarray | None = None) -> None:
+                 rows: np.ndarray | None = None, stable: bool = True) -> None:
         self._rows_in = rows
         self._n = len(codes)
         self._t0 = int(times.min()) if self._n else 0
@@ -47,7 +48,8 @@ class Timeline:
             key += times
             key -= self._t0
             if not _is_sorted(key):
-                self._order = np.argsort(key, kind="stable")  # finds sorted runs (e.g. one per day file)
+                # Stable finds sorted runs (e.g. one per day file); unstable is 2-3x faster on random order.
+                self._order = np.argsort(key, kind="stable" if stable else None)
                 key = key[self._order]
             self._key = key
         else:  # too many entities × too long a time span for one int64 key: sort on both columns

@@ -47,9 +47,8 @@ bench: setup  ## run every benchmark at full size
 	@failed=""; for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || failed="$$failed $$b"; done; \
 	if [ -n "$$failed" ]; then echo "missed a target or failed:$$failed"; exit 1; fi
 
-bench-quick: setup  ## run every benchmark with --quick
-	@failed=""; for b in $(BENCHES); do echo "== $$b --quick"; $(PY) $$b --quick || failed="$$failed $$b"; done; \
-	if [ -n "$$failed" ]; then echo "missed a target or failed:$$failed"; exit 1; fi
+bench-quick: setup  ## the hot paths' quick benchmarks in one table: ratios, goals, the recorded baseline (< 10 min)
+	$(PY) benchmarks/_table.py
 
 check: lint test  ## lint + test
 

@@ -237,13 +237,17 @@ def main() -> int:
         if short:  # a run that missed a target still measured; one that wrote no figure did not
             print(f"not recorded: no figure from every run for {short}")
             return 1
-        figures = {key: {"median": statistics.median(v), "band": noise_band(v), "runs": v}
-                   for key, v in values.items() if v}
-        # Recording a subset keeps the other benchmarks' figures as they were.
-        old = {k: v for k, v in (baseline or {}).get("figures", {}).items() if k.split(":")[0] not in benches}
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=HERE.parent).stdout.strip()
-        document = {"recorded": datetime.now(UTC).strftime("%Y-%m-%d"), "commit": commit,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=HERE.parent).stdout.strip()
+        commit += "+uncommitted changes" if dirty else ""
+        today = datetime.now(UTC).strftime("%Y-%m-%d")
+        figures = {key: {"median": statistics.median(v), "band": noise_band(v), "runs": v, "commit": commit,
+                         "recorded": today} for key, v in values.items() if v}
+        # Recording a subset keeps the other benchmarks' figures (and the commit each was measured at).
+        old = {k: v for k, v in (baseline or {}).get("figures", {}).items() if k.split(":")[0] not in benches}
+        document = {"recorded": today, "commit": commit,
                     "machine": {"label": args.machine, **machine_facts()},
                     "note": "medians of quiet runs on the named machine; band = largest relative distance of a "
                             f"run from the median, at least {MIN_BAND:.0%}",

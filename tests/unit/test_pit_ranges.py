@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -148,3 +149,37 @@ def test_entity_index_dense_codes_when_key_space_is_huge(monkeypatch: pytest.Mon
                          pa.chunked_array([[True, False, False]])])
     assert data[:2].tolist() == [index.codes[2], index.codes[1]]
     assert data[2] not in index.codes.tolist()
+
+
+def test_finalize_shares_one_database_per_process_and_a_forked_child_opens_its_own() -> None:
+    """finalize keeps one DuckDB database per process (opening one costs 15-30 ms per windowed column); a
+    child forked after the parent used it must not touch the parent's (DuckDB's threads do not survive a fork)."""
+    import os
+    import signal
+
+    from quiver.catalog.ir import AggSpec
+    from quiver.offline import pit_merge
+
+    aggs = [AggSpec("x_mean", "x", "mean", 3_600_000_000, "float64"),
+            AggSpec("x_count", "x", "count", 3_600_000_000, "float64")]
+    merged = pit_merge.Merged(np.array([2, 0, 1]), {"sum": np.array([3.0, 0.0, 5.0])})
+    first = pit_merge.finalize(aggs, merged)
+    assert first["x_mean"].to_pylist() == [1.5, None, 5.0] and first["x_count"].to_pylist() == [2, 0, 1]
+    database = pit_merge._database()
+    pit_merge.finalize(aggs, merged)
+    assert pit_merge._database() is database  # reused, not reopened
+    pid = os.fork()
+    if pid == 0:  # the child: its own database, the same answers
+        ok = pit_merge._database() is not database and \
+            pit_merge.finalize(aggs, merged)["x_mean"].to_pylist() == [1.5, None, 5.0]
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung in finalize")

@@ -7,6 +7,7 @@ evaluates compile.sql's FINALIZE expressions (the SQL the backfill and the onlin
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,17 +97,18 @@ def finalize(aggs: list[AggSpec], merged: Merged) -> dict[str, pa.Array]:
             for agg in aggs}
 
 
-_DATABASE: Any = None
+_DATABASE: tuple[int, Any] | None = None  # (the process that opened it, the connection)
 _DATABASE_LOCK = threading.Lock()
 
 
 def _database() -> Any:
     """One in-memory DuckDB database for every finalize of the process: opening a database costs 15-30 ms,
-    a cursor on it (its own connection, safe in its own thread) about 20 µs."""
+    a cursor on it (its own connection, safe in its own thread) about 20 µs. A forked child opens its own:
+    DuckDB's threads and locks do not survive a fork."""
     global _DATABASE
     with _DATABASE_LOCK:
-        if _DATABASE is None:
+        if _DATABASE is None or _DATABASE[0] != os.getpid():
             import duckdb
 
-            _DATABASE = duckdb.connect(":memory:")
-        return _DATABASE
+            _DATABASE = (os.getpid(), duckdb.connect(":memory:"))
+        return _DATABASE[1]

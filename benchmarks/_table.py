@@ -156,6 +156,8 @@ def render(rows: tuple[Row, ...] | list[Row], values: dict[str, list[float]], ba
             ("goal met" if verdict.met else "goal missed" if verdict.met is False else "ok")
         if row.bench in failed:
             words = f"FAILED: {failed[row.bench]}" if value is None else f"{words}; {failed[row.bench]}"
+        elif value is None:  # the benchmark ran but its results lack the figure: the table is out of date
+            words, wrong = f"NO FIGURE: results/{row.bench}.json has no {row.path}", True
         lines.append(f"| {row.bench:<17} | {row.label:<40} | {goal:>7} | "
                      f"{'—' if value is None else f'{value:.3g}':>7} | "
                      f"{', '.join(f'{r:.3g}' for r in runs):<24} | {base:>13} | "

@@ -68,11 +68,14 @@ def test_a_figure_inside_its_band_is_not_flagged_and_lower_is_better_is_respecte
     assert not wrong and "REGRESSED" not in text
 
 
-def test_a_failed_benchmark_fails_the_table_and_a_missing_baseline_judges_goals_only() -> None:
+def test_a_failed_benchmark_or_a_missing_figure_fails_the_table_and_no_baseline_judges_goals_only() -> None:
     text, wrong = table.render([DRIFT], {DRIFT.key: []}, None, {"drift": "exit 1 (answers differ)"})
     assert wrong and "FAILED: exit 1 (answers differ)" in text
     verdict = table.judge(DRIFT, 12.0, None)
     assert verdict.met and not verdict.regressed and verdict.base is None
+    # A benchmark that ran but no longer writes the figure the table reads: the table is out of date.
+    text, wrong = table.render([DRIFT], {DRIFT.key: []}, None, {})
+    assert wrong and "NO FIGURE" in text
 
 
 def test_the_noise_band_is_the_widest_run_from_the_median_never_below_the_floor() -> None:

@@ -102,7 +102,7 @@ def judge_step(config: Config, model_name: str, *, as_of: datetime | None = None
         if found is not None:
             rollout = rollouts.set_reference(loop.registry, rollout.id, "latency_threshold_ms", found)
             rollout = rollouts.set_reference(loop.registry, rollout.id, "latency_source",
-                                             f"champion calls of step {rollout.step}'s first look")
+                                             f"champion calls of the first look at step {rollout.step + 1}")
             threshold = rollout.reference["latency_threshold_ms"]
     stats = step_evidence(rows, settings, threshold, _routing_columns(loop, model_name, rollout, joined))
     losses = _logging_losses(config, rollout.step_started_at, as_of)
@@ -185,7 +185,8 @@ def watch_step(config: Config, model_name: str, *, as_of: datetime | None = None
     actions = apply_decision(config, decision, by=by, at=as_of)
     return {"model": model_name, "outcome": verdict.outcome, "reason": verdict.reason,
             "decision_id": decision.id, "new_decision": decision.created, "actions": list(actions),
-            "rollout_id": rollout.id, "as_of": as_of.isoformat()}
+            "rollout_id": rollout.id, "as_of": as_of.isoformat(), "champion": decision.champion_version,
+            "previous": decision.candidate_version, "watch_until": rollout.watch_until.isoformat()}
 
 
 def _replayed(loop: _Loop, rollout: Rollout, rows: pd.DataFrame, logs: pa.Table,
@@ -383,7 +384,8 @@ class _Moves:
         record, outcome = open_alert_in(
             self.connection, self.loop.registry.project, kind, f"{self.model}:{rollout.canary_version}",
             severity, title, str(decision.statistics.get("reason", "")),
-            {"decision_id": decision.id, "rollout_id": rollout.id, "actions": list(self.actions)},
+            {"decision_id": decision.id, "rollout_id": rollout.id, "actions": list(self.actions),
+             "as_of": decision.data_time.isoformat()},  # the data time it judged, for every sink
             list(self.loop.alerts.sinks))
         if outcome != "repeated":
             self.alert_ids.append(record.id)

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver import metrics
+from quiver.catalog.errors import NoRowsError
 from quiver.monitoring import repository
 from quiver.monitoring.alerts import AlertManager, RaisedAlert
 from quiver.monitoring.drift import DriftConfig, DriftReport, Frame, compute_drift
@@ -138,6 +139,9 @@ def run_drift_check(reference: Frame, current: Frame, *, name: str, features: Se
     leave a recorded run without its alerts nor alerts without their run); alerts are delivered after."""
     from quiver.monitoring import faults
 
+    for side, frame, label in (("reference", reference, reference_label), ("current", current, current_label)):
+        if _row_count(frame) == 0:  # a check over nothing is not evidence: never recorded, never a pass
+            raise NoRowsError(f"no rows compared: the {side} side{' (' + label + ')' if label else ''} has no rows")
     report = compute_drift(reference, current, features, config, engine=engine)
     metrics.observe_drift(name, report)
     store = registry if registry is not None else (alerts.registry if alerts is not None else None)
@@ -194,3 +198,7 @@ def _drift_alerts_in(connection: Any, project: str, alerts: AlertManager, report
     elif report.judged:
         repository.resolve_alerts_in(connection, project, "dataset_drift", name)
     return opened
+
+
+def _row_count(frame: Frame) -> int:
+    return int(frame.num_rows) if isinstance(frame, pa.Table) else len(frame)

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.catalog.errors import QuiverError, did_you_mean
+from quiver.catalog.errors import NoRowsError, QuiverError, did_you_mean
 from quiver.catalog.ir import Catalog
 from quiver.catalog.references import FeatureRef
 from quiver.config import Config
@@ -33,7 +33,7 @@ from quiver.monitoring import consistency as cons
 from quiver.monitoring import consistency_evidence as ev
 from quiver.monitoring.consistency import FeatureConsistency, Values
 from quiver.offline.store import store_for
-from quiver.serving.logs.read import ANSWERING_ARMS, logged_column, rows_reading, version_rows
+from quiver.serving.logs.read import ANSWERING_ARMS, logged_column, rows_reading, span_hint, version_rows
 
 ALERT_KIND = "consistency"
 _EXAMPLES = 3  # example rows kept per cause
@@ -120,19 +120,24 @@ def run_consistency(config: Config, *, model: str | None = None, service: str | 
     notes = list(scope.notes)
     if len(chosen) < rows_logged:
         notes.append(f"compared a sample of {len(chosen):,} of the {rows_logged:,} rows (seed {settings.seed})")
-    if len(chosen):
-        features = _compare(config, catalog, logged.take(pa.array(chosen)), scope, chosen, settings, registry,
-                            notes)
-    else:
-        nothing = cons.as_values([])
-        features = [cons.summarize(name, nothing, nothing, np.zeros(0, np.int8), settings.threshold_of(name))
-                    for name in scope.columns]
+    if not len(chosen):  # never a pass, never recorded: a real run on a page stays the latest
+        raise NoRowsError(_no_rows(config, scope, logged, window))
+    features = _compare(config, catalog, logged.take(pa.array(chosen)), scope, chosen, settings, registry, notes)
     report = cons.ConsistencyReport(scope.subject, window, rows_logged, len(chosen), tuple(features), tuple(notes),
                                     settings.rtol, time.perf_counter() - began,
                                     {"max_lag_s": settings.max_lag_s, "ttl_margin_s": settings.ttl_margin_s})
     run_id = record_run(registry, report) if registry is not None and record else None
     raised = _alert(alerts, report, run_id) if alerts is not None else []
     return ConsistencyCheck(report, run_id, raised)
+
+
+def _no_rows(config: Config, scope: _Scope, logged: pa.Table, window: tuple[str, str]) -> str:
+    """Why a window compared nothing, and where the rows are."""
+    asked = f"no rows compared for {scope.subject} in [{window[0]}, {window[1]})"
+    if logged.num_rows == 0:
+        return f"{asked}: no serving-log rows of the answering arms in the window; {span_hint(store_for(config))}"
+    why = "; ".join(scope.notes) or "none of the window's rows read the checked features"
+    return f"{asked}: {logged.num_rows:,} serving-log rows in the window, but {why}"
 
 
 def check_window(project: Any, model: str, start: datetime, end: datetime) -> dict[str, Any]:
@@ -144,6 +149,8 @@ def check_window(project: Any, model: str, start: datetime, end: datetime) -> di
         check = run_consistency(project.config, model=model, start=start, end=end,
                                 settings=ConsistencySettings.of_project(project.config),
                                 registry=project.registry, alerts=project.alerts)
+    except NoRowsError as exc:
+        return {**base, "status": "no_rows", "reason": str(exc)}
     except QuiverError as exc:
         return {**base, "status": "unavailable", "reason": str(exc)}
     report = check.report

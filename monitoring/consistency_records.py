@@ -18,9 +18,11 @@ from quiver.registry.consistency_tables import consistency_results, consistency_
 
 def record_consistency_run(registry: Registry, report: ConsistencyReport) -> int:
     """Store `report`: the run row (window, counts, notes) and a result row per feature. Returns the run id."""
+    if not report.rows_compared:
+        raise ValueError(f"a consistency run over no rows is not evidence: not recorded ({report.subject})")
     finished = datetime.now(UTC)
     start, end = (datetime.fromisoformat(w) for w in report.window)
-    status = "alert" if report.inconsistent else ("ok" if report.rows_compared else "no_rows")
+    status = "alert" if report.inconsistent else "ok"
     detail = {k: v for k, v in report.to_dict().items() if k not in ("features", "window")}
     with registry._write() as connection:
         result = connection.execute(insert(consistency_runs).values(
@@ -47,8 +49,10 @@ def record_consistency_run(registry: Registry, report: ConsistencyReport) -> int
 
 
 def consistency_runs_of(registry: Registry, subject: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Recent runs, newest first (optionally of one subject, e.g. "model fraud_model")."""
-    query = select(consistency_runs).where(consistency_runs.c.project == registry.project)
+    """Recent runs that compared rows, newest first (optionally of one subject, e.g. "model fraud_model").
+    Runs over no rows, which earlier releases recorded as `no_rows`, are left out: they are not evidence."""
+    query = select(consistency_runs).where(consistency_runs.c.project == registry.project,
+                                           consistency_runs.c.rows_compared > 0)
     if subject is not None:
         query = query.where(consistency_runs.c.subject == subject)
     with registry.engine.connect() as connection:

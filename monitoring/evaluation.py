@@ -399,6 +399,13 @@ def evaluate_shadow(config: Config, model_name: str, *, champion_version: int | 
     joined = join_labels(logs, read_labels(store_for(config), as_of))
     champion_label, shadow_label = f"{model_name}:{champion_version}", f"{model_name}:{shadow_version}"
     pairs, errors = shadow_pairs(joined, champion_label, shadow_label)
+    if not int(pairs["label"].notna().sum()):  # a verdict over no labelled pairs is not evidence: never recorded
+        from quiver.catalog.errors import NoRowsError
+        from quiver.serving.logs.read import span_hint
+
+        raise NoRowsError(f"no rows compared: {len(pairs):,} requests scored by both {champion_label} and "
+                          f"{shadow_label} before {end.isoformat()}, none labelled as of {as_of.isoformat()}; "
+                          f"{span_hint(store_for(config))}")
     entity, call = _units(pairs)
     result = compare_shadow(
         pairs["prediction_champion"].to_numpy(np.float64), pairs["prediction_shadow"].to_numpy(np.float64),

@@ -237,7 +237,9 @@ UNITS = {"error_rate": "Δ share of calls failed", "score_shift": "score distanc
 def _unit(name: str, threshold_ms: Any) -> str:
     """A panel's y-axis: what it measures (canary − champion) and in which unit."""
     if name == "latency_p99":
-        return f"Δ share > {float(threshold_ms):.3g} ms" if threshold_ms is not None else "Δ share > threshold ms"
+        from quiver.registry.explain import milliseconds  # the cut-off written as the console writes it
+
+        return f"Δ share > {milliseconds(float(threshold_ms))}" if threshold_ms is not None else "Δ share > threshold ms"
     return UNITS.get(name, name)
 
 

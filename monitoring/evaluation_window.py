@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from quiver.catalog.errors import NoRowsError, QuiverError
 from quiver.monitoring.evaluation import ArmMetrics, arm_metrics, brier_losses, join_labels, log_losses
 from quiver.offline.store import store_for
 
@@ -175,7 +176,15 @@ def evaluate_window(config: Config, model_name: str | None = None, *, start: dat
         from quiver.registry.models import ModelRegistry
 
         ModelRegistry(Registry(config.registry, project=config.project)).require(model_name)
+    if start is not None and end is not None and end <= start:
+        raise QuiverError(f"the window is empty: --end {end.isoformat()} is not after --start {start.isoformat()}")
     logs = _model_rows(read_serving_logs(store_for(config), start, end), model_name)
+    if logs.num_rows == 0:  # an evaluation of nothing is not evidence: say where the rows are instead
+        from quiver.serving.logs.read import span_hint
+
+        asked = f"[{start.isoformat() if start else 'first log'}, {end.isoformat() if end else 'last log'})"
+        raise NoRowsError(f"no rows evaluated: no serving-log rows{' of ' + repr(model_name) if model_name else ''} "
+                          f"in {asked}; {span_hint(store_for(config))}")
     joined = join_labels(logs, read_labels(store_for(config), as_of))
     arms = arm_evaluations(joined) if len(joined) else []
     ts = joined["ts"] if "ts" in joined and len(joined) else None

@@ -31,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.catalog.errors import QuiverError
+from quiver.catalog.errors import NoRowsError, QuiverError
 from quiver.catalog.ir import Catalog
 from quiver.catalog.references import FeatureRef, resolve_features
 from quiver.config import Config
@@ -100,7 +100,10 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
         of_model = [label for label in served_by if label is not None and label.rsplit(":", 1)[0] == model]
         logged = logged.filter(pc.is_in(logged["model_version"], pa.array(of_model, pa.string())))
         if logged.num_rows == 0:
-            raise QuiverError(f"no serving-log rows of model {model!r} in [{start.isoformat()}, {end.isoformat()})")
+            from quiver.serving.logs.read import span_hint
+
+            raise NoRowsError(f"no serving-log rows of model {model!r} in [{start.isoformat()}, {end.isoformat()}); "
+                              f"{span_hint(store)}")
     failed = pc.fill_null(pc.greater(pc.utf8_length(pc.fill_null(logged["error"], "")), 0), False)
     rows["errored"] = int(pc.sum(failed).as_py() or 0)
     logged = logged.filter(pc.invert(failed))
@@ -109,7 +112,7 @@ def get_logged_features(features: str | Sequence[str], *, config: Config, start:
     logged, rows["unlabelled"] = _join_labels(logged, _labels(config, labels, labels_as_of))
     rows["kept"] = logged.num_rows
     if logged.num_rows == 0:
-        raise QuiverError(f"no labelled serving-log rows in [{start.isoformat()}, {end.isoformat()})"
+        raise NoRowsError(f"no labelled serving-log rows in [{start.isoformat()}, {end.isoformat()})"
                           + (f" of model {model!r}" if model else "") + f": {rows}")
     base = _base_frame(catalog, logged, label_column, timestamp_column)
     clashes = [r.column for r in refs if r.column in base.columns]

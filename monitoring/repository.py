@@ -89,8 +89,10 @@ def record_drift_run_in(connection: Any, project: str, report: DriftReport, name
 
 def drift_history(registry: Registry, feature: str, name: str | None = None,
                   limit: int = 500) -> list[dict[str, Any]]:
-    """A feature's drift results over time, oldest first (optionally only runs called `name`)."""
-    query = (select(drift_results, drift_runs.c.name.label("run_name"))
+    """A feature's drift results over time, oldest first (optionally only runs called `name`), each with its
+    run's name, reference and current side (`run_reference`, `run_current`: what was compared)."""
+    query = (select(drift_results, drift_runs.c.name.label("run_name"), drift_runs.c.reference.label("run_reference"),
+                    drift_runs.c.current.label("run_current"))
              .join(drift_runs, drift_runs.c.id == drift_results.c.run_id)
              .where(drift_results.c.project == registry.project, drift_results.c.feature == feature))
     if name is not None:

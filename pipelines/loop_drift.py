@@ -75,11 +75,14 @@ def serving_drift_inputs(project: Project, model: str, *, version: str | int | N
     rows that version scored on `arm` in [start, end), with the reference's column names (score included)."""
     import pyarrow.compute as pc
 
-    from quiver.catalog.errors import QuiverError, did_you_mean
+    from quiver.catalog.errors import NoRowsError, QuiverError, did_you_mean
     from quiver.serving.logs import read_serving_logs
+    from quiver.serving.logs.read import span_hint
 
     if arm not in ARMS:
         raise QuiverError(f"unknown arm {arm!r}{did_you_mean(arm, ARMS)} (arms: {', '.join(ARMS)})")
+    if start is not None and end is not None and end <= start:
+        raise QuiverError(f"the window is empty: --end {iso(end)} is not after --start {iso(start)}")
     project.models.require(model)
     aliases = project.models.aliases(model)
     ref = version if version is not None else (arm if arm in aliases else CHAMPION)
@@ -91,7 +94,8 @@ def serving_drift_inputs(project: Project, model: str, *, version: str | int | N
         logged = logged.filter(pc.equal(logged["model_version"], chosen.label))
     if logged.num_rows == 0:
         window = f"[{iso(start) if start else 'first log'}, {iso(end) if end else 'last log'})"
-        raise QuiverError(f"no serving-log rows of {chosen.label} on arm {arm!r} in {window}; aliases of {model}: "
+        raise NoRowsError(f"no rows compared: no serving-log rows of {chosen.label} on arm {arm!r} in {window}; "
+                          f"{span_hint(project.serving_log_root)}; aliases of {model}: "
                           + (", ".join(f"{a} → {v}" for a, v in sorted(aliases.items())) or "none"))
     bounds = pc.min_max(logged["ts"]).as_py()
     return ServingDriftInputs(chosen, arm, features, reference.select(features), align_current(logged, features),

@@ -20,7 +20,8 @@ import numpy as np
 from quiver.pipelines.loop_common import CHALLENGER, CHAMPION, Project, iso, utc
 
 log = logging.getLogger("quiver.loop")
-# "Not worse" on the validation window: AUC may trail by this much, log loss may exceed by this much.
+# "Not worse than the champion" on the new version's test window: AUC may trail by this much, log loss may
+# exceed by this much (absolute).
 AUC_TOLERANCE = 0.005
 LOG_LOSS_TOLERANCE = 0.002
 _REPORTED = ("roc_auc", "pr_auc", "log_loss", "brier", "ece")
@@ -70,7 +71,7 @@ def _version_summary(version: Any, reused: bool) -> dict[str, Any]:
             "window": [iso(version.window_start), iso(version.cutoff)]}
 
 
-def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
+def rows_of_test_window(project: Project, version: Any) -> tuple[Any, np.ndarray]:
     """The new version's test window (the newest labels known by its cutoff, never selected on) as
     (feature frame, labels), rebuilt point-in-time from its lineage."""
     reference = project.reference(version)
@@ -97,11 +98,11 @@ def validation_rows(project: Project, version: Any) -> tuple[Any, np.ndarray]:
     return frame, frame[version.label_column].to_numpy(np.float64)
 
 
-def compare_on_validation(project: Project, model: str, new: Any, champion: Any) -> dict[str, Any]:
-    """Metrics of the new version and of the champion on the new version's validation rows."""
+def compare_on_test_window(project: Project, model: str, new: Any, champion: Any) -> dict[str, Any]:
+    """Metrics of the new version and of the champion on the same rows: the new version's test window."""
     from quiver.models.metrics import classification_metrics
 
-    frame, labels = validation_rows(project, new)
+    frame, labels = rows_of_test_window(project, new)
     out: dict[str, Any] = {"rows": len(labels), "positives": int(labels.sum())}
     for role, version in (("challenger", new), ("champion", champion)):
         scores = project.models.load(model, version.version).predict(frame)
@@ -117,10 +118,13 @@ def gate_step(project: Project, model: str, version: int) -> dict[str, Any]:
     champion = models.alias(model, CHAMPION)
     result: dict[str, Any] = {"model": model, "version": version, "champion": champion.label if champion else None}
     if new.status != "registered":
-        return {**result, "decision": "rejected", "reason": f"{new.label} was worse than its logistic baseline"}
+        from quiver.registry.models import derive_status
+
+        return {**result, "decision": "rejected",
+                "reason": f"{new.label} was rejected by the offline gate. {derive_status(new.metrics)[1]}"}
     if champion is not None and champion.version == version:
         return {**result, "decision": "is_champion", "reason": f"{new.label} is already the champion"}
-    comparison = compare_on_validation(project, model, new, champion) if champion is not None else None
+    comparison = compare_on_test_window(project, model, new, champion) if champion is not None else None
     result["comparison"] = comparison
     if comparison is not None:
         ch, cu = comparison["challenger"], comparison["champion"]
@@ -129,15 +133,23 @@ def gate_step(project: Project, model: str, version: int) -> dict[str, Any]:
             worse.append(f"ROC-AUC {ch['roc_auc']:.4f} < champion {cu['roc_auc']:.4f} − {AUC_TOLERANCE}")
         if ch["log_loss"] > cu["log_loss"] + LOG_LOSS_TOLERANCE:
             worse.append(f"log loss {ch['log_loss']:.4f} > champion {cu['log_loss']:.4f} + {LOG_LOSS_TOLERANCE}")
+        versus = (f"on the same rows of {new.label}'s test window, ROC-AUC {ch['roc_auc']:.4f} vs the champion's "
+                  f"{cu['roc_auc']:.4f} ({ch['roc_auc'] - cu['roc_auc']:+.4f}; at most {AUC_TOLERANCE} below), log "
+                  f"loss {ch['log_loss']:.4f} vs {cu['log_loss']:.4f} ({ch['log_loss'] - cu['log_loss']:+.4f}; at most "
+                  f"{LOG_LOSS_TOLERANCE} above)")
         if worse:
-            return {**result, "decision": "not_better", "reason": "; ".join(worse)}
-        reason = (f"not worse than its baseline; on its test window ROC-AUC {ch['roc_auc']:.4f} vs champion "
-                  f"{cu['roc_auc']:.4f}, log loss {ch['log_loss']:.4f} vs {cu['log_loss']:.4f}")
+            return {**result, "decision": "not_better",
+                    "reason": f"{new.label} is worse than champion {champion.label}: " + "; ".join(worse)
+                              + f". In full: {versus}"}
+        better = ch["roc_auc"] > cu["roc_auc"] and ch["log_loss"] < cu["log_loss"]
+        reason = (f"{new.label} is {'better than' if better else 'not worse, within the tolerance, than'} champion "
+                  f"{champion.label} and not worse than its logistic baseline: {versus}")
     else:
-        reason = "not worse than its baseline; no champion to compare with"
+        reason = f"{new.label} is not worse than its logistic baseline; there is no champion to compare with"
     current = models.aliases(model).get(CHALLENGER)
     if current != version:  # a retry finds the alias already moved and notifies nobody twice
-        _make_challenger(project, model, version, current, reason, {"version": version, "comparison": comparison})
+        _make_challenger(project, model, version, current, reason,
+                         {"version": version, "comparison": comparison, "as_of": new.cutoff.isoformat()})
     return {**result, "decision": "challenger", "reason": reason, "replaced_challenger": current}
 
 

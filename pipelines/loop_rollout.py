@@ -156,12 +156,16 @@ def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any
         if would.verdict.outcome not in RETREATS:
             return _hold_inconsistent(project, running, gate, moment)
     outcome = canary_judge.judge_step(project.config, model, as_of=moment, by="quiver_canary")
-    verdict, rollout = outcome.verdict, outcome.rollout
-    assert outcome.decision is not None
+    verdict, rollout, decision = outcome.verdict, outcome.rollout, outcome.decision
+    assert decision is not None
+    # `step` and `fraction` are what was judged (the decision's); `fraction_after` where the outcome moved it.
     return {"kind": "step", "model": model, "outcome": verdict.outcome, "reason": verdict.reason,
-            "decision_id": outcome.decision.id, "new_decision": bool(outcome.decision.created),
-            "rollout_id": rollout.id, "status": rollout.status, "step": rollout.step,
-            "fraction": rollout.fraction, "canary": f"{model}:{rollout.canary_version}",
+            "decision_id": decision.id, "new_decision": bool(decision.created),
+            "rollout_id": rollout.id, "status": rollout.status,
+            "step": decision.step if decision.step is not None else rollout.step,
+            "fraction": decision.fraction if decision.fraction is not None else rollout.fraction,
+            "fraction_after": rollout.fraction, "steps": list(running.settings.get("steps") or []),
+            "canary": f"{model}:{rollout.canary_version}",
             "champion_before": f"{model}:{rollout.champion_version}", "actions": list(outcome.actions),
             "as_of": iso(moment), "consistency": gate.to_dict()}
 
@@ -188,7 +192,8 @@ def _hold_inconsistent(project: Project, rollout: Any, gate: GateVerdict, moment
     actions = canary_judge.apply_decision(project.config, decision, by="quiver_canary", at=moment)
     return {"kind": "step", "model": model, "outcome": "hold", "reason": reason, "decision_id": decision.id,
             "new_decision": bool(decision.created), "rollout_id": rollout.id, "status": rollout.status,
-            "step": rollout.step, "fraction": rollout.fraction, "canary": f"{model}:{rollout.canary_version}",
+            "step": rollout.step, "fraction": rollout.fraction, "fraction_after": rollout.fraction,
+            "steps": list(rollout.settings.get("steps") or []), "canary": f"{model}:{rollout.canary_version}",
             "champion_before": f"{model}:{rollout.champion_version}", "actions": list(actions), "as_of": iso(moment),
             "consistency": gate.to_dict()}
 

@@ -126,7 +126,8 @@ def apply_shadow_decision(project: Project, decision_id: int, version: int, *, e
             record, outcome = open_alert_in(
                 connection, registry.project, kind, f"{model}:{version}", "warning",
                 f"Challenger {model}:{version} {why} in shadow", reason,
-                {"decision_id": decision.id, "actions": actions}, list(project.alerts.sinks))
+                {"decision_id": decision.id, "actions": actions, "as_of": decision.data_time.isoformat()},
+                list(project.alerts.sinks))
             if outcome != "repeated":
                 alert_ids.append(record.id)
             actions.append(f"alert #{record.id} {kind}")

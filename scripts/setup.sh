@@ -103,8 +103,20 @@ up_to_date() {  # venv hash
   [ -x "$1/bin/python" ] && [ "$(cat "$1/.setup-stamp" 2>/dev/null)" = "$2" ]
 }
 
+# uv installs the pinned requirements with parallel downloads and no bytecode compile pass: most of a fresh
+# setup's time. Where uv cannot be had or fails, pip does the same install (QUIVER_INSTALLER=pip forces it).
+UV_VERSION=0.13.10
+
 pip_in() {  # venv args...: quiet on success (build backends are chatty); the log's tail on failure
   local venv=$1 log=$1/setup-pip.log; shift
+  if [ "${QUIVER_INSTALLER:-uv}" = uv ] && [ -x "$venv/bin/uv" ]; then
+    # unsafe-best-match: pip's rule across indexes (the CPU torch index beside PyPI), not uv's first-index rule
+    if UV_INDEX_STRATEGY=unsafe-best-match "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" "$@" \
+        >"$log" 2>&1; then
+      return 0
+    fi
+    say "uv could not install $* in $venv (log: $log); pip tries"
+  fi
   if ! "$venv/bin/pip" install -q --disable-pip-version-check "$@" >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     die "pip install $* failed in $venv (full log: $log)"
@@ -113,7 +125,11 @@ pip_in() {  # venv args...: quiet on success (build backends are chatty); the lo
 
 make_venv() {  # venv
   [ -x "$1/bin/python" ] || "$PY" -m venv "$1"
-  pip_in "$1" --upgrade pip
+  QUIVER_INSTALLER=pip pip_in "$1" --upgrade pip
+  if [ "${QUIVER_INSTALLER:-uv}" = uv ] && ! "$1/bin/pip" install -q --disable-pip-version-check "uv==$UV_VERSION" \
+      >"$1/setup-uv.log" 2>&1; then
+    say "uv $UV_VERSION could not be installed in $1 (log: $1/setup-uv.log): pip installs"
+  fi
 }
 
 [ -f requirements/main.txt ] || die "requirements/main.txt is missing"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -47,8 +48,8 @@ class Story:
     # production's day so the story goes on to its second rollout.
     canary_judge: str = "latency_exceedance_floor=0.2,log_loss_floor=0.08,brier_floor=0.02,watch_hours=12"
     min_labelled: int = 300
-    poke_interval_s: float = 1.0
-    wait_timeout_s: float = 2.0
+    poke_interval_s: float = 0.5
+    wait_timeout_s: float = 1.0  # the simulated clock stands still while a sensor waits: no label arrives
 
     def env(self) -> dict[str, str]:
         """The loop settings as QUIVER_* overrides, seen by this process and the Airflow worker alike."""
@@ -96,17 +97,17 @@ def decision_of(run: dict[str, Any]) -> tuple[str, str]:
         return verdict, f"share {d.get('drift_share', 0):.0%} of {d.get('champion')}, {d.get('rows', 0):,} rows"
     if dag == "quiver_retrain":
         if "plan" not in r:
-            return "skipped", "one candidate at a time, or no labels of the drifted traffic yet"
+            return "skipped", run.get("why") or "see the plan task's log"
         t, g = r.get("train", {}), r.get("gate", {})
-        numbers = (f"{t.get('label')} AUC {t.get('metrics', {}).get('roc_auc', float('nan')):.3f} "
-                   f"(baseline {t.get('baseline_roc_auc', float('nan')):.3f})")
+        numbers = (f"{t.get('label')} test AUC {_metric(t.get('metrics', {}), 'roc_auc')} "
+                   f"(baseline {_metric(t, 'baseline_roc_auc')})")
         comparison = g.get("comparison") or {}
         if comparison:
-            numbers += f"; champion on same rows {comparison['champion']['roc_auc']:.3f}"
+            numbers += f"; champion on the same rows {comparison['champion']['roc_auc']:.3f}"
         return g.get("decision", "?"), numbers
     if dag == "quiver_shadow_eval":
         if tasks.get("verdict") != "success":
-            return "waiting for labels", f"{tasks.get('wait_for_labels')}"
+            return "waiting for labels", run.get("why") or f"label sensor {tasks.get('wait_for_labels')}"
         v = r["verdict"]
         return (f"{v['verdict']}{' → canary' if v.get('handed_on') else ''}",
                 f"{v['labelled_pairs']:,} labelled pairs, log-loss Δ {v['log_loss_diff']:+.4f}, "
@@ -115,9 +116,28 @@ def decision_of(run: dict[str, Any]) -> tuple[str, str]:
         j = r.get("judge", {})
         if not j:
             return "skipped", ""
-        return j.get("outcome", "?"), (f"{j.get('canary')} at canary share {j.get('fraction', 0):g} "
-                                       f"(step {int(j.get('step') or 0) + 1})")
+        return j.get("outcome", "?"), canary_numbers(j)
     return run["state"], ""
+
+
+def canary_numbers(judged: dict[str, Any]) -> str:
+    """What a canary run judged: the step and share it looked at (not where the decision moved them), or the
+    promoted version under watch."""
+    if judged.get("kind") == "watch":
+        return f"watch of champion {judged.get('champion')} against {judged.get('previous')}"
+    if judged.get("step") is None:
+        return str(judged.get("reason", ""))
+    steps = judged.get("steps") or []  # the last step (share 1) is the promotion, not judged
+    of = f" of {len(steps) - 1}" if len(steps) > 1 else ""
+    moved = judged.get("fraction_after")
+    after = f" → share {moved:g}" if moved is not None and moved != judged.get("fraction") else ""
+    return (f"{judged.get('canary')} at canary share {judged.get('fraction', 0):g} "
+            f"(step {int(judged['step']) + 1}{of}){after}")
+
+
+def _metric(values: dict[str, Any], key: str) -> str:
+    value = values.get(key)
+    return "-" if value is None else f"{float(value):.3f}"
 
 
 class Scheduler:
@@ -132,6 +152,8 @@ class Scheduler:
         began = time.perf_counter()
         run = self.airflow.run(dag_id, logical_date=at, conf=conf)
         run["at"], run["wall"] = at, time.perf_counter() - began
+        if dag_id == "quiver_shadow_eval" and run["tasks"].get("verdict") != "success":
+            run["why"] = self._why_waiting(at)
         return self._record(run)
 
     def _record(self, run: dict[str, Any]) -> dict[str, Any]:
@@ -157,11 +179,30 @@ class Scheduler:
                 self.airflow.dequeue(uri, consumer)
         return fresh
 
-    def run_triggered(self, dag_id: str, at: datetime) -> dict[str, Any]:
+    def run_triggered(self, dag_id: str, at: datetime, events: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
         began = time.perf_counter()
         run = self.airflow.run_triggered(dag_id)
         run["at"], run["wall"] = at, time.perf_counter() - began
+        if dag_id == "quiver_retrain" and "plan" not in run["results"]:
+            run["why"] = self._why_retrain_skipped(at, events)
         return self._record(run)
+
+    def _why_retrain_skipped(self, at: datetime, events: Sequence[dict[str, Any]]) -> str:
+        """The plan task's reason for skipping, asked of the same functions it asks (nothing moved since)."""
+        from quiver.pipelines.loop_retrain import busy_with, plan_retrain, waiting_for_labels
+
+        config = self.project.config
+        busy = busy_with(self.project, self.model)
+        if busy:
+            return f"one candidate at a time: {busy}"
+        plan = plan_retrain(self.model, config.loop_window_days, at, [e["extra"] for e in events])
+        return waiting_for_labels(self.project, plan, int(config.loop_min_labelled)) or "see the plan task's log"
+
+    def _why_waiting(self, at: datetime) -> str:
+        from quiver.pipelines.loop_shadow import labelled_pairs
+
+        needed = int(self.project.config.loop_min_labelled)
+        return f"{labelled_pairs(self.project, self.model, at):,} labelled pairs by {at:%m-%d %H:%M}, {needed:,} needed"
 
     def tick(self, at: datetime) -> None:
         from quiver.registry import rollouts
@@ -178,10 +219,10 @@ class Scheduler:
                     extra = drift[-1]["extra"]
                     self.log.events.append((at, f"drift alert (run #{extra['drift_run_id']}, share "
                                                 f"{extra['drift_share']:.0%}): {', '.join(extra.get('drifted', []))}"))
-                retrain = self.run_triggered("quiver_retrain", at)
+                retrain = self.run_triggered("quiver_retrain", at, drift)
                 gate = retrain["results"].get("gate")
                 if gate:
-                    self.log.events.append((at, f"retrain: {gate['decision']} ({gate['reason'][:160]})"))
+                    self.log.events.append((at, f"retrain: {gate['decision']} ({gate['reason']})"))
             challenger = self.new_events(challenger_asset_uri(model), "quiver_shadow_eval")
             if challenger or "shadow" in self.project.models.aliases(model):
                 self.run("quiver_shadow_eval", at, conf={"as_of": iso(at)})  # the simulated clock
@@ -198,8 +239,13 @@ class Scheduler:
             self.log.promoted_at, self.log.promoted_wall = at, time.perf_counter()
             self.log.events.append((at, f"{judged['canary']} promoted to champion"))
         if judged.get("outcome") in ("rollback", "halt"):
+            from quiver.registry import rollouts
+            from quiver.registry.plain_words import decision_sentence
+
             self.log.rolled_back_at = at
-            self.log.events.append((at, f"{judged['canary']} rolled back: {judged.get('reason', '')[:80]}"))
+            decision = rollouts.get_decision(self.project.registry, judged["decision_id"])
+            self.log.events.append((at, f"{decision_sentence(decision)} Decision #{decision.id}, the numbers: "
+                                        f"{judged.get('reason', '')}"))
 
 
 def ensure_champion(config: Config, story: Story, say: Any) -> Any:
@@ -258,11 +304,18 @@ def train_bad_model(config: Config, cutoff: datetime, say: Any) -> Any:
 
 def run_story(config: Config, story: Story, say: Any = print) -> StoryLog:
     """The whole loop (see the module docstring); returns what happened."""
+    import torch
+
     saved = {key: os.environ.get(key) for key in story.env()}
     os.environ.update(story.env())
+    threads = torch.get_num_threads()
+    # The replay makes thousands of small scoring calls: one intra-op thread each, as `quiver serve-model`
+    # runs them, beats two threads fighting over 2 cores (a 6-hour tick's replay took about half the time).
+    torch.set_num_threads(1)
     try:
         return _run_story(config, story, say)
     finally:  # the overrides are the story's, not the caller's
+        torch.set_num_threads(threads)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

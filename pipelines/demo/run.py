@@ -100,11 +100,16 @@ def labelled_features(config: Config, catalog: Catalog, first: date, last: date,
 
 @step("4. Point-in-time training set (labels of the last 3 days × the fraud_model service)")
 def training_set(config: Config, catalog: Catalog, days: int) -> None:
+    import pyarrow as pa
+
     out = config.root / "data/training/fraud_model.parquet"
     frame = labelled_features(config, catalog, START + timedelta(days=days - 3), START + timedelta(days=days - 1), out)
     console.print(f"training set {frame.shape[0]:,} rows × {frame.shape[1]} columns → {out}")  # type: ignore[attr-defined]
-    show(frame[["user_id", "event_ts", "is_fraud", "amount_count_1h", "amount_mean_24h",  # type: ignore[index]
-                "last_amount", "credit_limit", "risk_score"]].head(5))
+    # The join's pandas frame reads a float null as NaN (docs/edges.md). The contract refuses NaN amounts, so
+    # in these columns a NaN is a missing value (an empty window, no row yet): Arrow holds it as a null.
+    columns = ["user_id", "event_ts", "is_fraud", "amount_count_1h", "amount_mean_24h", "last_amount",
+               "credit_limit", "risk_score"]
+    show(pa.Table.from_pandas(frame[columns].head(5), preserve_index=False))  # type: ignore[index]
 
 
 @step("5. Materialize to Redis and read online features")
@@ -136,8 +141,8 @@ def online(config: Config, days: int) -> None:
         entity_rows = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in last]
         request = {"amount": [r["amount"] for r in last], "is_online": [r["is_online"] for r in last]}
         result = store.get_online_features("fraud_model", entity_rows, at=end, request=request)
-        show(result.to_pandas()[["user_id", "amount_count_24h", "amount_mean_24h", "amount_stddev_7d",
-                                 "last_amount", "tx_amount", "log_amount_vs_usual", "risk_score"]])
+        show(result.to_arrow().select(["user_id", "amount_count_24h", "amount_mean_24h", "amount_stddev_7d",
+                                       "last_amount", "tx_amount", "log_amount_vs_usual", "risk_score"]))
 
 
 @step("6b. Train the first champion on the pre-drift window and register it (quiver train)")
@@ -150,7 +155,8 @@ def train_champion(config: Config, drift_from_day: int) -> None:
     cutoff = START + timedelta(days=drift_from_day)
     result = run_training(config, "fraud_model", f"{drift_from_day}d", cutoff, alias="champion",
                           log=lambda line: console.print(line, highlight=False))
-    table = Table("validation metric", result.version.label, "baseline (logistic regression)")
+    # Measured on the test window (the newest rows, which neither fit nor early stopping saw).
+    table = Table("test-window metric", result.version.label, "baseline (logistic regression)")
     for row in metrics_table(result):
         table.add_row(*row)
     console.print(table)
@@ -214,19 +220,24 @@ def stream(config: Config, catalog: Catalog, days: int, kafka: bool = True) -> N
     users = [{"user_id": int(u), "merchant_id": 1} for u in pc.unique(window["user_id"]).to_pylist()[:6] if u]
     features = ["user_spend:amount_count_1h", "user_spend:amount_count_24h", "user_last_transaction:last_amount"]
     with FeatureStore(config=config) as store:
-        before = store.get_online_features(features, users, at=at).to_pandas()
+        before = store.get_online_features(features, users, at=at).to_arrow()
         if topic is None:
             console.print(f"{window.num_rows:,} events in {len(list(stream_dir.glob('*.jsonl')))} files → Flink")
-        # The CLI of this interpreter, wherever the venv lives (its path may itself contain "python").
-        subprocess.run([sys.executable, "-m", "quiver.cli", "stream", "--bounded"], check=True, cwd=config.root,
-                       env=env)
-        after = store.get_online_features(features, users, at=at).to_pandas()
+        subprocess.run(stream_job_command(), check=True, cwd=config.root, env=env)
+        after = store.get_online_features(features, users, at=at).to_arrow()
     if topic is not None:
         _say_streamed(config, *topic)
     for name in ("amount_count_1h", "amount_count_24h", "last_amount"):
-        before[f"{name} (streamed)"] = after[name]
+        before = before.append_column(f"{name} (streamed)", after[name])
     console.print(f"online values as of {at:%Y-%m-%d %H:%M} UTC, before and after the stream:")
     show(before)
+
+
+def stream_job_command() -> list[str]:
+    """`quiver stream --bounded` as the demo runs it: the CLI of this interpreter, wherever the venv lives (its
+    path may itself contain "python"), logging only the job's warnings and errors. Its INFO lines (and Beam's,
+    PyFlink's) would interrupt the story, which the lines after the run tell (`quiver stream-status`: the rest)."""
+    return [sys.executable, "-m", "quiver.cli", "stream", "--bounded", "--log-level", "warning"]
 
 
 def _through_kafka(config: Config, catalog: Catalog, window: pa.Table) -> tuple[str, str] | None:
@@ -295,14 +306,24 @@ def fresh_start(config: Config) -> None:
     console.print(f"a fresh demo: removed the previous run's {' and '.join(f'{p.name}/' for p in gone)}")
 
 
-def show(frame: object) -> None:
-    """Print a small DataFrame as a rich table (floats rounded)."""
+def show(rows: pa.Table) -> None:
+    """Print a small Arrow table as a rich table: floats to 4 significant digits, a null (no value) as `null`
+    and a NaN (a value, docs/edges.md) as `NaN`, never pandas' `nan` for both."""
     from rich.table import Table
 
-    table = Table(*[str(c) for c in frame.columns])  # type: ignore[attr-defined]
-    for row in frame.itertuples(index=False):  # type: ignore[attr-defined]
-        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    table = Table(*rows.column_names)
+    for row in rows.to_pylist():
+        table.add_row(*[cell_text(v) for v in row.values()])
     console.print(table)
+
+
+def cell_text(value: object) -> str:
+    """One value of a demo table (see `show`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return "NaN" if value != value else f"{value:.4g}"
+    return str(value)
 
 
 def main(argv: list[str] | None = None) -> None:

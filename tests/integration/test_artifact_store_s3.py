@@ -82,7 +82,7 @@ def test_the_registry_records_keys_and_the_bucket_holds_the_files(machines: tupl
 
 
 def test_another_machine_loads_the_model_reference_and_labels(machines: tuple[Config, Config]) -> None:
-    from quiver.pipelines.loop_retrain import validation_rows
+    from quiver.pipelines.loop_retrain import rows_of_test_window
 
     _, reader = machines
     project = Project(reader)
@@ -93,7 +93,7 @@ def test_another_machine_loads_the_model_reference_and_labels(machines: tuple[Co
                                atol=1e-6)
     assert str(scorer.path).startswith(str(reader.root / ".quiver" / "cache"))  # downloaded, then verified
     # The retrain gate's view: the test window rebuilt from the label snapshot (no trainer file read).
-    frame, labels = validation_rows(project, version)
+    frame, labels = rows_of_test_window(project, version)
     assert len(labels) == version.lineage["rows"]["test"]  # the test window: the gate's rows
     # The same rows the trainer tested on: the registered model scores them to the metrics it recorded.
     from quiver.models.metrics import classification_metrics

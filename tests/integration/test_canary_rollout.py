@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from quiver.catalog.errors import QuiverError
+from quiver.catalog.errors import NoRowsError, QuiverError
 from quiver.monitoring.canary_judge import apply_decision, judge_step, rollback, start_canary
 from quiver.monitoring.canary_stats import JudgeSettings
 from quiver.monitoring.labels import write_labels
@@ -189,6 +189,10 @@ def test_shadow_evaluation_from_served_traffic_is_recorded_once(project: Project
         for b in range(3):
             ids += [p.request_id for p in service.predict(rows(list(range(USERS)), prefix=f"e{b}-"))]
         assert service.drain(30)
+    with pytest.raises(NoRowsError, match=f"no rows compared: {len(ids):,} requests scored by both "
+                                          f"{MODEL}:{v1} and {MODEL}:{v2} .* none labelled as of"):
+        evaluate_shadow(project.config, MODEL)  # before any label arrived: no verdict, nothing recorded
+    assert rollouts.list_decisions(project.registry, MODEL, kind="shadow_evaluation") == []
     labels = [float(rng.random() < truth[int(i.split("-")[-1])]) for i in ids]
     write_labels(project.config.offline_dir, ids, labels)
     moment = datetime.now(UTC) + timedelta(seconds=1)

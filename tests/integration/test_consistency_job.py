@@ -407,3 +407,33 @@ def test_a_value_served_just_past_its_ttl_is_reported_as_a_ttl_edge_and_holds_th
     waiting = start_canary(project, MODEL, version=register(project.models, world.root / ".quiver" / "models", seed=2),
                            at=world.t0 + timedelta(hours=2))
     assert waiting["status"] == "waiting" and not waiting["started"] and "stats:f0" in waiting["reason"]
+
+
+def test_a_check_over_no_rows_fails_names_where_the_rows_are_and_never_replaces_a_real_run(world: World) -> None:
+    """An evidence command over an empty window says "no rows", exits 2 and records nothing: the real run
+    stays the newest on the console's page; each names the hours the serving logs do hold."""
+    import json
+
+    from quiver.monitoring.consistency_records import consistency_runs_of
+    from quiver.registry import Registry
+
+    _serve(world, range(1, 4), "a")
+    real = json.loads(done(quiver("consistency", "--model", "fraud", *_window(world), "--json", cwd=world.root)))
+    hours = f"the serving logs hold {world.t0:%Y-%m-%d %H:00} … {world.t0 + timedelta(hours=1):%Y-%m-%d %H:00} UTC"
+    empty = quiver("consistency", "--model", "fraud", cwd=world.root)  # the default window ends now: no traffic
+    assert empty.returncode == 2 and "no rows compared for model fraud" in empty.stderr, empty.stderr
+    assert hours in empty.stderr and "consistent" not in empty.stdout, (empty.stdout, empty.stderr)
+    registry = Registry(world.config.registry, project=world.config.project)
+    try:
+        assert [r["id"] for r in consistency_runs_of(registry)] == [real["run_id"]]
+    finally:
+        registry.close()
+    later = world.t0 + timedelta(days=1)
+    evaluated = quiver("evaluate", "fraud", "--start", later.isoformat(), cwd=world.root)
+    assert evaluated.returncode == 2 and "no rows evaluated" in evaluated.stderr and hours in evaluated.stderr, \
+        evaluated.stderr
+    drift = quiver("drift", "--model", "fraud", "--start", later.isoformat(), cwd=world.root)
+    assert drift.returncode == 2 and "no rows compared" in drift.stderr and hours in drift.stderr, drift.stderr
+    backwards = quiver("drift", "--model", "fraud", "--start", later.isoformat(), "--end", world.t0.isoformat(),
+                       cwd=world.root)
+    assert backwards.returncode == 2 and "the window is empty: --end" in backwards.stderr, backwards.stderr

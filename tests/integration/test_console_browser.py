@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -227,4 +228,138 @@ def test_the_drift_page_shows_the_consistency_runs_beside_drift(browser_page: An
     assert all(f[1] == "ok" and f[2] == f[3] == f"{compared:,}" and f[-1] == "–" for f in features), features
     chart = page.locator("svg[aria-label='model fraud_model: wrong share per feature over data time']")
     assert chart.locator("circle").count() == 3  # one run, a point per feature
+    assert errors == [], errors
+
+
+@pytest.fixture(scope="module")
+def alerts_world(operator_world: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """The console over a copy of the operator world's registry with more open alerts than the home page shows:
+    first a canary rollback alert as the judge raises it (its detail names the decision, no data time), judged
+    on data three days old, then a dozen warnings and infos raised after it. Yields (url, the rollback's
+    decision id)."""
+    from quiver.config import load_config
+    from quiver.monitoring.repository import open_alert
+    from quiver.registry import Registry, rollouts
+
+    root = tmp_path_factory.mktemp("alerts_console")
+    with contextlib.closing(sqlite3.connect(operator_world.root / "registry.db")) as source, \
+            contextlib.closing(sqlite3.connect(root / "registry.db")) as copy:
+        source.backup(copy)
+    (root / "quiver.yaml").write_text(f"project: fraud\nregistry_url: sqlite:///{root}/registry.db\n"
+                                      f"redis_url: {operator_world.config.redis_url}\n")
+    config = load_config(root / "quiver.yaml")
+    registry = Registry(config.registry, project=config.project)
+    judged = JUDGED_ROLLBACK
+    reason = ("score_shift: canary worse by 0.9021: the whole interval [0.8029, 0.9401] lies above 0.025 "
+              "(0.5 × floor 0.05)")
+    shift = {"name": "score_shift", "status": "fail", "reason": reason.partition(": ")[2],
+             "statistics": {"estimate": 0.9021, "lower": 0.8029, "upper": 0.9401, "floor": 0.05, "fail_above": 0.025}}
+    rolled = rollouts.record_decision(
+        registry, "fraud_model", kind="canary_step", outcome="rollback", idempotency_key="console-rollback-test",
+        statistics={"reason": reason, "guardrails": [shift], "pairing": {"logged": 900, "replayed": 0, "unpaired": 0},
+                    "window": {"as_of": judged.isoformat()}},
+        rollout_id=operator_world.rollout_id, step=0, fraction=0.5, champion_version="fraud_model:3",
+        candidate_version="fraud_model:9", by="quiver_canary", at=judged)
+    open_alert(registry, "canary_rollback", "fraud_model:9", "critical", "canary fraud_model:9 rolled back at 0.5",
+               reason, {"decision_id": rolled.id, "rollout_id": operator_world.rollout_id,
+                        "actions": ["canary removed"]}, [])
+    for i in range(12):
+        open_alert(registry, "drift", f"transactions:extra_{i}", "warning" if i % 2 else "info",
+                   f"Feature extra_{i} drifted (transactions)", "PSI 0.3 ≥ 0.2",
+                   {"as_of": f"2026-11-{10 + i}T00:00:00+00:00"}, [])
+    registry.close()
+    with serve(config) as url:
+        yield url, rolled.id
+
+
+JUDGED_ROLLBACK = datetime(2026, 11, 18, 12, tzinfo=UTC)
+
+
+def rows_of(page: Any, selector: str) -> list[list[str]]:
+    rows = page.locator(f"{selector} tr")
+    return [rows.nth(i).locator("td").all_inner_texts() for i in range(1, rows.count())]
+
+
+def test_the_home_page_puts_the_most_severe_alert_first_and_says_how_many_more(browser: Any,
+                                                                               alerts_world: tuple[str, int]) -> None:
+    url, rollback_id = alerts_world
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    login(page, url, KEY)
+    rows = rows_of(page, "#open-alerts")
+    total = int(re.search(r"of (\d+) open alerts shown", page.inner_text("#more-alerts"))[1])  # type: ignore[index]
+    assert len(rows) == 10 and total >= 13, (len(rows), total)
+    severities = [r[1] for r in rows]
+    order = {"critical": 0, "warning": 1, "info": 2}
+    assert severities == sorted(severities, key=order.__getitem__), severities  # before: by id, newest first
+    [rolled] = [r for r in rows if "fraud_model:9" in r[4]]  # raised before the dozen others, shown above them
+    assert rolled[1] == "critical"
+    # A first sentence in plain words, then the numbers; the data time the decision judged, not the wall clock.
+    assert rolled[2].startswith("fraud_model:9 was rolled back: its scores were far from the champion's on the same "
+                                "requests.") and "0.9021" in rolled[2], rolled
+    assert rolled[5].startswith(f"{JUDGED_ROLLBACK:%Y-%m-%d %H:%M}") and f"decision #{rollback_id}" in rolled[5]
+    assert f"{total - 10} more" in page.inner_text("#more-alerts")
+    page.click("#more-alerts a")
+    page.wait_for_url(url + "/alerts")
+    assert page.title().startswith("Alerts")
+    listed = rows_of(page, "#open-alerts")
+    assert len(listed) == total and [r[0] for r in listed[:10]] == [r[0] for r in rows]
+    every = [r[1] for r in listed]
+    assert every == sorted(every, key=order.__getitem__) and every[-1] == "info", every
+    page.locator("#open-alerts tr", has_text="fraud_model:9").locator(f"a[href='/decisions/{rollback_id}']").click()
+    page.wait_for_url(url + f"/decisions/{rollback_id}")
+    assert page.inner_text("#sentence") == rolled[2].splitlines()[0]
+    context.close()
+
+
+def test_alerts_consistency_and_unknown_paths_are_console_pages(browser_page: Any, console_url: str) -> None:
+    page, errors, _ = browser_page
+    for path, title in (("/alerts", "Alerts"), ("/consistency", "Online/offline consistency")):
+        response = page.goto(console_url + path)
+        assert response is not None and response.status == 200 and page.title().startswith(title)
+        assert "text/html" in response.headers["content-type"]
+        assert page.locator(f"header a[href='{path}']").count() == 1  # in every page's navigation
+    runs = rows_of(page, "#consistency-runs")
+    assert len(runs) == 1 and runs[0][1] == "model fraud_model" and runs[0][5] == "ok", runs
+    page.click("#consistency-runs a")  # to its subject's section, on the same page
+    assert page.url.endswith("#consistency-model-fraud-model")
+    assert errors == [], errors
+
+
+def test_a_path_without_a_page_is_an_html_404_with_the_consoles_pages(browser: Any, console_url: str) -> None:
+    context = browser.new_context()  # apart from the shared page: Chromium logs every 404 as a console error
+    page = context.new_page()
+    login(page, console_url, KEY)
+    for path in ("/no-such-page", "/decisions/abc"):
+        response = page.goto(console_url + path)
+        # Before: FastAPI's JSON {"detail": "Not Found"}.
+        assert response is not None and response.status == 404 and "text/html" in response.headers["content-type"]
+        assert page.title().startswith("Not found") and page.locator("header a[href='/alerts']").count() == 1
+    context.close()
+
+
+def test_the_decision_page_reads_in_plain_words_and_marks_non_default_floors(browser_page: Any, console_url: str,
+                                                                             operator_world: Any) -> None:
+    page, errors, _ = browser_page
+    world = operator_world
+    page.goto(console_url + f"/decisions/{world.decisions['promote']}")
+    assert page.inner_text("#sentence") == ("fraud_model:3 was promoted to champion: at canary share 0.5 every "
+                                            "guardrail showed it no worse than the champion fraud_model:1 beyond its "
+                                            "floor.")
+    note = page.inner_text("#non-default-settings")
+    assert "log-loss floor 0.08 (default 0.02, looser)" in note and "Brier floor 0.03 (default 0.01, looser)" in note
+    floors = {r[0]: r[4] for r in rows_of(page, "#guardrails")}
+    assert "non-default: looser than 0.02" in floors["log_loss"] and "non-default" not in floors["score_shift"]
+    # One latency cut-off for the decision: the facts and its chart's axis name the same recorded number.
+    cutoff = page.inner_text("#latency-cutoff")
+    assert re.fullmatch(r"\d+(\.\d{1,2})? ms", cutoff), cutoff
+    chart = page.locator("svg.cs-chart[data-kind=canary_step][data-guardrail=latency_p99]")
+    drawn = chart.text_content() or ""
+    assert f"Δ share of calls > {cutoff}" in drawn and f"as decision #{world.decisions['promote']} recorded it" in drawn
+    # The x-axis reads each look's data time, as the evaluation report does, not decision ids.
+    ticks = chart.locator("text.x-tick").all_text_contents()
+    assert ticks and all(re.fullmatch(r"\d\d-\d\d \d\d:\d\d", t) for t in ticks), ticks
+    page.goto(console_url + f"/rollouts/{world.rollout_id}")
+    text = page.inner_text("main")
+    assert "step 0" not in text and "Judged on non-default floors" in text
     assert errors == [], errors

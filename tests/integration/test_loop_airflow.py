@@ -109,6 +109,12 @@ def test_drift_retrains_shadows_canaries_and_promotes(story: tuple[Project, Stor
     outcomes = [d.outcome for d in reversed(rollouts.list_decisions(project.registry, model,
                                                                        rollout_id=promoted[0].id, kind="canary_step"))]
     assert outcomes[-1] == "promote" and set(outcomes[:-1]) <= {"hold", "advance"}  # held until labels arrived
+    # The story's rows say what was judged (the step's share), then where the decision moved it; never "None".
+    promotion = next(r["results"]["judge"] for r in runs_of(log, "quiver_canary")
+                     if r["results"].get("judge", {}).get("outcome") == "promote")
+    last_step = rollouts.list_decisions(project.registry, model, rollout_id=promoted[0].id, kind="canary_step")[0]
+    assert promotion["fraction"] == last_step.fraction < 1 and promotion["fraction_after"] == 1.0, promotion
+    assert not [r["numbers"] for r in log.runs if "None" in r["numbers"] or r["numbers"] == "skipped"]
     watched = [d.outcome for d in rollouts.list_decisions(project.registry, model, rollout_id=promoted[0].id,
                                                            kind="watch")]
     assert watched[0] == "confirm" and set(watched[1:]) <= {"hold"}  # the post-promotion watch confirmed it
@@ -120,6 +126,12 @@ def test_drift_retrains_shadows_canaries_and_promotes(story: tuple[Project, Stor
     assert move.to_version == challenger["version"] and move.decision_id is not None
     assert any(a.kind == "dataset_drift" and a.subject == model for a in _all_alerts(project))
     assert any(a.kind == "canary_promoted" and "promoted" in a.title for a in _all_alerts(project))
+    # Each loop alert carries the data time its decision judged (what every sink and `alerts list` show).
+    announced = next(a for a in _all_alerts(project) if a.kind == "canary_promoted")
+    promotion = rollouts.list_decisions(project.registry, model, rollout_id=promoted[0].id, kind="canary_step")[0]
+    assert announced.as_of == promotion.data_time, (announced.as_of, promotion.data_time)
+    retrain = next(a for a in _all_alerts(project) if a.kind == "retrain")
+    assert retrain.as_of == project.models.get(model, int(retrain.detail["version"])).cutoff
 
 
 def test_retraining_starts_from_the_drift_asset_event_as_the_scheduler_delivers_it(
@@ -237,3 +249,33 @@ def test_every_served_value_equals_the_training_sets_on_the_replayed_traffic(sto
                                                                       result["causes"], result["examples"])
             compared += result["compared"]
     assert compared > 0
+
+
+def test_the_docs_demo_examples_name_what_the_story_does(story: tuple[Project, StoryLog]) -> None:
+    """The docs' worked examples of the demo (which version is promoted, which rolled back, the alias move,
+    the evaluation report's name) are what the story's code does: the demo runs this same story."""
+    import re
+
+    from quiver.pipelines.demo.loop import write_reports
+    from quiver.registry import rollouts
+
+    project, log = story
+    model = project.config.loop_model
+    finished = rollouts.list_rollouts(project.registry, model)
+    promoted = next(r for r in finished if r.status == rollouts.PROMOTED)
+    rolled_back = next(r for r in finished if r.status == rollouts.ROLLED_BACK)
+    docs = {p.name: p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]}
+    said = [(name, m) for name, text in docs.items()
+            for m in re.finditer(rf"{model}:(\d+) (is |was )?(promoted|rolled back)", text)]
+    assert said, "the docs give no example of the demo's story"
+    for name, m in said:
+        expected = promoted if m.group(3) == "promoted" else rolled_back
+        assert int(m.group(1)) == expected.canary_version, f"{name}: {m.group(0)!r}"
+    for name, text in docs.items():
+        for m in re.finditer(r"`champion (\d+) → (\d+)`", text):
+            assert (int(m.group(1)), int(m.group(2))) == (promoted.champion_version, promoted.canary_version), name
+        for m in re.finditer(rf"evaluation-{model}-v(\d+)-vs-v(\d+)-\d{{8}}-\d{{8}}\.html", text):
+            assert (int(m.group(1)), int(m.group(2))) == (promoted.canary_version, promoted.champion_version), name
+    reports = write_reports(project, log, max(r["at"] for r in log.runs))  # as the demo writes them
+    assert re.fullmatch(rf"evaluation-{model}-v{promoted.canary_version}-vs-v{promoted.champion_version}-\d{{8}}-"
+                        rf"\d{{8}}\.html", Path(reports["evaluation"]).name), reports

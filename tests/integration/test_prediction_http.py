@@ -202,6 +202,7 @@ def test_cli_rollout_commands(project: Project, tmp_path) -> None:
     import json
 
     from quiver.cli import _register_optional_commands, app
+    from quiver.registry import rollouts
 
     _register_optional_commands()
     v1 = register(project.models, project.root, seed=1)
@@ -219,8 +220,11 @@ def test_cli_rollout_commands(project: Project, tmp_path) -> None:
 
     assert "shadow of 'fraud'" in run("shadow", "start", MODEL, "--version", str(v2))
     assert project.models.aliases(MODEL)["shadow"] == v2
-    evaluation = json.loads(run("shadow", "evaluate", MODEL, "--json"))
-    assert evaluation["verdict"] == "inconclusive" and evaluation["labeled_pairs"] == 0
+    # Nothing served yet: a verdict over no labelled pairs is no verdict (exit 2, nothing recorded).
+    evaluation = runner.invoke(app, ["shadow", "evaluate", MODEL, "--json", "--config", str(config)])
+    assert evaluation.exit_code == 2 and "no rows compared: 0 requests scored by both" in evaluation.output, \
+        evaluation.output
+    assert rollouts.list_decisions(project.registry, MODEL, kind="shadow_evaluation") == []
     assert "rollout #" in run("canary", "start", MODEL, "--version", str(v2), "--steps", "0.1,0.5,1")
     status = json.loads(run("canary", "status", MODEL, "--json"))
     assert status["rollouts"][0]["fraction"] == 0.1 and status["rollouts"][0]["status"] == "running"
@@ -230,4 +234,6 @@ def test_cli_rollout_commands(project: Project, tmp_path) -> None:
     assert again["decision"]["id"] == step["decision"]["id"] and again["decision"]["created"] is False
     assert "rollout rolled_back" in run("canary", "rollback", MODEL, "--reason", "manual test")
     assert "canary" not in project.models.aliases(MODEL)
-    assert "no serving-log rows" in run("evaluate", MODEL)
+    evaluated = runner.invoke(app, ["evaluate", MODEL, "--config", str(config)])
+    assert evaluated.exit_code == 2 and "no rows evaluated: no serving-log rows of 'fraud'" in evaluated.output, \
+        evaluated.output

@@ -135,9 +135,13 @@ def test_flink_compile_prints_project_relative_paths(runner: CliRunner, project:
 def test_demo_runs_the_cli_through_its_own_interpreter(tmp_path: Path) -> None:
     """pipelines/demo/run.py starts `quiver stream` as `sys.executable -m quiver.cli`, which works wherever the venv
     lives (replacing "python" in the interpreter path broke on paths like /home/python/...)."""
+    from quiver.pipelines.demo.run import stream_job_command
+
     tree = ast.parse((REPO / "pipelines" / "demo" / "run.py").read_text())
     calls = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and "subprocess.run" in ast.unparse(n.func)]
-    assert calls and all("sys.executable, '-m', 'quiver.cli'" in c and ".replace(" not in c for c in calls), calls
+    assert calls and all(("sys.executable, '-m', 'quiver.cli'" in c or "stream_job_command()" in c)
+                         and ".replace(" not in c for c in calls), calls
+    assert stream_job_command()[:3] == [sys.executable, "-m", "quiver.cli"]
     out = subprocess.run([sys.executable, "-m", "quiver.cli", "--version"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out.strip() == f"quiver {__version__}"

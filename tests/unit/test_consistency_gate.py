@@ -55,7 +55,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project
         if not dry_run:
             judged.append(as_of)
         return SimpleNamespace(verdict=SimpleNamespace(outcome=would[0], reason="judged"), actions=(),
-                               decision=None if dry_run else SimpleNamespace(id=0, created=True), rollout=rollout)
+                               decision=None if dry_run else SimpleNamespace(id=0, created=True, step=rollout.step, fraction=rollout.fraction),
+                               rollout=rollout)
 
     monkeypatch.setattr(canary_judge, "judge_step", judge_step)
     loop.judged, loop.would = judged, would  # type: ignore[attr-defined]
@@ -109,8 +110,28 @@ def test_an_old_check_holds(project: Project) -> None:
             f"old: run #{run} of 11-14 00:00 → 11-15 00:00, 42 h old, at most 26 h allowed") in reason, reason
 
 
+def legacy_empty_run(loop: Project, start: datetime, end: datetime) -> int:
+    """A run over no rows as earlier releases recorded it (status no_rows): older registries still hold them."""
+    from sqlalchemy import insert
+
+    from quiver.registry.consistency_tables import consistency_runs
+
+    with loop.registry._write() as connection:
+        key = connection.execute(insert(consistency_runs).values(
+            project=loop.registry.project, subject=f"model {MODEL}", window_start=start, window_end=end, as_of=end,
+            started_at=end, finished_at=end, rows_logged=0, rows_compared=0, n_features=0, n_inconsistent=0,
+            status="no_rows", detail_json="{}")).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def test_a_run_over_no_rows_is_never_recorded(project: Project) -> None:
+    with pytest.raises(ValueError, match="over no rows is not evidence"):
+        record(project, DAY, DAY + timedelta(hours=12), rows=0)
+
+
 def test_an_empty_check_holds(project: Project) -> None:
-    run = record(project, DAY, DAY + timedelta(hours=12), rows=0)  # no serving-log rows read (status no_rows)
+    run = legacy_empty_run(project, DAY, DAY + timedelta(hours=12))
     reason = held(step(project))
     assert "the newest consistency check covering 2026-11-16 00:00 → 2026-11-16 18:00 for fraud_model:2 compared " \
            f"no rows: run #{run} of 11-16 00:00 → 11-16 12:00, 6 h old, status no_rows" in reason, reason

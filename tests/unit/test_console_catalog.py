@@ -21,7 +21,7 @@ from quiver.pipelines.demo_data import generate
 from quiver.registry import Registry
 from quiver.ui import app as console_app
 from quiver.ui import catalog_pages
-from quiver.ui.data import LineageRow, lineage_rows
+from quiver.ui.data import Console, LineageRow, lineage_rows
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "k"
@@ -107,3 +107,17 @@ def test_a_failing_page_is_a_500_with_the_traceback_logged(get: Get, monkeypatch
     assert "Server error" in answer.text and "transaction_context" not in answer.text  # no internals shown
     [record] = [r for r in caplog.records if r.name == "quiver.ui.app"]
     assert "/catalog" in record.getMessage() and record.exc_info and record.exc_info[0] is KeyError
+
+
+def test_the_catalog_page_measures_freshness_against_the_stores_data_time(get: Get,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """On replayed (historical) data every view is as fresh as the store: not "12.4 d old" by the wall clock."""
+    from datetime import UTC, datetime
+
+    held = {"user_spend": datetime(2026, 11, 23, 14, tzinfo=UTC), "user_profile": datetime(2026, 11, 23, 10, tzinfo=UTC),
+            "merchant_traffic": None, "user_last_transaction": datetime(2026, 11, 23, 14, tzinfo=UTC)}
+    monkeypatch.setattr(Console, "freshness", lambda self, views: ({v: held.get(v) for v in views}, ""))
+    text = get("/catalog").text
+    assert "2026-11-23 14:00 (the store&#x27;s newest)" in text and "d old" not in text
+    assert "2026-11-23 10:00 (4.0 h behind the newest)" in text
+    assert "freshness is measured against the newest event the store holds, 2026-11-23 14:00 UTC" in text

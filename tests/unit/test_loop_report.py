@@ -76,11 +76,27 @@ def test_decision_of_names_what_each_dag_run_decided() -> None:
     drift = {"dag_id": "quiver_drift", "state": "success", "tasks": {"emit_drift": "success"},
              "results": {"check_drift": {"drift_share": 0.6, "champion": "m:1", "rows": 4000}}}
     assert decision_of(drift) == ("DRIFT → Asset", "share 60% of m:1, 4,000 rows")
-    skipped = {"dag_id": "quiver_retrain", "state": "success", "tasks": {"plan": "skipped"}, "results": {}}
-    assert decision_of(skipped)[0] == "skipped"
+    skipped = {"dag_id": "quiver_retrain", "state": "success", "tasks": {"plan": "skipped"}, "results": {},
+               "why": "one candidate at a time: m:2 is still the shadow"}
+    assert decision_of(skipped) == ("skipped", "one candidate at a time: m:2 is still the shadow")
+    waiting = {"dag_id": "quiver_shadow_eval", "state": "success", "tasks": {"wait_for_labels": "skipped"},
+               "results": {}, "why": "120 labelled pairs by 11-12 00:00, 300 needed"}
+    assert decision_of(waiting) == ("waiting for labels", "120 labelled pairs by 11-12 00:00, 300 needed")
+    steps = [0.05, 0.25, 0.5, 1.0]
     canary = {"dag_id": "quiver_canary", "state": "success", "tasks": {},
-              "results": {"judge": {"outcome": "advance", "canary": "m:3", "fraction": 0.25, "step": 0}}}
-    assert decision_of(canary) == ("advance", "m:3 at canary share 0.25 (step 1)")
+              "results": {"judge": {"kind": "step", "outcome": "advance", "canary": "m:3", "fraction": 0.25,
+                                    "fraction_after": 0.5, "step": 1, "steps": steps}}}
+    assert decision_of(canary) == ("advance", "m:3 at canary share 0.25 (step 2 of 3) → share 0.5")
+    # A promotion or rollback reads the share it judged, then where the decision moved it.
+    promoted = {**canary, "results": {"judge": {"kind": "step", "outcome": "promote", "canary": "m:3",
+                                                "fraction": 0.5, "fraction_after": 1.0, "step": 2, "steps": steps}}}
+    assert decision_of(promoted) == ("promote", "m:3 at canary share 0.5 (step 3 of 3) → share 1")
+    held = {**canary, "results": {"judge": {"kind": "step", "outcome": "hold", "canary": "m:3", "fraction": 0.5,
+                                            "fraction_after": 0.5, "step": 2, "steps": steps}}}
+    assert decision_of(held) == ("hold", "m:3 at canary share 0.5 (step 3 of 3)")
+    watch = {**canary, "results": {"judge": {"kind": "watch", "outcome": "confirm", "champion": "m:3",
+                                             "previous": "m:2"}}}
+    assert decision_of(watch) == ("confirm", "watch of champion m:3 against m:2")
 
 
 def test_calibration_leaves_sparse_bins_out_and_tables_the_rows_of_each_point() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -168,3 +170,21 @@ def test_threads_and_single_thread_agree() -> None:
     one = compute_drift(ref, cur, workers=1).to_frame()
     two = compute_drift(ref, cur, workers=2).to_frame()
     pd.testing.assert_frame_equal(one, two)
+
+
+@pytest.mark.parametrize("side", ["reference", "current"])
+def test_a_drift_check_over_an_empty_side_is_an_error_not_a_pass(side: str, tmp_path: Path) -> None:
+    from quiver.catalog.errors import NoRowsError
+    from quiver.monitoring.checks import run_drift_check
+    from quiver.registry import Registry
+
+    full = frame(np.random.default_rng(1), 500)
+    sides = {"reference": full, "current": full, side: full.iloc[:0]}
+    registry = Registry(f"sqlite:///{tmp_path}/registry.db", project="p")
+    with pytest.raises(NoRowsError, match=f"no rows compared: the {side} side \\(day 1\\) has no rows"):
+        run_drift_check(sides["reference"], sides["current"], name="m", registry=registry,
+                        reference_label="day 1", current_label="day 1")
+    from quiver.monitoring.repository import list_drift_runs
+
+    assert list_drift_runs(registry) == []  # nothing recorded
+    registry.close()

@@ -81,6 +81,10 @@ def test_status_reason_names_the_gate_and_the_decision_that_moved_the_alias() ->
     assert "[decision #4, canary step → promote]" in why
     rejected = explain.status_reason(replace(version, status="rejected"), {}, [], {})
     assert rejected.startswith("rejected by the offline gate")
+    # A network that kept the baseline's weights it started from says so in words.
+    same = replace(version, metrics={"roc_auc": 0.65, "best_epoch": -1.0, "baseline": {"roc_auc": 0.65}})
+    assert explain.status_reason(same, {}, [], {}).startswith(
+        "registered (it equals its logistic baseline: no epoch improved on the weights it started from; ROC-AUC")
 
 
 def test_did_you_mean() -> None:

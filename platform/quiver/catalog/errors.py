@@ -18,6 +18,11 @@ class RequestFieldError(QuiverError):
     unknown, of the wrong type, or refused by its source's contract (the servers answer 400, naming it)."""
 
 
+class NoRowsError(QuiverError):
+    """A check found no rows to judge. An empty read is never a pass: the message says what was looked for,
+    where, and what is there instead (the CLI exits 2; nothing is recorded)."""
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest candidate, or '' when nothing is close: the one hint every
     "unknown name" error gives (definitions, columns, models, versions, aliases)."""

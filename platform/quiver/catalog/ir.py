@@ -283,6 +283,14 @@ class Catalog:
             raise QuiverError("; ".join(refused))
         return chosen
 
+    def views_with_feature(self, feature: str) -> list[tuple[str, str]]:
+        """(kind, view name) of every view that defines a feature named `feature`, feature views ("view") before
+        on-demand views ("on_demand"), each sorted by name: what `quiver describe FEATURE` points at."""
+        stored = [("view", name) for name, view in sorted(self.views.items()) if feature in view.feature_names]
+        computed = [("on_demand", name) for name, view in sorted(self.on_demand.items())
+                    if feature in view.feature_names]
+        return stored + computed
+
     def by_kind(self) -> dict[str, Mapping[str, Any]]:
         return {
             "entity": self.entities,

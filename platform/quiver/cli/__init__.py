@@ -19,10 +19,13 @@ from quiver.catalog.errors import QuiverError, did_you_mean
 from quiver.catalog.ir import Catalog
 from quiver.catalog.types import duration_label, is_identifier
 from quiver.cli.common import (
+    PROMOTE_HINT,
+    ROLLBACK_HINT,
     CatalogOption,
     ConfigOption,
     _error,
     catalog_label,
+    hinted_group,
     open_applied,
     open_disk_project,
     open_registry,
@@ -34,7 +37,8 @@ from quiver.config import CONFIG_FILE, DEFAULT_CONFIG_TEXT, Config, load_config
 
 app = typer.Typer(help="Quiver: define features once; backfill, stream and serve them.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})  # inherited by every command
+                  context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
+                  cls=hinted_group({"promote": PROMOTE_HINT, "rollback": ROLLBACK_HINT}))
 
 
 def _flags_without_metavars() -> None:
@@ -198,6 +202,8 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
     kinds = [kind] if kind else list(_DESCRIBE_KINDS)
     found = [(k, by_kind[_DESCRIBE_KINDS[k]][name]) for k in kinds if name in by_kind[_DESCRIBE_KINDS[k]]]
     if not found:
+        found = _feature_of(cat, name, kinds, as_json)
+    if not found:
         plural = {"view": "views", "service": "services", "entity": "entities", "source": "sources",
                   "on_demand": "on-demand views", "request": "request sources"}
         optional = ("on_demand", "request")  # listed only where the catalog has some
@@ -217,6 +223,28 @@ def describe(name: Annotated[str, typer.Argument(help="a feature view, feature s
         return
     {"view": _describe_view, "service": _describe_service, "entity": _describe_entity,
      "on_demand": _describe_on_demand, "request": _describe_request}[what](cat, spec)
+
+
+def _feature_of(cat: Catalog, name: str, kinds: list[str], as_json: bool) -> list[tuple[str, Any]]:
+    """A feature's name (`amount_mean_24h`, or `user_spend:amount_mean_24h`) given to `describe`: the one view
+    that defines it, said on a first line; an error naming the views when it is ambiguous or --json asks for a
+    definition. [] when `name` is no feature either."""
+    view_part, _, feature = name.rpartition(":")
+    holders = [(k, v) for k, v in cat.views_with_feature(feature or name) if k in kinds
+               and (not view_part or v == view_part)]
+    if not holders:
+        return []
+    what = {"view": "feature view", "on_demand": "on-demand view"}
+    places = ", ".join(f"{what[k]} {v}" for k, v in holders)
+    if len(holders) > 1:
+        raise QuiverError(f"{name!r} is a feature, not a definition: it is defined by {places}; describe one, "
+                          f"e.g. `quiver describe {holders[0][1]}`")
+    kind, view = holders[0]
+    if as_json:
+        raise QuiverError(f"{name!r} is a feature of {places}, not a definition: `quiver describe {view} --json`")
+    console.print(f"{feature or name!r} is a feature of {places}; showing the view "
+                  f"(`quiver describe {view}`)", highlight=False)
+    return [(kind, cat.by_kind()[_DESCRIBE_KINDS[kind]][view])]
 
 
 def _describe_on_demand(cat: Catalog, spec: Any) -> None:

@@ -9,11 +9,12 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from quiver.catalog.errors import CatalogError, QuiverError
 from quiver.catalog.ir import Catalog
@@ -76,6 +77,47 @@ def user_errors(func: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class HintedGroup(TyperGroup):
+    """A command group whose "No such command" also points at the command meant when the word is one a user
+    would reasonably try (`quiver models promote`): Typer's own hint only catches typos of existing names."""
+
+    hints: ClassVar[dict[str, str]] = {}
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.TyperException as exc:  # Typer's own copy of click's UsageError ("No such command")
+            message = getattr(exc, "message", None)
+            hint = self.hints.get(args[0]) if args else None
+            if hint and isinstance(message, str) and "Did you mean" not in message:
+                exc.message = f"{message.rstrip('.')}. {hint}"  # type: ignore[attr-defined]
+            raise
+
+
+PROMOTE_HINT = ("A version becomes champion through `quiver models alias set MODEL champion VERSION --expected "
+                "CURRENT --reason …` (by hand), or through the loop's gates: `quiver canary start MODEL --version "
+                "VERSION`.")
+
+
+ROLLBACK_HINT = ("Roll back with `quiver models alias rollback MODEL --reason …` (champion → previous), or end a "
+                 "running canary with `quiver canary rollback MODEL --reason …`.")
+
+
+def hinted_group(hints: dict[str, str]) -> type[TyperGroup]:
+    """A `HintedGroup` class for `typer.Typer(cls=...)`: unknown command word → the sentence that points at the
+    real command (the group's own typo hint still wins where it has one)."""
+    return type("HintedGroup", (HintedGroup,), {"hints": dict(hints)})
+
+
+def with_cli_flags(exc: QuiverError, flags: dict[str, str]) -> QuiverError:
+    """`exc` with the Python API's argument names (`timestamp_column=…`) replaced by the CLI's flags
+    (`--timestamp-column NAME`): a CLI error names what the user can type."""
+    message = str(exc)
+    for argument, flag in flags.items():
+        message = message.replace(argument, flag)
+    return QuiverError(message) if message != str(exc) else exc
 
 
 def _error(message: str) -> None:

@@ -89,8 +89,12 @@ def _print(report: Any) -> None:
     stale = [f.feature for f in bad if f.freshness_status == "over"]
     if stale:
         console.print(f"over their freshness objective (p99 lag): {', '.join(stale)}", highlight=False)
+    unjudged = [f.feature for f in report.features if f.status == "no_rows"]
     verdict = (f"[bold red]inconsistent[/]: {', '.join(f.feature for f in bad)} over threshold" if bad
-               else "[green]consistent[/]: every feature within its threshold")
+               else f"[green]consistent[/]: {len(report.features) - len(unjudged)} feature(s) within their "
+                    f"thresholds")
+    if unjudged:
+        verdict += f"; no rows compared for {', '.join(unjudged)} (not judged)"
     console.print(f"{verdict} ({report.elapsed_s:.1f} s)")
 
 

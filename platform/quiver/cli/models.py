@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -10,14 +11,28 @@ from rich.markup import escape
 from rich.table import Table
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli.common import ConfigOption, console, open_registry, user_errors
+from quiver.cli.common import (
+    PROMOTE_HINT,
+    ROLLBACK_HINT,
+    ConfigOption,
+    console,
+    hinted_group,
+    open_registry,
+    user_errors,
+)
 from quiver.cli.decisions import short
 from quiver.config import load_config
+
+# What a user types for a move the CLI spells otherwise: the "No such command" error names the real command.
+MODELS_HINTS = {"promote": PROMOTE_HINT, "rollback": ROLLBACK_HINT, "demote": ROLLBACK_HINT,
+                "show": "Did you mean `quiver models describe MODEL [VERSION]`?",
+                "set-alias": "Did you mean `quiver models alias set MODEL ALIAS VERSION --expected … --reason …`?"}
 
 
 def register(app: typer.Typer) -> None:
     """Add `train` and the `models` command group to the `quiver` CLI."""
-    models_app = typer.Typer(help="Model versions, aliases and their history.", no_args_is_help=True)
+    models_app = typer.Typer(help="Model versions, aliases and their history.", no_args_is_help=True,
+                             cls=hinted_group(MODELS_HINTS))
     alias_app = typer.Typer(help="Move aliases (compare-and-set) and roll back.", no_args_is_help=True)
     models_app.add_typer(alias_app, name="alias")
     app.add_typer(models_app, name="models")
@@ -66,7 +81,9 @@ def register(app: typer.Typer) -> None:
                               labels=labels, label_column=label_column, train_config=train_config, alias=alias,
                               from_logs=from_logs, logs_of=logs_of,
                               log=lambda line: console.print(escape(line), highlight=False))
-        table = Table("metric", result.version.label, "baseline (logistic regression)")
+        # Both are measured on the test window (the newest rows of the training window, which neither fit nor
+        # early stopping saw), not on the validation rows early stopping selected on.
+        table = Table("test-window metric", result.version.label, "baseline (logistic regression)")
         for row in metrics_table(result):
             table.add_row(*row)
         console.print(table)
@@ -80,23 +97,27 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def list_command(name: Annotated[str | None, typer.Argument(help="one model (default: all)")] = None,
                      config: ConfigOption = None) -> None:
-        """Versions with where each stands (champion, challenger, rolled back by decision N, …), validation AUC
-        beside the baseline's, window and aliases."""
+        """Versions with where each stands (champion, challenger, rolled back by decision N, …), ROC-AUC on
+        the version's test window (the newest rows of its training window, which no training step selected
+        on) beside its logistic baseline's on the same rows, window and aliases."""
         registry = _models(config)
         if name is not None:
             registry.require(name)
-        table = Table("model", "version", "status", "stands", "roc_auc", "baseline", "window", "aliases", "created")
+        table = Table("model", "version", "status", "stands", "test ROC-AUC", "baseline's", "window", "aliases",
+                      "created")
         standings: dict[str, dict[int, str]] = {}
         for v in registry.versions(name):
             if v.name not in standings:
                 standings[v.name] = standing(registry, v.name)
             held = sorted(a for a, n in registry.aliases(v.name).items() if n == v.version)
             stands = standings[v.name].get(v.version, "-") if v.status == "registered" else "-"
-            table.add_row(v.name, str(v.version), v.status, stands, _fmt(v.metrics.get("roc_auc")),
-                          _fmt(v.metrics.get("baseline", {}).get("roc_auc")),
+            table.add_row(v.name, str(v.version), v.status, stands, metric_text("roc_auc", v.metrics.get("roc_auc")),
+                          metric_text("roc_auc", v.metrics.get("baseline", {}).get("roc_auc")),
                           f"{v.window_start:%Y-%m-%d} … {v.cutoff:%Y-%m-%d}", ", ".join(held) or "-",
                           f"{v.created_at:%Y-%m-%d %H:%M}")
         console.print(table)
+        console.print("[dim]ROC-AUC on each version's test window; `quiver models describe MODEL VERSION` for "
+                      "every metric[/dim]", highlight=False)
 
     @models_app.command("describe")
     @user_errors
@@ -128,25 +149,11 @@ def register(app: typer.Typer) -> None:
                   "features": v.features, "catalog_version": v.catalog_version, "label_column": v.label_column,
                   "reference_path": v.reference_path, "created_at": v.created_at.isoformat(),
                   "created_by": v.created_by, "metrics": v.metrics,
-                  "lineage": {k: x for k, x in v.lineage.items() if k != "history"}}
+                  "gate": gate_reason(v), "lineage": {k: x for k, x in v.lineage.items() if k != "history"}}
         if as_json:
             console.print_json(json.dumps(record, default=str))
             return
-        console.print(f"[bold]{v.label}[/bold]  {v.status}  created {v.created_at:%Y-%m-%d %H:%M} by {v.created_by}")
-        console.print(f"why: {escape(reason)}", highlight=False, soft_wrap=True)
-        console.print(f"aliases of this version: {', '.join(held) or '-'}   all aliases of {name}: "
-                      + (", ".join(f"{a} → {n}" for a, n in sorted(aliases.items())) or "-"), highlight=False)
-        for key in ("artifact_path", "sha256", "window_start", "cutoff", "catalog_version", "label_column",
-                    "reference_path"):
-            console.print(f"{key}: {record[key]}", highlight=False, soft_wrap=True)
-        console.print(f"features ({len(v.features)}): {', '.join(v.features)}", soft_wrap=True)
-        table = Table("metric", "model", "baseline")
-        baseline = v.metrics.get("baseline", {})
-        for key, value in v.metrics.items():
-            if key != "baseline":
-                table.add_row(key, _fmt(value), _fmt(baseline.get(key)))
-        console.print(table)
-        console.print(f"lineage: {json.dumps(record['lineage'], default=str)}", highlight=False, soft_wrap=True)
+        _print_version(v, reason, held, aliases)
         # Sorted by the data time each judged (newest first); the wall time it was recorded beside it.
         decisions = Table("decision", "kind", "role", "outcome", "data time ↓", "recorded", "why")
         for d in about:
@@ -264,10 +271,130 @@ def _version(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _fmt(value: Any) -> str:
+# Scores and rates keep 4 decimals even when round (an AUC of 1.0000); any other whole number is a count
+# (epochs, rows) and prints as one.
+_SCORES = frozenset({"roc_auc", "pr_auc", "log_loss", "brier", "ece", "val_loss", "positive_rate"})
+# Measured on the test window, for the model and its baseline alike; every other metric is the training run's.
+_TEST_WINDOW = ("roc_auc", "pr_auc", "log_loss", "brier", "ece", "positive_rate", "rows")
+_LINEAGE_FIRST = ("rows", "split", "knowledge_time", "positive_rate", "labels_origin", "labels_source", "service",
+                  "pit", "device", "precision", "network", "train_config", "reference")
+
+
+def metric_text(key: str, value: Any) -> str:
+    """One metric as printed: "-" when absent, 4 decimals for scores, whole numbers as integers."""
     if value is None:
         return "-"
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if key in _SCORES:
+        return f"{value:.4f}"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def gate_reason(version: Any) -> str:
+    """The offline gate's reason for the version's status, in words (the registry's `derive_status`), or the
+    override that let it serve anyway."""
+    from quiver.registry.models import derive_status
+
+    override = (version.lineage or {}).get("override")
+    if isinstance(override, dict):
+        return (f"{version.status} by override ({override.get('reason')}, by {override.get('by')}); the metrics "
+                f"alone said {override.get('status_from_metrics')}: {override.get('why')}")
+    status, why = derive_status(version.metrics or {})
+    if status != version.status:  # decided by an earlier rule or set by hand
+        return f"{version.status} (the gate's rule today would say {status}: {why})"
+    return f"{status}: {why}"
+
+
+def _say(text: str) -> None:
+    """One line of `models describe` (markup for the headings; the values are escaped where they come from)."""
+    console.print(text, highlight=False)
+
+
+def _print_version(v: Any, reason: str, held: list[str], aliases: dict[str, int]) -> None:
+    """`models describe` for people: the status and why first, then short sections of `key: value` lines."""
+    _say(f"[bold]{v.label}[/bold]  {v.status}  created {v.created_at:%Y-%m-%d %H:%M} by {escape(v.created_by)}")
+    _say(f"[bold]why:[/bold] {escape(reason)}")
+    _say(f"[bold]offline gate:[/bold] {escape(gate_reason(v))}")
+    _say(f"aliases of this version: {', '.join(held) or '-'}   all aliases of {v.name}: "
+        + (", ".join(f"{a} → {n}" for a, n in sorted(aliases.items())) or "-"))
+    _say("\n[bold]artifact[/bold]")
+    _say(f"  path: {escape(v.artifact_path)}\n  sha256: {v.sha256}\n  drift reference: {escape(v.reference_path)}")
+    _say("[bold]training data[/bold]")
+    _say(f"  window: {v.window_start:%Y-%m-%d %H:%M} … {v.cutoff:%Y-%m-%d %H:%M} UTC (cutoff exclusive)")
+    _say(f"  catalog version: {v.catalog_version if v.catalog_version is not None else '-'}   label column: "
+        f"{escape(v.label_column)}")
+    refs = (v.lineage or {}).get("feature_refs") or []
+    by_view: dict[str, list[str]] = {}
+    for ref in refs:
+        view, _, feature = str(ref).rpartition(":")
+        by_view.setdefault(view, []).append(feature)
+    _say(f"  features ({len(v.features)}): " + escape("; ".join(f"{view}: {', '.join(names)}" if view else
+                                                              ", ".join(names) for view, names in by_view.items())
+                                                    if by_view else ", ".join(v.features)))
+    _print_metrics(v)
+    lineage = {k: x for k, x in (v.lineage or {}).items() if k not in ("history", "override", "feature_refs")}
+    if lineage:
+        _say("[bold]lineage[/bold]")
+        for key in [k for k in _LINEAGE_FIRST if k in lineage] + sorted(k for k in lineage if k not in _LINEAGE_FIRST):
+            value = lineage[key]
+            if isinstance(value, dict) and value:
+                _say(f"  {key}:")
+                for inner, item in value.items():
+                    _say(f"    {inner}: {escape(_plain(item))}")
+            else:
+                _say(f"  {key}: {escape(_plain(value))}")
+
+
+_RUN_LABELS = {"epochs": "epochs run", "best_epoch": "best epoch (-1: none improved on the starting weights)",
+               "val_loss": "validation loss at the best epoch", "samples_per_s": "training speed (samples/s)"}
+
+
+def _print_metrics(v: Any) -> None:
+    """The test window's metrics beside the baseline's, then the training run's own numbers."""
+    split = (v.lineage or {}).get("split") or {}
+    on = split.get("metrics_on", "test")
+    since = _plain(split.get(f"{on}_boundary")) if split.get(f"{on}_boundary") else ""
+    _say(f"[bold]metrics on the {on} window[/bold]" + (f" (rows from {since} to the cutoff)" if since else "")
+        + ", which neither model selected on:")
+    table = Table("metric", v.label, "baseline (logistic regression)")
+    baseline = v.metrics.get("baseline") or {}
+    shown = [k for k in _TEST_WINDOW if k in v.metrics or k in baseline]
+    shown += sorted(k for k in baseline if k not in shown)
+    for key in shown:
+        table.add_row(key, metric_text(key, v.metrics.get(key)), metric_text(key, baseline.get(key)))
+    console.print(table)
+    run = {k: x for k, x in v.metrics.items() if k not in shown and k != "baseline"}
+    if not run:
+        return
+    _say("[bold]training run[/bold]")
+    latency = sorted((int(k.rsplit("_", 1)[1]), x) for k, x in run.items()
+                     if k.startswith("latency_ms_batch_") and k.rsplit("_", 1)[1].isdigit())
+    ordered = [k for k in _RUN_LABELS if k in run] + sorted(k for k in run if k not in _RUN_LABELS)
+    for key in ordered:
+        if not key.startswith("latency_ms_batch_"):
+            _say(f"  {_RUN_LABELS.get(key, key)}: {metric_text(key, run[key])}")
+    if latency:
+        _say("  scoring latency (median ms): " + ", ".join(f"batch of {n:,}: {metric_text('', x)}" for n, x in latency))
+
+
+def _plain(value: Any) -> str:
+    """A lineage value on one line: mappings as `key value` pairs, lists comma-separated, counts with commas,
+    ISO times to the second."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {_plain(x)}" for k, x in value.items()) or "-"
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(x) for x in value) or "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, str) and len(value) >= 19 and value[4] == "-" and value[10] == "T":
+        try:
+            return f"{datetime.fromisoformat(value):%Y-%m-%d %H:%M:%S}"
+        except ValueError:
+            pass
+    return "-" if value is None else str(value)
 
 
 def _when(moment: Any) -> str:

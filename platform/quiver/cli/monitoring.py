@@ -248,7 +248,8 @@ def _print_report(report: Any) -> None:
     for f in report.features:
         style = _STATUS_STYLE.get(f.status, "")
         table.add_row(f.feature, f.kind, f"[{style}]{f.status}[/]" if style else f.status,
-                      *[_fmt(f.scores.get(k)) for k in names], str(f.n_ref), str(f.n_cur),
+                      *[(_pvalue if k.endswith("pvalue") else _fmt)(f.scores.get(k)) for k in names],
+                      str(f.n_ref), str(f.n_cur),
                       f"{f.nulls_ref}/{f.nulls_cur}", "; ".join(f.reasons))
     console.print(table)
     verdict = "[bold red]dataset drift[/]" if report.dataset_drift else "[green]no dataset drift[/]"
@@ -263,6 +264,28 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if value != 0 and abs(value) < 1e-3 else f"{value:.4f}"
 
 
+def _pvalue(value: float | None) -> str:
+    """A p-value readably: 4 decimals down to 1e-4, then scientific; one that underflowed to 0 as a bound."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "< 1e-300"
+    return f"{value:.1e}" if value < 1e-4 else f"{value:.4f}"
+
+
+def _data_side(current: str) -> str:
+    """The data a drift run's current side covered: the serving-log window as `MM-DD HH:MM → MM-DD HH:MM`,
+    else its label as recorded (a path, a dataset name)."""
+    import re
+    from datetime import datetime
+
+    match = re.fullmatch(r"serving_logs\[([^,]+),([^)]+)\)", current)
+    if match is None:
+        return current or "-"
+    start, end = (datetime.fromisoformat(t) for t in match.groups())
+    return f"serving logs {start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M}"
+
+
 def drift_history(feature: Annotated[str, typer.Argument(help="feature name")],
                   name: Annotated[str | None, typer.Option(help="only checks with this name")] = None,
                   png: Annotated[Path | None, typer.Option(help="also draw PSI over time into this PNG")] = None,
@@ -275,10 +298,12 @@ def drift_history(feature: Annotated[str, typer.Argument(help="feature name")],
     rows = history(Registry(cfg.registry, project=cfg.project), feature, name)
     if not rows:
         raise QuiverError(f"no drift results for feature {feature!r} in project {cfg.project!r}")
-    table = Table("computed at", "check", "status", "psi", "ks D", "ks p", "n ref", "n cur")
+    table = Table("data (current side)", "reference", "check", "status", "psi", "ks D", "ks p", "n ref", "n cur",
+                  "computed at (wall)")
     for r in rows:
-        table.add_row(f"{r['computed_at']:%Y-%m-%d %H:%M:%S}", r["run_name"], r["status"], _fmt(r["psi"]),
-                      _fmt(r["ks_statistic"]), _fmt(r["ks_pvalue"]), str(r["n_ref"]), str(r["n_cur"]))
+        table.add_row(_data_side(str(r.get("run_current") or "")), str(r.get("run_reference") or "-"), r["run_name"],
+                      r["status"], _fmt(r["psi"]), _fmt(r["ks_statistic"]), _pvalue(r["ks_pvalue"]), f"{r['n_ref']:,}",
+                      f"{r['n_cur']:,}", f"{r['computed_at']:%Y-%m-%d %H:%M:%S}")
     console.print(table)
     if png is not None:
         from quiver.monitoring.plots import history_from_rows, psi_history_png

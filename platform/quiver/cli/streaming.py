@@ -8,6 +8,7 @@ beside this checkout. SIGINT/SIGTERM are passed on, so Ctrl-C stops the job clea
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +23,9 @@ from rich.table import Table
 from quiver.catalog.errors import QuiverError
 from quiver.cli.common import CatalogOption, ConfigOption, ViewsOption, console, split_names, user_errors
 from quiver.config import Config, load_config
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
 
 StateDirOption = Annotated[Path | None, typer.Option("--state-dir", help="default: <project>/.quiver/stream")]
 CheckpointOption = Annotated[Path | None, typer.Option("--checkpoint-dir", help="default: <state-dir>/checkpoints")]
@@ -111,17 +115,21 @@ def register(app: typer.Typer) -> None:
         jobmanager: Annotated[str | None, typer.Option(help="HOST:PORT of a Flink session cluster's REST "
                                                              "endpoint (default: flink_jobmanager in quiver.yaml, "
                                                              "else the embedded mini-cluster)")] = None,
+        log_level: Annotated[str, typer.Option(help="the job's log lines: debug, info, warning (only problems) "
+                                                    "or error")] = "info",
         config: ConfigOption = None, catalog: CatalogOption = None,
     ) -> None:
         """Run the Flink job that keeps the online store fresh from the sources' stream bindings."""
         if parallelism < 1:
             raise QuiverError("--parallelism must be >= 1")
+        if log_level.lower() not in _LOG_LEVELS:
+            raise QuiverError(f"--log-level must be one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
         if state_backend not in ("rocksdb", "hashmap"):
             raise QuiverError(f"--state-backend must be rocksdb or hashmap, got {state_backend!r}")
         cfg = load_config(config)
         args = ["--parallelism", str(parallelism), "--checkpoint-interval-ms", str(checkpoint_interval_ms),
                 "--state-backend", state_backend, "--mini-batch-ms", str(mini_batch_ms),
-                "--max-future-ms", str(max_future_ms)]
+                "--max-future-ms", str(max_future_ms), "--log-level", log_level.upper()]
         if stream_retention_s is not None:
             args += ["--stream-retention-s", str(stream_retention_s)]
         if config:
@@ -142,6 +150,8 @@ def register(app: typer.Typer) -> None:
         if _has_pyflink():
             from quiver.streaming.runner import main
 
+            for library in ("apache_beam", "pyflink"):  # their start-up INFO lines are no news to a user
+                logging.getLogger(library).setLevel(max(logging.WARNING, logging.getLevelName(log_level.upper())))
             code = main(args)
         else:
             code = _run_forwarding_signals([stream_python(cfg), "-m", "quiver.streaming.runner", *args])
@@ -171,6 +181,29 @@ def register(app: typer.Typer) -> None:
         _print_status(status)
 
 
+def route_lines(status: dict[str, Any]) -> list[str]:
+    """What the job read, per route: a Kafka source's records and committed offsets (never "fed 0 lines from 0
+    files", the file route's counters, which a Kafka run leaves at zero), the stream files' lines otherwise."""
+    kafka = status.get("kafka") or {}
+    goal = status.get("kafka_goal") or {}
+    lines = []
+    for source in sorted(kafka.keys() | goal.keys()):
+        topic = kafka.get(source)
+        if topic is None:  # the job marked the topic's end but never reported its offsets
+            lines.append(f"kafka {source}: {goal[source]:,} records at the topic's end when the job started; "
+                         f"no committed offsets reported yet")
+            continue
+        lines.append(f"kafka {source}: topic {topic.get('topic')}, read {topic.get('committed', 0):,} of "
+                     f"{topic.get('end', 0):,} records (offsets committed by the job), lag {topic.get('lag', 0):,}")
+    from_files = [s for s in status.get("sources", []) if s not in kafka and s not in goal]
+    if from_files or not lines:
+        feeder = status.get("feeder") or {}
+        lines.append(f"stream files{' of ' + ', '.join(from_files) if from_files else ''}: fed "
+                     f"{feeder.get('lines', 0):,} lines from {feeder.get('files', 0):,} files "
+                     f"(backlog {feeder.get('backlog', 0)})")
+    return lines
+
+
 def _print_status(status: dict[str, Any]) -> None:
     age = time.time() - float(status.get("updated_at", 0))
     console.print(f"[bold]{status.get('state')}[/bold] ({status.get('mode')}, parallelism "
@@ -186,13 +219,13 @@ def _print_status(status: dict[str, Any]) -> None:
         console.print(f"[red]error:[/red] {status['error']}")
     if status.get("sink"):
         console.print(f"tiles and last values written by: {status['sink']}")
-    for source, topic in sorted((status.get("kafka") or {}).items()):
-        console.print(f"kafka {source}: topic {topic.get('topic')}, {topic.get('end', 0):,} records, "
-                      f"{topic.get('committed', 0):,} committed, lag {topic.get('lag', 0):,}")
-    feeder, loader = status.get("feeder") or {}, status.get("loader") or {}
-    console.print(f"fed {feeder.get('lines', 0):,} lines from {feeder.get('files', 0):,} files "
-                  f"(backlog {feeder.get('backlog', 0)}); loaded {loader.get('files', 0):,} change files, "
-                  f"{loader.get('rows', 0):,} rows")
+    loader = status.get("loader") or {}
+    for line in route_lines(status):
+        console.print(line, highlight=False)
+    # With the JVM sink the job writes Redis itself (the line above says so): no change files to count.
+    if not str(status.get("sink", "")).startswith("redis") or loader.get("files"):
+        console.print(f"loaded {loader.get('files', 0):,} change files, {loader.get('rows', 0):,} rows",
+                      highlight=False)
     table = Table("source", "late events", "quarantined", "by reason")
     for source in status.get("sources", []):
         reasons = (loader.get("quarantined") or {}).get(source, {})

@@ -10,7 +10,19 @@ from typing import Annotated
 import typer
 
 from quiver.catalog.errors import QuiverError
-from quiver.cli.common import CatalogOption, ConfigOption, console, open_project, option_time, user_errors
+from quiver.cli.common import (
+    CatalogOption,
+    ConfigOption,
+    console,
+    open_project,
+    option_time,
+    user_errors,
+    with_cli_flags,
+)
+
+# The point-in-time join's errors name its Python arguments; on the command line they are these flags.
+PYTHON_ARGUMENTS_AS_FLAGS = {"timestamp_column=…": "--timestamp-column NAME", "assume_utc=True": "--assume-utc",
+                             "full_feature_names=True": "--full-feature-names"}
 
 
 def register(app: typer.Typer) -> None:
@@ -82,10 +94,13 @@ def register(app: typer.Typer) -> None:
                           + "".join(f"; {k} backfilled on {n:,} rows" for k, n in built.mixed.items()),
                           highlight=False)
         elif labels is not None:
-            frame = get_historical_features(labels if is_remote(labels) else Path(labels), wanted, catalog=cat,
-                                            config=cfg, engine=engine or cfg.engine,
-                                            full_feature_names=full_feature_names, timestamp_column=timestamp_column,
-                                            assume_utc=assume_utc)
+            try:
+                frame = get_historical_features(labels if is_remote(labels) else Path(labels), wanted, catalog=cat,
+                                                config=cfg, engine=engine or cfg.engine,
+                                                full_feature_names=full_feature_names,
+                                                timestamp_column=timestamp_column, assume_utc=assume_utc)
+            except QuiverError as exc:
+                raise with_cli_flags(exc, PYTHON_ARGUMENTS_AS_FLAGS) from None
         written = write_training_set(frame, out)
         console.print(f"wrote {written}: {len(frame):,} rows × {len(frame.columns)} columns")
         console.print(frame.head(5).to_string(max_cols=12), highlight=False, soft_wrap=True)

@@ -3,7 +3,10 @@
 A decision's statistics are stored as the judge produced them (`quiver.monitoring.canary_stats`,
 `quiver.monitoring.evaluation`). This module turns them into plain rows — a canary step's guardrails with
 estimate, confidence sequence, floor and verdict; a shadow verdict's paired intervals; a rollout's looks
-per guardrail — and says in one line why a model version has the status and aliases it has. Pure: no I/O.
+per guardrail — and says in one line why a model version has the status and aliases it has. The first
+sentence of every decision and alert, in plain words, is `quiver.registry.plain_words`'s; the settings a
+decision was judged on that differ from the defaults, the one latency cut-off a decision names and the data
+time of an alert are here. Pure: no I/O.
 
 Traffic shares are fractions of traffic in [0, 1] everywhere (input and output), never percentages.
 """
@@ -11,11 +14,15 @@ Traffic shares are fractions of traffic in [0, 1] everywhere (input and output),
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from quiver.registry.rollouts import Decision, Rollout
+from quiver.registry.plain_words import alert_sentence as alert_sentence  # one place to read decisions from
+from quiver.registry.plain_words import decision_sentence as decision_sentence
+from quiver.registry.rollouts import Decision, Rollout, judged_time
 
 KIND_LABELS = {"canary_step": "canary step", "watch": "post-promotion watch", "manual_rollback": "manual rollback",
                "shadow_evaluation": "shadow verdict"}
@@ -64,6 +71,8 @@ class Look:
     upper: float | None
     floor: float | None
     fail_above: float | None
+    data_time: datetime | None = None  # the data time the look judged: what a chart's x-axis reads
+    threshold_ms: float | None = None  # the latency cut-off the look recorded (latency_p99 only)
 
 
 def _number(value: Any) -> float | None:
@@ -138,6 +147,7 @@ def decision_record(decision: Decision) -> dict[str, Any]:
     record["actions"] = list(decision.actions)
     record["kind_label"] = KIND_LABELS.get(decision.kind, decision.kind)
     record["headline"] = headline(decision)
+    record["sentence"] = decision_sentence(decision)
     record["guardrails"] = [asdict(r) for r in guardrail_rows(decision)]
     record["intervals"] = [asdict(r) for r in shadow_rows(decision)]
     record.pop("created", None)
@@ -154,7 +164,8 @@ def looks(decisions: Sequence[Decision], kind: str = "canary_step") -> dict[str,
         for row in guardrail_rows(decision):
             out.setdefault(row.name, []).append(Look(
                 decision.id, decision.decided_at.isoformat(), decision.step, decision.fraction, decision.outcome,
-                row.status, row.estimate, row.lower, row.upper, row.floor, row.fail_above))
+                row.status, row.estimate, row.lower, row.upper, row.floor, row.fail_above, decision.data_time,
+                _recorded_cutoff(decision) if row.name == "latency_p99" else None))
     return out
 
 
@@ -181,6 +192,8 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
     auc = metrics.get("roc_auc")
     versus = (f"ROC-AUC {auc:.4f} vs baseline {baseline:.4f}" if isinstance(auc, float) and isinstance(baseline, float)
               else "")
+    if versus and isinstance(metrics.get("best_epoch"), (int, float)) and metrics["best_epoch"] < 0:
+        versus = f"it equals its logistic baseline: no epoch improved on the weights it started from; {versus}"
     if version.status == "rejected":
         return f"rejected by the offline gate: it was worse than its logistic baseline ({versus or 'no metrics'})"
     if version.status == "archived":
@@ -206,3 +219,182 @@ def status_reason(version: Any, aliases: Mapping[str, int], history: Sequence[An
             why += f" [decision #{cause.id}, {KIND_LABELS.get(cause.kind, cause.kind)} → {cause.outcome}]"
         parts.append(why)
     return f"registered ({versus or 'not worse than its baseline'}); " + "; ".join(parts)
+
+
+# ----- settings that differ from the defaults -----
+
+# The judge setting behind each guardrail's floor (`quiver.monitoring.canary_settings.JudgeSettings`).
+FLOOR_SETTINGS = {"error_rate": "error_rate_floor", "latency_p99": "latency_exceedance_floor",
+                  "score_shift": "score_shift_floor", "log_loss": "log_loss_floor", "brier": "brier_floor"}
+_SETTING_WORDS = {"error_rate_floor": "error-rate floor", "latency_exceedance_floor": "slow-call floor",
+                  "score_shift_floor": "score-shift floor", "log_loss_floor": "log-loss floor",
+                  "brier_floor": "Brier floor", "latency_p99_floor_ms": "latency cut-off margin (ms)"}
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """One setting a decision was judged on that is not the default."""
+
+    name: str
+    used: Any
+    default: Any
+
+    @property
+    def is_floor(self) -> bool:
+        return self.name.endswith("_floor")
+
+    @property
+    def way(self) -> str:
+        """A floor's 'looser' (higher: a worse canary passes) or 'stricter'; '' for other settings."""
+        if self.is_floor and _is_number(self.used) and _is_number(self.default):
+            return "looser" if self.used > self.default else "stricter"
+        return ""
+
+    @property
+    def text(self) -> str:
+        """'log-loss floor 0.08 (default 0.02, looser)'."""
+        words = _SETTING_WORDS.get(self.name, self.name.replace("_", " "))
+        way = f", {self.way}" if self.way else ""
+        return f"{words} {_setting(self.used)} (default {_setting(self.default)}{way})"
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_setting(v) for v in value)
+    return str(value)
+
+
+def judged_settings(decision: Decision, rollout_settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The settings `decision` was judged on: its rollout's (stored with the rollout, so every look of it
+    judges alike) or a shadow verdict's own, with the floor each guardrail recorded taking precedence (what
+    the judge actually held it to)."""
+    used: dict[str, Any] = dict(rollout_settings or {})
+    if decision.kind == "shadow_evaluation":
+        used = dict(decision.statistics.get("settings") or {})
+    for row in guardrail_rows(decision):
+        if row.name in FLOOR_SETTINGS and row.floor is not None:
+            used[FLOOR_SETTINGS[row.name]] = row.floor
+    return used
+
+
+def non_default_settings(used: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[SettingChange]:
+    """The settings in `used` that differ from `defaults` (both as `to_dict()` gives them), floors first;
+    settings the defaults do not know (older records) are left out."""
+    changes = []
+    for name, value in used.items():
+        if name not in defaults:
+            continue
+        default = defaults[name]
+        same = (math.isclose(float(value), float(default), rel_tol=1e-9, abs_tol=1e-12)
+                if _is_number(value) and _is_number(default) else _plain(value) == _plain(default))
+        if not same:
+            changes.append(SettingChange(name, value, default))
+    return sorted(changes, key=lambda c: (not c.is_floor, c.name))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    return [float(v) if _is_number(v) else v for v in value] if isinstance(value, list | tuple) else value
+
+
+def floor_change(row: GuardrailRow, defaults: Mapping[str, Any]) -> SettingChange | None:
+    """The guardrail's floor when it is not the default one (None: the default, or nothing to compare)."""
+    setting = FLOOR_SETTINGS.get(row.name)
+    default = defaults.get(setting) if setting else None
+    if setting is None or row.floor is None or default is None or not _is_number(default):
+        return None
+    return None if math.isclose(row.floor, float(default)) else SettingChange(setting, row.floor, default)
+
+
+def settings_note(changes: Sequence[SettingChange]) -> str:
+    """The non-default settings in words, floors first ('' when every setting is the default)."""
+    floors = [c.text for c in changes if c.is_floor]
+    others = [c.text for c in changes if not c.is_floor]
+    parts = ([f"Judged on non-default floors: {'; '.join(floors)}."] if floors else []) + (
+        [("Other" if floors else "Judged on") + f" non-default settings: {'; '.join(others)}."] if others else [])
+    return " ".join(parts)
+
+
+# ----- the latency cut-off -----
+
+
+def milliseconds(value: float) -> str:
+    """A latency cut-off written one way wherever it is shown: at most two decimals ('9.31 ms', '12.5 ms')."""
+    return f"{value:.2f}".rstrip("0").rstrip(".") + " ms"
+
+
+@dataclass(frozen=True)
+class LatencyCutoff:
+    """The latency cut-off a page names for a decision or rollout: one recorded value, and which it is."""
+
+    ms: float
+    decision_id: int | None  # the look that recorded it; None: the rollout's pre-rollout reference
+
+    @property
+    def value(self) -> str:
+        return milliseconds(self.ms)
+
+    @property
+    def source(self) -> str:
+        if self.decision_id is None:
+            return "the rollout's reference: the champion's p99 before the rollout + the margin"
+        return (f"as decision #{self.decision_id} recorded it: the champion's p99 over its latest calls of the "
+                f"step + the margin")
+
+
+def _recorded_cutoff(decision: Decision) -> float | None:
+    for g in decision.statistics.get("guardrails") or []:
+        if g.get("name") == "latency_p99":
+            s = g.get("statistics") or {}
+            return _number(s.get("threshold_ms"))
+    return None
+
+
+def latency_cutoff(decisions: Sequence[Decision], reference: Mapping[str, Any] | None = None,
+                   upto: int | None = None) -> LatencyCutoff | None:
+    """The cut-off to name: the newest of `decisions` (up to decision `upto`) that recorded one — the judge
+    moves it with the champion's calls, so each look records its own — else the rollout's reference."""
+    for decision in sorted(decisions, key=lambda d: d.id, reverse=True):
+        if upto is not None and decision.id > upto:
+            continue
+        recorded = _recorded_cutoff(decision)
+        if recorded is not None:
+            return LatencyCutoff(recorded, decision.id)
+    start = _number((reference or {}).get("latency_threshold_ms"))
+    return LatencyCutoff(start, None) if start is not None else None
+
+
+_STEP_FROM_ZERO = re.compile(r"step (\d+)'s first look")
+
+
+def latency_source_text(reference: Mapping[str, Any]) -> str:
+    """Where a rollout's latency reference came from, steps counted from 1 as in every timeline (older
+    records say "step 0's first look")."""
+    text = str(reference.get("latency_source") or "")
+    return _STEP_FROM_ZERO.sub(lambda m: f"the first look at step {int(m.group(1)) + 1}", text)
+
+
+# ----- alerts -----
+
+
+def alert_data_time(alert: Any, decision: Decision | None = None,
+                    trained_until: datetime | None = None) -> tuple[datetime, str]:
+    """(the data time an alert is about, where that comes from). Its own record when its detail names one;
+    else the decision it announces; else (a retrain alert) the new version's training cutoff; else only the
+    wall clock it was raised at, said so."""
+    judged = judged_time(alert.detail)
+    if judged is not None:
+        return judged, "recorded"
+    if decision is not None:
+        return decision.data_time, f"decision #{decision.id}'s data time"
+    if trained_until is not None:
+        return trained_until, "the version's training cutoff"
+    return alert.created_at, "wall clock (no data time recorded)"
+
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}

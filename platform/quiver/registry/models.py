@@ -445,20 +445,31 @@ def derive_status(metrics: Mapping[str, Any]) -> tuple[str, str]:
         auc, base_auc = float(metrics["roc_auc"]), float(metrics["baseline"]["roc_auc"])
     except (KeyError, TypeError, ValueError):
         return "rejected", "its metrics hold no ROC-AUC beside a baseline's"
-    same = (" — no epoch improved on the baseline's weights it started from: it is its baseline"
+    same = ("It equals its logistic baseline: no epoch improved on the baseline's weights it started from. "
             if metrics.get("best_epoch") is not None and float(metrics["best_epoch"]) < 0 else "")
     loss, base_loss = metrics.get("log_loss"), metrics["baseline"].get("log_loss")
-    versus = f"ROC-AUC {auc:.4f} vs the baseline's {base_auc:.4f}"
+    versus = f"ROC-AUC {auc:.4f} vs the baseline's {base_auc:.4f} ({auc - base_auc:+.4f}; at most {AUC_SLACK} below)"
     if loss is None or base_loss is None:
         if auc >= base_auc - AUC_SLACK:
-            return "registered", f"{versus}: not worse than its baseline{same}"
-        return "rejected", f"{versus}: worse than its baseline by more than {AUC_SLACK}"
-    versus = f"log loss {float(loss):.5f} vs the baseline's {float(base_loss):.5f}, {versus}"
+            return "registered", f"{same or _plain(auc, base_auc, None, None)}On its test window: {versus}"
+        return "rejected", f"Worse than its baseline by more than the tolerance. On its test window: {versus}"
+    change = float(loss) / float(base_loss) - 1 if float(base_loss) > 0 else 0.0
+    versus = (f"log loss {float(loss):.5f} vs the baseline's {float(base_loss):.5f} ({change:+.1%}; at most "
+              f"{LOG_LOSS_SLACK:.0%} above), {versus}")
     if float(loss) > float(base_loss) * (1 + LOG_LOSS_SLACK):
-        return "rejected", f"{versus}: worse than its baseline (log loss more than {LOG_LOSS_SLACK:.0%} above)"
+        return "rejected", f"Worse than its baseline: its log loss is more than {LOG_LOSS_SLACK:.0%} above. {versus}"
     if auc < base_auc - AUC_SLACK:
-        return "rejected", f"{versus}: worse than its baseline (ROC-AUC more than {AUC_SLACK} below)"
-    return "registered", f"{versus}: not worse than its baseline{same}"
+        return "rejected", f"Worse than its baseline: its ROC-AUC is more than {AUC_SLACK} below. {versus}"
+    return "registered", f"{same or _plain(auc, base_auc, float(loss), float(base_loss))}On its test window: {versus}"
+
+
+def _plain(auc: float, base_auc: float, loss: float | None, base_loss: float | None) -> str:
+    """The first sentence of a registered version's reason: better than, or within the tolerance of, its
+    baseline."""
+    better_loss = loss is None or base_loss is None or loss < base_loss
+    if auc > base_auc and better_loss:
+        return "Better than its logistic baseline. "
+    return "Not worse than its logistic baseline within the tolerance (not better on every metric). "
 
 
 def _version(row: RowMapping) -> ModelVersion:

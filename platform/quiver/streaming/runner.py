@@ -431,6 +431,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Beam's and PyFlink's start-up notes (type hints, BigQuery, Cython) are not the job's story: at most warnings.
+    for chatty in ("apache_beam", "pyflink"):
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         config = load_config(args.config)
         catalog = load_catalog(args.catalog or config.catalog_dir, root=config.root)

@@ -7,7 +7,8 @@ a missing or wrong key is a 401 with the login form. /health stays open. Without
 only to loopback (`serve_console` refuses anything else).
 
 Status: a page that names something the project lacks (an unknown model, decision, rollout) is a 404
-(`NotFound`); any other failure is a 500 with the traceback logged, never passed off as a missing page.
+(`NotFound`), and so is a path the console has no page for — an HTML page naming the console's pages, never
+the framework's JSON; any other failure is a 500 with the traceback logged, never passed off as a missing page.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Form, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quiver.catalog.errors import QuiverError
 from quiver.config import Config
-from quiver.ui import catalog_pages, model_pages
+from quiver.ui import alert_pages, catalog_pages, consistency_pages, model_pages
 from quiver.ui.data import Console, NotFound
-from quiver.ui.html import esc, page
+from quiver.ui.html import NAV, esc, link, page
 
 log = logging.getLogger(__name__)
 COOKIE = "quiver_console_key"
@@ -109,6 +112,35 @@ def create_app(config: Config, api_key: str | None = None) -> FastAPI:
     async def drift(request: Request) -> Response:
         return await render(request, lambda: catalog_pages.drift_page(console))
 
+    @app.get("/alerts", response_class=HTMLResponse)
+    async def alerts(request: Request) -> Response:
+        return await render(request, lambda: alert_pages.alerts_page(console))
+
+    @app.get("/consistency", response_class=HTMLResponse)
+    async def consistency(request: Request) -> Response:
+        return await render(request, lambda: consistency_pages.consistency_page(console))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def no_such_page(request: Request, exc: StarletteHTTPException) -> Response:
+        # The framework's own answers (a path with no page, a wrong method) as a console page, not JSON.
+        if not allowed(request):
+            return _login(401, "this console needs the API key")
+        if exc.status_code == 404:
+            return _not_found(request.url.path)
+        return _html(page(f"Error {exc.status_code}", f"<p>{esc(exc.detail)}</p>", config.project), exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def not_a_number(request: Request, _: RequestValidationError) -> Response:
+        # /decisions/abc names no decision: a missing page, not a form error in JSON.
+        if not allowed(request):
+            return _login(401, "this console needs the API key")
+        return _not_found(request.url.path)
+
+    def _not_found(path: str) -> Response:
+        pages = " · ".join(link(href, text) for href, text in NAV)
+        return _html(page("Not found", f"<p>the console has no page {esc(path)}</p><p>its pages: {pages}</p>",
+                          config.project), 404)
+
     @app.get("/reports/{name}")
     async def report(request: Request, name: str) -> Response:
         if not allowed(request):
@@ -130,6 +162,11 @@ def create_app(config: Config, api_key: str | None = None) -> FastAPI:
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, api_key, httponly=True, samesite="strict")
         return response
+
+    @app.get("/favicon.ico")
+    async def favicon() -> Response:
+        # Browsers ask for it on every site; "none" is an answer, not a 404 in their console.
+        return Response(status_code=204)
 
     @app.get("/health")
     async def health() -> Response:

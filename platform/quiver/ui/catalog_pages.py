@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from quiver.catalog.freshness import freshness
 from quiver.catalog.types import duration_label
 from quiver.ui.charts import series_chart
 from quiver.ui.consistency_pages import consistency_section
@@ -16,16 +17,6 @@ from quiver.ui.html import badge, esc, link, num, page, pvalue, table, when
 
 def _micros(value: int | None) -> str:
     return duration_label(timedelta(microseconds=value)) if value else "–"
-
-
-def _age(newest: datetime | None) -> str:
-    if newest is None:
-        return "nothing stored"
-    seconds = max((datetime.now(UTC) - newest).total_seconds(), 0.0)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit} old"
-    return f"{seconds:.0f} s old"
 
 
 # Lineage input kind → the prefix of its row's id on the catalog page (view names and on-demand view
@@ -47,6 +38,7 @@ def catalog_page(console: Console) -> str:
     cat = applied.catalog
     online = sorted(v.name for v in cat.views.values() if v.online)
     newest, trouble = console.freshness(online)
+    fresh_of = freshness(newest)  # against the store's data time, never the wall clock alone
     view_rows = []
     for view in sorted(cat.views.values(), key=lambda v: v.name):
         features = [f"{esc(f.name)} <span class='muted'>{esc(f.dtype)}, last {esc(f.column)}</span>"
@@ -54,9 +46,8 @@ def catalog_page(console: Console) -> str:
         features += [f"{esc(a.name)} <span class='muted'>{esc(view.feature_dtype(a.name))}, {esc(a.fn)}"
                      f"({esc(a.column)}) over {esc(_micros(a.window_us))}</span>" for a in view.aggregations]
         timing = f"ttl {_micros(view.ttl_us)}" if view.kind == "last" else f"tile {_micros(view.tile_us)}"
-        fresh = (esc(f"{newest[view.name]:%Y-%m-%d %H:%M} ({_age(newest[view.name])})")
-                 if view.name in newest and newest[view.name] is not None
-                 else esc(_age(None)) if view.name in newest else "offline only" if not view.online else "–")
+        fresh = (esc(fresh_of.labels[view.name]) if view.name in newest
+                 else "offline only" if not view.online else "–")
         view_rows.append([f"<b id='view-{esc(view.name)}'>{esc(view.name)}</b>", esc(", ".join(view.entities)),
                           _anchor("source", view.source), esc(view.kind), "<br>".join(features), esc(timing), esc(view.owner),
                           fresh])
@@ -98,6 +89,7 @@ def catalog_page(console: Console) -> str:
             + "<h2>Feature views</h2>" + table(["view", "entities", "source", "kind", "features (type, definition)",
                                                 "ttl / tile", "owner", "online freshness (newest event held)"],
                                                view_rows, id_="views")
+            + (f"<p class='muted'>{esc(fresh_of.summary)}</p>" if fresh_of.summary else "")
             + "<h2>On-demand views (computed per request)</h2>"
             + table(["view", "request sources", "stored features in", "features out (type)", "function", "owner"],
                     on_demand_rows, empty="none", id_="on-demand")
@@ -113,6 +105,9 @@ def catalog_page(console: Console) -> str:
             + "<h2>Catalog versions</h2>" + table(["version", "applied", "author", "hash", "changes from the version "
                                                    "before"], version_rows, id_="catalog-versions"))
     return page("Catalog", body, console.config.project)
+
+
+DATA_ALERTS = ("drift", "dataset_drift", "quality", "consistency")  # the alerts about data, not models
 
 
 def drift_page(console: Console) -> str:
@@ -166,16 +161,16 @@ def drift_page(console: Console) -> str:
     report_rows = [[link(f"/reports/{p.name}", p.name), when(datetime.fromtimestamp(p.stat().st_mtime, UTC))]
                    for p in reports]
     from quiver.monitoring.repository import list_alerts
+    from quiver.ui.alert_pages import alert_views, alerts_table, by_severity
 
-    alerts = list_alerts(console.registry, "open")
+    alerts = [a for a in list_alerts(console.registry, "open", limit=1000) if a.kind in DATA_ALERTS]
     body = ("".join(sections) or "<p class='muted'>no drift runs recorded yet (quiver drift … --record, or the drift "
                                  "DAG)</p>")
     body += consistency_section(console)
     body += "<h2>Reports</h2>" + table(["report", "written"], report_rows, empty="no HTML reports under data/reports")
-    body += "<h2 id='alerts'>Open alerts</h2>" + table(
-        ["alert", "kind", "subject", "severity", "seen", "last seen", "title"],
-        [[f"#{a.id}", esc(a.kind), esc(a.subject), badge(a.severity), num(a.occurrences), when(a.last_seen_at),
-          esc(a.title)] for a in alerts], empty="no open alerts")
+    body += ("<h2 id='alerts'>Open drift, quality and consistency alerts</h2>"
+             + alerts_table(by_severity(alert_views(console, alerts)))
+             + f"<p>{link('/alerts', 'every alert')}</p>")
     return page("Drift and quality", body, console.config.project)
 
 

@@ -1,5 +1,6 @@
 """Inline SVG charts for the console (no script, no external file): a guardrail's confidence sequence over
-a rollout's looks against its floor, and drift scores over data time.
+a rollout's looks against its floor (x: each look's data time, as the evaluation report reads), and drift
+scores over data time.
 
 Ticks come from matplotlib's `MaxNLocator` (steps of 1, 2, 2.5 or 5 × 10^k), so an axis reads 0, 0.0001,
 0.0002 rather than −7.86e-05 … 0.000203; every y-axis names what it measures and in which unit."""
@@ -14,21 +15,22 @@ from datetime import UTC, datetime
 
 from matplotlib.ticker import MaxNLocator
 
-from quiver.registry.explain import Look
+from quiver.registry.explain import LatencyCutoff, Look, milliseconds
 from quiver.ui.html import esc
 
 WIDTH, HEIGHT, PAD_L, PAD_R, PAD_T, PAD_B = 560, 250, 74, 150, 42, 40
 STATUS_COLORS = {"pass": "#1b6e2a", "fail": "#b3261e", "wait": "#9a6700"}
 QUALITY = ("log_loss", "brier")  # guardrails that need labels
 TOP_LINES = 6  # more lines than this tangle: a chart keeps the highest and says which
+X_LABEL_PX = 58  # the width of an x label ("11-09 06:00" at 9 px) and a gap
 _LABELLED = re.compile(r"(\d+) canary / (\d+) champion labelled")
 
 
-def axis_label(name: str, threshold_ms: float | None = None) -> str:
-    """What a guardrail's y-axis measures (canary − champion), with its unit."""
+def axis_label(name: str, cutoff: LatencyCutoff | None = None) -> str:
+    """What a guardrail's y-axis measures (canary − champion), with its unit; latency names the one recorded
+    cut-off the page names too (the subtitle says whose)."""
     if name == "latency_p99":
-        over = f"{threshold_ms:.3g} ms" if threshold_ms is not None else "the threshold (ms)"
-        return f"Δ share of calls > {over}"
+        return f"Δ share of calls > {cutoff.value if cutoff is not None else 'the cut-off (ms)'}"
     return {"error_rate": "Δ share of calls failed", "score_shift": "score distance (W1, score units)",
             "log_loss": "Δ log loss (nats per row)", "brier": "Δ Brier score"}.get(name, f"Δ {name}")
 
@@ -130,11 +132,20 @@ def _fail_label(fail: float, floor: float | None) -> str:
     return f"fails above {fail:.3g}"
 
 
+def _look_labels(looks: Sequence[Look]) -> tuple[list[str], int]:
+    """Each look's x label (its data time, else its decision) and the stride that keeps labels apart."""
+    texts = [f"{look.data_time:%m-%d %H:%M}" if look.data_time is not None else f"#{look.decision_id}"
+             for look in looks]
+    room = (WIDTH - PAD_L - PAD_R) / max(len(looks), 1)
+    return texts, max(1, math.ceil(X_LABEL_PX / room))
+
+
 def guardrail_chart(name: str, looks: Sequence[Look], what: str = "canary − champion",
-                    kind: str = "canary_step", *, threshold_ms: float | None = None, reason: str = "") -> str:
+                    kind: str = "canary_step", *, cutoff: LatencyCutoff | None = None, reason: str = "") -> str:
     """One guardrail over a rollout's looks: estimate (dot, coloured by verdict) and confidence sequence
     (bar), the floor (dashed: pass when the whole bar is below it) and the fail line (dotted: fail when the
-    whole bar is above it). `reason`: the judge's latest word, shown when no look has an estimate yet.
+    whole bar is above it). `reason`: the judge's latest word, shown when no look has an estimate yet; the
+    x-axis: each look's data time (every few looks' when they crowd).
 
     The y-range follows the estimates and the floor lines; a bar far wider than that (an early look) is cut
     at the edge (an arrowhead marks the cut) so the floor lines stay apart."""
@@ -149,8 +160,11 @@ def guardrail_chart(name: str, looks: Sequence[Look], what: str = "canary − ch
     low, high = ticks[0], ticks[-1]
     attrs = (f"aria-label='{esc(name)} confidence sequence over looks' class='cs-chart' data-guardrail='{esc(name)}' "
              f"data-kind='{esc(kind)}'")
-    parts = [_frame(f"{name}: {what} per look", "dot: estimate · bar: confidence sequence",
-                    axis_label(name, threshold_ms), ticks, HEIGHT, attrs)]
+    subtitle = "dot: estimate · bar: confidence sequence"
+    if name == "latency_p99" and cutoff is not None:
+        subtitle = f"cut-off {cutoff.value}: " + ("the rollout's reference" if cutoff.decision_id is None else
+                                                  f"as decision #{cutoff.decision_id} recorded it") + " · " + subtitle
+    parts = [_frame(f"{name}: {what} per look", subtitle, axis_label(name, cutoff), ticks, HEIGHT, attrs)]
     levels = [(0.0, "#99a1aa", "2,0", "")]
     if floor is not None:
         levels.append((floor, "#b3261e", "6,4", f"floor {floor:.3g}"))
@@ -160,9 +174,11 @@ def guardrail_chart(name: str, looks: Sequence[Look], what: str = "canary − ch
     empty = not any(look.estimate is not None for look in looks)
     if empty:
         parts.append(_note(empty_note(name, reason)))
+    labels, stride = _look_labels(looks)
     for i, look in enumerate(looks):
         x = _x(i, len(looks))
         color = STATUS_COLORS.get(look.status, "#66707a")
+        own_cutoff = f"; its cut-off {milliseconds(look.threshold_ms)}" if look.threshold_ms is not None else ""
         if look.estimate is None and not empty:  # a gap among drawn looks: say it is missing, not zero
             # written upwards from the x-axis: looks sit closer together than the words are wide
             base = HEIGHT - PAD_B - 4
@@ -172,8 +188,8 @@ def guardrail_chart(name: str, looks: Sequence[Look], what: str = "canary − ch
             bottom, top = max(look.lower, low), min(look.upper, high)
             parts.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{_y(bottom, low, high):.1f}' "
                          f"y2='{_y(top, low, high):.1f}' stroke='{color}' stroke-width='3' "
-                         f"stroke-linecap='round'><title>decision #{look.decision_id}: [{look.lower:.4g}, "
-                         f"{look.upper:.4g}]</title></line>")
+                         f"stroke-linecap='round'><title>decision #{look.decision_id} ({labels[i]}): "
+                         f"[{look.lower:.4g}, {look.upper:.4g}]{own_cutoff}</title></line>")
             for cut, edge, sign in ((look.upper > high, high, -1), (look.lower < low, low, 1)):
                 if cut:
                     y = _y(edge, low, high)
@@ -183,10 +199,14 @@ def guardrail_chart(name: str, looks: Sequence[Look], what: str = "canary − ch
             parts.append(f"<circle cx='{x:.1f}' cy='{_y(look.estimate, low, high):.1f}' r='4' fill='{color}'>"
                          f"<title>decision #{look.decision_id} ({look.status}): estimate {look.estimate:.4g}"
                          f"</title></circle>")
-        parts.append(f"<text x='{x:.1f}' y='{HEIGHT - PAD_B + 14}' font-size='10' text-anchor='middle'>"
-                     f"#{look.decision_id}</text><text x='{x:.1f}' y='{HEIGHT - PAD_B + 26}' font-size='9' "
-                     f"text-anchor='middle' fill='#66707a'>{esc(look.status)}</text>")
-    parts.append("</svg>")
+        if i % stride == 0:  # a time under every look while they fit, else under every `stride`-th
+            parts.append(f"<text x='{x:.1f}' y='{HEIGHT - PAD_B + 13}' font-size='9' text-anchor='middle' "
+                         f"class='x-tick'>{esc(labels[i])}</text>")
+            if stride == 1:
+                parts.append(f"<text x='{x:.1f}' y='{HEIGHT - PAD_B + 24}' font-size='9' text-anchor='middle' "
+                             f"fill='#66707a'>{esc(look.status)}</text>")
+    parts.append(f"<text x='{(PAD_L + WIDTH - PAD_R) / 2:.1f}' y='{HEIGHT - 4}' font-size='10' "
+                 f"text-anchor='middle' fill='#3c4650'>data time of each look (UTC)</text></svg>")
     return "".join(parts)
 
 

@@ -1,6 +1,7 @@
-"""The console's online/offline consistency section (on the drift and quality page): the consistency job's runs
-per subject over data time, each feature's wrong share against its threshold, and the newest run's
-per-feature counts with the causes of its differences."""
+"""The console's online/offline consistency: the `/consistency` page (every run, newest first, then each
+subject's section) and the section the drift and quality page shows too: the consistency job's runs per
+subject over data time, each feature's wrong share against its threshold, and the newest run's per-feature
+counts with the causes of its differences."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from quiver.ui.charts import series_chart
 from quiver.ui.data import Console
-from quiver.ui.html import badge, esc, num, table, when
+from quiver.ui.html import badge, esc, link, num, page, table, when
 
 _CAUSES = {"late_event": "late event", "ttl_boundary": "TTL edge", "stream_lag": "stream lag",
            "materialization_gap": "materialization gap", "unexplained": "unexplained"}
@@ -40,7 +41,7 @@ def consistency_section(console: Console) -> str:
             for result in results_of[run["id"]]:
                 wrong.setdefault(result["feature"], []).append((end, float(result["wrong_rate"] or 0.0)))
         thresholds = sorted({float(r["threshold"]) for r in results})
-        anchor = "consistency-" + "".join(c if c.isalnum() else "-" for c in subject)
+        anchor = _anchor(subject)
         body += f"<h3 id='{esc(anchor)}'>{esc(subject or 'all served features')}</h3>"
         body += table(["run", "data window", "rows logged", "compared", "features", "inconsistent", "status",
                        "computed at"],
@@ -60,6 +61,30 @@ def consistency_section(console: Console) -> str:
               esc(_causes(r.get("causes") or {}))] for r in results],
             numeric=tuple(range(2, 11)))
     return body
+
+
+def consistency_page(console: Console) -> str:
+    """Every consistency run (newest first, linked to its subject's section), then each subject's section."""
+    from quiver.monitoring.consistency_records import consistency_runs_of
+
+    runs = consistency_runs_of(console.registry, limit=200)
+    rows = [[num(r["id"]), link(f"#{_anchor(str(r['subject']))}", r["subject"] or "all served features"),
+             f"{_utc(r['window_start']):%Y-%m-%d %H:%M} → {_utc(r['window_end']):%Y-%m-%d %H:%M}",
+             num(r["rows_compared"]), num(r["n_inconsistent"]), badge(r["status"]), when(r["finished_at"])]
+            for r in runs]
+    body = ("<p class='muted'>Served feature values replayed through the point-in-time engine, per run: the data "
+            "window it checked, the rows compared and the features whose served values differ from the offline "
+            "store's beyond their threshold.</p><h2>Every run, newest first</h2>"
+            + table(["run", "subject", "data window", "compared", "inconsistent features", "status", "computed at"],
+                    rows, numeric=(3, 4), id_="consistency-runs",
+                    empty="no consistency runs recorded yet (quiver consistency --model NAME, or the drift DAG's "
+                          "check_consistency task)")
+            + (consistency_section(console) if runs else ""))
+    return page("Online/offline consistency", body, console.config.project)
+
+
+def _anchor(subject: str) -> str:
+    return "consistency-" + "".join(c if c.isalnum() else "-" for c in subject)
 
 
 def _freshness(freshness: dict[str, Any]) -> str:

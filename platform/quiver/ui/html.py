@@ -27,7 +27,7 @@ code{background:#eef1f4;padding:1px 4px;border-radius:3px}svg{background:#fff;bo
 a{color:#0b57d0}
 """
 NAV = (("/", "Home"), ("/catalog", "Catalog"), ("/models", "Models"), ("/rollouts", "Rollouts"),
-       ("/drift", "Drift & quality"))
+       ("/alerts", "Alerts"), ("/drift", "Drift & quality"), ("/consistency", "Consistency"))
 
 
 def esc(value: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,39 @@ def hour_folders(location: Location, start: datetime | None = None, end: datetim
         folders += [f"{directory}/{day}/{hour}" for hour in location.children(f"{directory}/{day}")
                     if hour.startswith("hour=") and _overlaps(day[5:], hour[5:], start, end)]
     return folders
+
+
+def logged_span(root: str | Path | Location) -> tuple[datetime, datetime] | None:
+    """[start of the first hour, end of the last hour) holding serving logs, or None when there are none: what
+    an empty read names so its reader can ask for a window that has rows. Lists day folders and the hours of
+    the first and last day only."""
+    location = as_location(root)
+    directory = location.path(LOG_DIR)
+    days = sorted(d for d in location.children(directory) if d.startswith("date="))
+
+    def hours(day: str) -> list[datetime]:
+        found = []
+        for hour in location.children(f"{directory}/{day}"):
+            try:
+                found.append(datetime.strptime(f"{day[5:]} {hour[5:]}", "%Y-%m-%d %H").replace(tzinfo=UTC))
+            except ValueError:
+                continue  # not an hour folder
+        return sorted(found)
+
+    first = next((h[0] for d in days if (h := hours(d))), None)
+    last = next((h[-1] for d in reversed(days) if (h := hours(d))), None)
+    if first is None or last is None:
+        return None
+    return first, last + timedelta(hours=1)
+
+
+def span_hint(root: str | Path | Location) -> str:
+    """'the serving logs hold 2026-11-08 00:00 … 2026-11-18 12:00 UTC' (or 'there are no serving logs under
+    ROOT'): the second half of every "no rows" error about serving logs."""
+    span = logged_span(root)
+    if span is None:
+        return f"there are no serving logs under {as_location(root).root}"
+    return f"the serving logs hold {span[0]:%Y-%m-%d %H:%M} … {span[1]:%Y-%m-%d %H:%M} UTC"
 
 
 def read_files(location: Location, files: list[str]) -> list[pa.Table]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from quiver.catalog.errors import NoRowsError
 from quiver.pipelines.loop_common import CHALLENGER, CHAMPION, Project, iso
 
 SHADOW = "shadow"
@@ -78,8 +79,11 @@ def shadow_verdict(project: Project, model: str, as_of: datetime, *, min_pairs: 
     champion, shadow = aliases.get(CHAMPION), aliases.get(SHADOW)
     if champion is None or shadow is None:
         return {"model": model, "verdict": "none", "reason": "no shadow to judge", "handed_on": False}
-    result = evaluate_shadow(project.config, model, champion_version=champion, shadow_version=shadow,
-                             start=None, end=as_of, as_of=as_of, settings=ShadowSettings(min_pairs=min_pairs))
+    try:
+        result = evaluate_shadow(project.config, model, champion_version=champion, shadow_version=shadow,
+                                 start=None, end=as_of, as_of=as_of, settings=ShadowSettings(min_pairs=min_pairs))
+    except NoRowsError as exc:  # no labelled pair at all: no verdict, unless the shadow ran out of time
+        return _without_pairs(project, model, champion, shadow, as_of, str(exc))
     assert result.decision_id is not None
     from quiver.monitoring import faults
 
@@ -95,6 +99,32 @@ def shadow_verdict(project: Project, model: str, as_of: datetime, *, min_pairs: 
     actions = apply_shadow_decision(project, result.decision_id, shadow, expired=expired)
     return {**summary, "expired": expired, "actions": list(actions),
             "handed_on": result.verdict in GOOD_VERDICTS}
+
+
+def _without_pairs(project: Project, model: str, champion: int, shadow: int, as_of: datetime,
+                   why: str) -> dict[str, Any]:
+    """A shadow with no labelled pair yet is not judged (an empty comparison is never recorded as one). Once it
+    has shadowed `loop_max_shadow_days`, the lack of evidence is itself the decision: `inconclusive`, recorded
+    with why, and the challenger is dropped as expired, so a version no traffic reaches cannot block retraining."""
+    from quiver.monitoring.evaluation import idempotency_key
+    from quiver.registry import rollouts
+
+    summary = {"model": model, "champion": f"{model}:{champion}", "challenger": f"{model}:{shadow}",
+               "labelled_pairs": 0, "log_loss_diff": None, "log_loss_upper": None, "auc": {}, "as_of": iso(as_of),
+               "handed_on": False}
+    days = project.config.loop_max_shadow_days
+    if as_of - shadow_since(project, model, shadow) < timedelta(days=days):
+        return {**summary, "verdict": "none", "reason": why, "expired": False, "actions": []}
+    reason = f"no labelled pair in {days:g} day(s) of shadowing: {why}"
+    decision = rollouts.record_decision(
+        project.registry, model, kind="shadow_evaluation", outcome="inconclusive",
+        statistics={"verdict": "inconclusive", "reason": reason, "labeled_pairs": 0, "as_of": iso(as_of)},
+        idempotency_key=idempotency_key("shadow without pairs", model, champion, shadow, iso(as_of)),
+        champion_version=f"{model}:{champion}", candidate_version=f"{model}:{shadow}", by="quiver_shadow_eval",
+        at=as_of)
+    actions = apply_shadow_decision(project, decision.id, shadow, expired=True)
+    return {**summary, "verdict": "inconclusive", "reason": reason, "decision_id": decision.id, "expired": True,
+            "actions": list(actions)}
 
 
 def apply_shadow_decision(project: Project, decision_id: int, version: int, *, expired: bool) -> tuple[str, ...]:

@@ -84,7 +84,7 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
     from quiver.catalog.references import resolve_features
     from quiver.models import artifact, data, metrics, train
     from quiver.models import reference as drift_reference
-    from quiver.models.network import NetworkConfig
+    from quiver.models.network import NetworkConfig, embedding_dim
     from quiver.registry import Registry
     from quiver.registry.repository import load_applied_catalog
 
@@ -159,16 +159,18 @@ def run_training(config: Config, service: str = "fraud_model", window: str | tim
         say("warning: the test window's positive rate is under half the training window's: its labels look "
             "immature (positives arrive later). An earlier cutoff or a longer window gives the gate a fair test.")
     network = NetworkConfig(n_numeric=len(numeric), cardinalities=prep.cardinalities, hidden=cfg.hidden,
-                            dropout=cfg.dropout, wide=cfg.wide)
+                            dropout=cfg.dropout, wide=cfg.wide, members=cfg.members,
+                            embedding_dims=tuple(embedding_dim(c, cfg.embedding_max) for c in prep.cardinalities))
 
     # ----- train (resumes from the checkpoint of an identical killed run) -----
     run_key = f"{end:%Y%m%dT%H%M}-{duration_label(span)}-s{seed}"
     # A shared artifact root lets a retry on another worker resume; an object store keeps them on this host.
     checkpoints = store.checkpoint_dir(name, run_key) or config.root / ".quiver" / "checkpoints" / name / run_key
-    # The baseline is fitted first: a wide network starts from its weights (and is judged against it on test).
+    # The baseline is fitted first: it is judged beside the network on test (and may be its starting point).
     baseline = metrics.fit_baseline(train_t.numeric.numpy(), train_t.categorical.numpy(), prep.cardinalities,
                                     train_t.label.numpy(), seed=seed)
-    linear = metrics.baseline_weights(baseline, train_t.numeric.shape[1]) if cfg.wide else None
+    linear = metrics.baseline_weights(baseline, train_t.numeric.shape[1]) \
+        if cfg.wide and cfg.start_from_baseline else None
     outcome = train.train(train_t, valid_t, network, cfg, device=device, checkpoint_dir=checkpoints, log=say,
                           linear_start=linear)
 

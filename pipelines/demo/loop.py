@@ -109,6 +109,8 @@ def decision_of(run: dict[str, Any]) -> tuple[str, str]:
         if tasks.get("verdict") != "success":
             return "waiting for labels", run.get("why") or f"label sensor {tasks.get('wait_for_labels')}"
         v = r["verdict"]
+        if not v.get("labelled_pairs"):  # no labelled pair: no comparison, only why (and an expiry)
+            return v["verdict"], str(v.get("reason", ""))
         return (f"{v['verdict']}{' → canary' if v.get('handed_on') else ''}",
                 f"{v['labelled_pairs']:,} labelled pairs, log-loss Δ {v['log_loss_diff']:+.4f}, "
                 f"AUC {v['auc'].get('champion', 0):.3f} → {v['auc'].get('shadow', 0):.3f}")

@@ -151,10 +151,14 @@ def test_an_inconclusive_challenger_is_dropped_after_the_maximum_shadow_duration
     loop = loop_project(project, loop_max_shadow_days=1.0)
     start_shadow(loop, MODEL)
     assert busy_with(loop, MODEL) is not None  # a shadowed challenger blocks retraining…
+    # No labelled pair yet: no verdict and nothing recorded (an empty comparison is not evidence)…
     early = shadow_verdict(loop, MODEL, datetime.now(UTC), min_pairs=300)
-    assert early["verdict"] == "inconclusive" and not early["expired"]
+    assert early["verdict"] == "none" and not early["expired"] and "no rows compared" in early["reason"], early
+    assert rollouts.list_decisions(project.registry, MODEL, kind="shadow_evaluation") == []
+    # …until the shadow has run its maximum: then the lack of evidence is the decision, and it expires.
     later = shadow_verdict(loop, MODEL, datetime.now(UTC) + timedelta(days=1, seconds=1), min_pairs=300)
-    assert later["verdict"] == "inconclusive" and later["expired"]
+    assert later["verdict"] == "inconclusive" and later["expired"], later
+    assert "no labelled pair in 1 day(s) of shadowing" in later["reason"]
     assert project.models.aliases(MODEL) == {"champion": v1}
     assert busy_with(loop, MODEL) is None  # …until it expires
     expired = AlertManager(project.registry).open_alerts("shadow_expired")

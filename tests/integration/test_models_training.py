@@ -1,6 +1,7 @@
 """Training end to end on the synthetic demo data (pre-drift window, CPU): `quiver train` as a user runs it,
 the registered version beats the logistic-regression baseline, its artifact and reference distribution load
-back, the `quiver models` commands, a rejected version, and a feature removed from the catalog."""
+back, the `quiver models` commands, a rejected version, and a feature removed from the catalog. And the
+demo's own first champion (its data, window and seed): a network that earns its place beside its baseline."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import replace
 from datetime import date
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -164,3 +166,36 @@ def test_a_model_worse_than_the_baseline_is_rejected_and_gets_no_alias(project: 
     assert models.aliases("weak") == {}
     with pytest.raises(QuiverError, match=r"rejected .* can never get an alias"):
         models.set_alias("weak", "champion", result.version.version, expected=None, reason="force it")
+
+
+@pytest.fixture(scope="module")
+def demo_champion(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The demo's first champion, trained as `make demo` trains it: the demo's generator settings (seed 7,
+    6,000 transactions a day, 1,500 users, drift from day 8), its pre-drift window [11-01, 11-09), seed 0."""
+    from quiver.offline.backfill import backfill
+    from quiver.pipelines.training import run_training
+
+    root = tmp_path_factory.mktemp("demo_champion")
+    shutil.copytree(REPO / "feature_defs", root / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "quiver.yaml", root / "quiver.yaml")
+    start = date(2026, 11, 1)
+    generate(root / "data", days=10, start=start, seed=7, drift_from_day=8, late_fraction=0.01,
+             malformed_fraction=0.001, transactions_per_day=6_000, users=1_500)
+    config = load_config(root)
+    catalog = load_catalog(config.catalog_dir, root=root)
+    Registry(config.registry, project=config.project).apply(catalog, author="test")
+    backfill(config, catalog, start, date(2026, 11, 9), threads=1)
+    return run_training(config, "fraud_model", "8d", "2026-11-09", device="cpu", seed=0, log=lambda _: None)
+
+
+def test_the_demos_first_champion_beats_its_logistic_baseline_on_the_test_window(demo_champion: Any) -> None:
+    # Before: the network started as the baseline and no epoch improved on it ("best epoch -1"), so the
+    # champion equalled its logistic regression on every metric (ROC-AUC 0.8670 both). Now an ensemble of
+    # small MLPs on log-scaled amounts and counts, started at the base rate, is ahead on the rows neither
+    # model selected on (seeds 0-4: +0.011 to +0.014 ROC-AUC, docs/models.md).
+    metrics, baseline = demo_champion.metrics, demo_champion.baseline
+    assert demo_champion.status == "registered"
+    assert metrics["best_epoch"] >= 0  # a trained epoch, not the starting point
+    assert metrics["roc_auc"] >= baseline["roc_auc"] + 0.01, (metrics["roc_auc"], baseline["roc_auc"])
+    assert metrics["log_loss"] < baseline["log_loss"] and metrics["brier"] <= baseline["brier"]
+    assert demo_champion.rows["test"] > 5_000 and baseline["positive_rate"] * baseline["rows"] > 50

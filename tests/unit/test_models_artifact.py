@@ -121,3 +121,26 @@ def test_scoring_imports_only_torch_numpy_and_the_light_core() -> None:
             "'pipelines', 'quiver.models.train', 'quiver.offline.pit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_ensemble_with_log_scaled_inputs_round_trips_and_scores_as_trained(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "data/tx/part-0.parquet", transactions())
+    catalog = make_catalog(tmp_path)
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"amount": np.exp(rng.normal(3.0, 1.2, 400)), "spend": rng.normal(size=400),
+                          "category": rng.choice(["grocery", "fuel", None], 400).astype(object)})
+    prep = data.fit_preprocessor(frame, ["amount", "spend"], ["category"], min_count=1)
+    assert prep.log_ == (True, False)
+    torch.manual_seed(0)
+    model = TabularNet(NetworkConfig(2, prep.cardinalities, (8,), 0.0, wide=True, members=3)).eval()
+    numeric, categorical = prep.transform(frame)
+    with torch.inference_mode():
+        expected = torch.sigmoid(model.member_logits(torch.from_numpy(numeric),
+                                                     torch.from_numpy(categorical)).mean(dim=1).double()).numpy()
+    folder, sha = save_artifact(tmp_path / "models", "fraud", model, prep,
+                                feature_refs=["user_last:amount", "user_spend:spend", "user_last:category"],
+                                catalog_version=3, catalog_hash=catalog.content_hash, label_column="is_fraud",
+                                reference=frame.assign(score=expected))
+    scorer = load_model(folder, catalog, expected_sha256=sha)
+    assert scorer.model.config.members == 3 and scorer.preprocessor.log_ == (True, False)
+    np.testing.assert_allclose(scorer.predict(frame), expected, rtol=0, atol=1e-6)

@@ -104,3 +104,44 @@ def test_baseline_learns_a_linear_signal_from_numeric_and_one_hot_inputs() -> No
     model = metrics.fit_baseline(x, c, (4,), y)
     auc = metrics.classification_metrics(y, metrics.baseline_scores(model, x, c))["roc_auc"]
     assert auc > 0.8
+
+
+def test_long_tailed_non_negative_columns_are_standardized_on_the_log_scale() -> None:
+    rng = np.random.default_rng(0)
+    amounts = np.exp(rng.normal(3.5, 1.0, 2_000))  # log-normal: a long right tail
+    train = pd.DataFrame({"amount": amounts, "count": rng.poisson(0.5, 2_000) * rng.integers(1, 30, 2_000),
+                          "share": rng.random(2_000), "flag": (rng.random(2_000) < 0.05).astype(float),
+                          "ratio": rng.normal(size=2_000) ** 3})  # long-tailed but negative: not log-scaled
+    prep = data.fit_preprocessor(train, list(train.columns), [])
+    assert dict(zip(prep.numeric, prep.log_, strict=True)) == {"amount": True, "count": True, "share": False,
+                                                               "flag": False, "ratio": False}
+    assert prep.mean_[0] == pytest.approx(np.log1p(amounts).mean())
+    numeric, _ = prep.transform(train)
+    assert numeric[:, 0] == pytest.approx((np.log1p(amounts) - prep.mean_[0]) / prep.std_[0], abs=1e-5)
+    # On the raw scale the largest amounts sat ~20 stds out and everything else near 0; on the log scale
+    # the column spreads like a normal one.
+    assert np.abs(numeric[:, 0]).max() < 5
+    # Serving: a negative value of a log-scaled column reads as 0 (the training minimum's side), a NaN is
+    # still a null, and an artifact written before log scaling (no "log" key) encodes as it always did.
+    served, _ = prep.transform({**{c: np.zeros(2) for c in train.columns}, "amount": np.array([-5.0, np.nan])})
+    assert served[0, 0] == pytest.approx((0 - prep.mean_[0]) / prep.std_[0], abs=1e-5)
+    assert served[1, 0] == 0.0 and served[1, 1] == 1.0
+    assert Preprocessor.from_dict(prep.to_dict()) == prep
+    old = {k: v for k, v in prep.to_dict().items() if k != "log"}
+    assert Preprocessor.from_dict(old).log_ == ()
+    assert Preprocessor.from_dict(old).transform(train)[0][0, 0] == \
+        pytest.approx((amounts[0] - prep.mean_[0]) / prep.std_[0], abs=1e-4)
+    with pytest.raises(ValueError, match="flags"):
+        Preprocessor(("x", "y"), (), (0.0, 0.0), (1.0, 1.0), (), (True,))
+
+
+def test_the_online_block_is_not_changed_by_log_scaling() -> None:
+    from quiver.online.base import ColumnBlock
+
+    prep = Preprocessor(("amount", "count"), (), (1.0, 0.0), (2.0, 1.0), (), (True, False))
+    values = np.array([[10.0, 3.0], [np.inf, -1.0]])
+    block = ColumnBlock(("amount", "count"), values.copy())
+    numeric, _ = prep.transform(block)
+    assert np.array_equal(block.array, values)  # the caller's (the online read's) array, untouched
+    assert numeric[0, 0] == pytest.approx((np.log1p(10.0) - 1.0) / 2.0) and numeric[1, :2].tolist() == [0.0, 1.0]
+    assert numeric[:, 2].tolist() == [3.0, -1.0]

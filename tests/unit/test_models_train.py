@@ -15,7 +15,8 @@ from quiver.models import data
 from quiver.models.network import NetworkConfig, TabularNet, embedding_dim
 from quiver.models.train import TrainConfig, lr_at, pick_device, precision_for, train
 
-SMALL = TrainConfig(epochs=4, batch_size=128, patience=10, hidden=(16, 8), threads=1)
+# A faster rate than the default: the synthetic sets are small (12 steps an epoch).
+SMALL = TrainConfig(epochs=4, batch_size=128, learning_rate=3e-3, patience=10, hidden=(16, 8), threads=1)
 
 
 def synthetic(n: int = 2_000, seed: int = 0) -> tuple[data.Tensors, data.Tensors, NetworkConfig]:
@@ -141,3 +142,50 @@ def test_start_from_linear_needs_a_wide_network() -> None:
     _, _, net = synthetic()
     with pytest.raises(ValueError, match="wide=True"):
         TabularNet(net).start_from_linear(torch.zeros(8), [torch.zeros(c) for c in net.cardinalities], 0.0)
+
+
+def test_an_ensemble_is_one_dense_network_whose_members_train_apart_and_average() -> None:
+    tr, va, net = synthetic()
+    ensemble = replace(net, members=4, wide=True)
+    outcome = train(tr, va, ensemble, SMALL, device="cpu", log=quiet)
+    model = outcome.model
+    # Stored and scored as one dense network of 4 × the widths; a member's units never see another
+    # member's embeddings or units (those weights are 0 after training too).
+    first, second = model.body[0].weight, model.body[3].weight
+    assert first.shape == (4 * 16, 2 * 4 + 4 * sum(net.embedding_dims)) and second.shape == (4 * 8, 4 * 16)
+    for m in range(4):
+        others = [o for o in range(4) if o != m]
+        assert not second[m * 8:(m + 1) * 8].view(8, 4, 16)[:, others].any()
+        embedding_columns = first[m * 16:(m + 1) * 16, 2 * 4:].view(16, 4, -1)  # one categorical feature
+        assert not embedding_columns[:, others].any() and embedding_columns[:, m].all()
+    with torch.inference_mode():
+        members = model.member_logits(va.numeric, va.categorical)
+        ensemble_logits = model(va.numeric, va.categorical)
+    assert members.shape == (len(va), 4)
+    assert torch.allclose(members.mean(dim=1), ensemble_logits, atol=1e-5)
+    assert not torch.allclose(members[:, 0], members[:, 1])  # members differ: each had its own start
+    assert np.array_equal(weights(model)["head.weight"],
+                          weights(train(tr, va, ensemble, SMALL, device="cpu", log=quiet).model)["head.weight"])
+    with pytest.raises(ValueError, match="needs a hidden layer"):
+        NetworkConfig(2, (), (), members=2)
+
+
+def test_a_network_starts_at_the_base_rate_of_its_training_split() -> None:
+    tr, _, net = synthetic()
+    model = TabularNet(replace(net, wide=True))
+    rate = float(tr.label.mean())
+    model.start_at_base_rate(rate)
+    assert model.head.bias.item() == pytest.approx(np.log(rate / (1 - rate)))
+    assert model.wide_numeric is not None and not model.wide_numeric.weight.any()
+    with torch.no_grad():
+        start = torch.sigmoid(model.eval()(tr.numeric, tr.categorical)).mean().item()
+    assert start == pytest.approx(rate, abs=0.1)  # the MLP's small random output aside
+    # Started so, every epoch is a candidate: the best epoch is a trained one, never the start (-1).
+    assert train(*synthetic(), SMALL, device="cpu", log=quiet).best_epoch >= 0
+
+
+def test_network_config_of_an_artifact_from_before_ensembles_is_one_member() -> None:
+    _, _, net = synthetic()
+    stored = {k: v for k, v in net.to_dict().items() if k != "members"}
+    assert NetworkConfig.from_dict(stored) == net and net.members == 1
+    assert NetworkConfig.from_dict(replace(net, members=3).to_dict()).members == 3

@@ -5,7 +5,9 @@ in the artifact; nothing here ever refits them.
 
 * numeric: non-finite values count as null; each feature becomes two inputs, the standardized value
   (nulls filled with the training mean, i.e. 0 after standardizing) and a 0/1 null indicator. A column that
-  was all null or constant in training gets std 1, so it can never produce a NaN.
+  was all null or constant in training gets std 1, so it can never produce a NaN. A long-tailed column that
+  was never negative in training (amounts, counts: `log_` marks it) is standardized as log(1 + x), x < 0
+  read as 0: on the raw scale a few huge amounts set the scale and everything else sits near 0.
 * categorical: index 0 = null, 1 = out of vocabulary (unseen or rare in training), 2.. = the vocabulary.
 """
 
@@ -41,6 +43,11 @@ class Preprocessor:
     mean_: tuple[float, ...]
     std_: tuple[float, ...]
     vocab_: tuple[tuple[Any, ...], ...]
+    log_: tuple[bool, ...] = ()  # per numeric feature: standardize log(1 + x); () = none (older artifacts)
+
+    def __post_init__(self) -> None:
+        if self.log_ and len(self.log_) != len(self.numeric):
+            raise ValueError(f"log_ has {len(self.log_)} flags for {len(self.numeric)} numeric features")
 
     @property
     def features(self) -> list[str]:
@@ -81,6 +88,11 @@ class Preprocessor:
         n = len(values)
         mean, std = self._stats
         null = ~np.isfinite(values)
+        logged = self._logged
+        if logged is not None:
+            values = values.copy()  # the caller's block (the online store's) stays as it was
+            with np.errstate(invalid="ignore"):  # NaN stays NaN (null); it is replaced below
+                values[:, logged] = np.log1p(np.maximum(values[:, logged], 0.0))
         z = (np.where(null, mean, values) - mean) / std
         np.clip(z, -CLIP, CLIP, out=z)
         numeric = np.empty((n, 2 * len(self.numeric)), dtype=np.float32)
@@ -97,17 +109,23 @@ class Preprocessor:
         return np.asarray(self.mean_, dtype=np.float64), np.asarray(self.std_, dtype=np.float64)
 
     @cached_property
+    def _logged(self) -> np.ndarray | None:
+        """Column positions of the log-scaled features, or None when there are none."""
+        return np.flatnonzero(self.log_) if any(self.log_) else None
+
+    @cached_property
     def _lookups(self) -> tuple[VocabLookup, ...]:
         return tuple(VocabLookup(v) for v in self.vocab_)
 
     def to_dict(self) -> dict[str, Any]:
         return {"numeric": list(self.numeric), "categorical": list(self.categorical), "mean": list(self.mean_),
-                "std": list(self.std_), "vocab": [list(v) for v in self.vocab_]}
+                "std": list(self.std_), "vocab": [list(v) for v in self.vocab_], "log": list(self.log_)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Preprocessor:
         return cls(tuple(data["numeric"]), tuple(data["categorical"]), tuple(map(float, data["mean"])),
-                   tuple(map(float, data["std"])), tuple(tuple(v) for v in data["vocab"]))
+                   tuple(map(float, data["std"])), tuple(tuple(v) for v in data["vocab"]),
+                   tuple(map(bool, data.get("log", ()))))
 
 
 def as_float(values: Any, name: str = "") -> np.ndarray:

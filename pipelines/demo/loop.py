@@ -38,7 +38,9 @@ class Story:
     start: date
     days: int
     drift_from_day: int
-    retrain_window_days: int = 3
+    # A week, as production's default: the champion learnt from 8 days, and a challenger trained on 3 lost to
+    # it on its own test rows (ROC-AUC 0.874 vs 0.890); on 7 days it wins (0.885 vs 0.875 at the first cutoff).
+    retrain_window_days: int = 7
     label_delay: timedelta = timedelta(days=1)
     canary_steps: str = "0.5,1.0"
     canary_min_rows: int = 250

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 START = date(2026, 11, 1)
 # Days enough, under knowledge time (labels a day late), for a retrain on labels of the drifted traffic, its
 # shadow and canary, the watch, and the bad model's rollback.
-STORY = Story(start=START, days=23, drift_from_day=8, retrain_window_days=3, canary_min_rows=150,
+STORY = Story(start=START, days=23, drift_from_day=8, retrain_window_days=7, canary_min_rows=150,
               min_labelled=200)
 
 
@@ -263,14 +263,17 @@ def test_the_docs_demo_examples_name_what_the_story_does(story: tuple[Project, S
     model = project.config.loop_model
     finished = rollouts.list_rollouts(project.registry, model)
     promoted = next(r for r in finished if r.status == rollouts.PROMOTED)
-    rolled_back = next(r for r in finished if r.status == rollouts.ROLLED_BACK)
+    assert any(r.status == rollouts.ROLLED_BACK and r.canary_version > promoted.canary_version for r in finished)
     docs = {p.name: p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]}
     said = [(name, m) for name, text in docs.items()
             for m in re.finditer(rf"{model}:(\d+) (is |was )?(promoted|rolled back)", text)]
     assert said, "the docs give no example of the demo's story"
     for name, m in said:
-        expected = promoted if m.group(3) == "promoted" else rolled_back
-        assert int(m.group(1)) == expected.canary_version, f"{name}: {m.group(0)!r}"
+        if m.group(3) == "promoted":
+            assert int(m.group(1)) == promoted.canary_version, f"{name}: {m.group(0)!r}"
+        else:  # the fast-tracked model comes after the promoted one (how many challengers came between depends
+            # on the data's size: the demo's has one more than this test's)
+            assert int(m.group(1)) > promoted.canary_version, f"{name}: {m.group(0)!r}"
     for name, text in docs.items():
         for m in re.finditer(r"`champion (\d+) → (\d+)`", text):
             assert (int(m.group(1)), int(m.group(2))) == (promoted.champion_version, promoted.canary_version), name

@@ -116,14 +116,18 @@ def lr_at(step: int, total_steps: int, cfg: TrainConfig) -> float:
 
 def train(train_set: Tensors, valid_set: Tensors, network: NetworkConfig, cfg: TrainConfig, *,
           device: str = "auto", checkpoint_dir: str | Path | None = None, log: Callable[[str], None] = print,
-          linear_start: tuple[Any, Sequence[Any], float] | None = None) -> TrainOutcome:
+          linear_start: tuple[Any, Sequence[Any], float] | None = None,
+          linear_candidate: tuple[Any, Sequence[Any], float] | None = None) -> TrainOutcome:
     """Train a TabularNet; resume from `checkpoint_dir` when it holds a checkpoint of this same run.
 
     `linear_start` (numeric weights, per-categorical weights, intercept — `metrics.baseline_weights`) starts
     a wide network as that logistic regression; the start is then the first candidate for the best epoch
     (epoch -1), so the result is never worse on validation than the model it started from. Without it the
-    network starts at the training split's base rate (`TabularNet.start_at_base_rate`). A network of several
-    members trains each on its own loss; early stopping watches the ensemble's validation loss."""
+    network starts at the training split's base rate (`TabularNet.start_at_base_rate`); `linear_candidate`
+    (the same weights) is then only the first candidate for the best epoch, judged on validation like every
+    epoch: on a window too small for the network to beat it there, the result is the baseline (epoch -1)
+    rather than a worse network. A network of several members trains each on its own loss; early stopping
+    watches the ensemble's validation loss."""
     # ----- setup -----
     dev = pick_device(device)
     amp_dtype, use_scaler = precision_for(dev)
@@ -174,6 +178,13 @@ def train(train_set: Tensors, valid_set: Tensors, network: NetworkConfig, cfg: T
         best_val = evaluate_loss(model, valid_set, dev, amp_dtype)
         best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         log(f"start: the baseline's weights, val loss {best_val:.5f}")
+    elif start_epoch == 0 and linear_candidate is not None:
+        candidate = TabularNet(network)
+        candidate.start_from_linear(*linear_candidate)
+        candidate = candidate.to(dev)
+        best_val = evaluate_loss(candidate, valid_set, dev, amp_dtype)
+        best_state = {k: v.detach().clone() for k, v in candidate.state_dict().items()}
+        log(f"candidate before training: the baseline's weights, val loss {best_val:.5f}")
     resumed_from = start_epoch
 
     # ----- the loop -----

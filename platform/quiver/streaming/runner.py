@@ -430,10 +430,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from quiver.online.factory import open_online_store
 
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = logging.getLevelName(args.log_level.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Our own lines obey --log-level even after Beam's worker set the root logger to INFO (it does, in-process);
     # Beam's and PyFlink's start-up notes (type hints, BigQuery, Cython) are not the job's story: at most warnings.
+    logging.getLogger("quiver").setLevel(level)
     for chatty in ("apache_beam", "pyflink"):
-        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, level))
     try:
         config = load_config(args.config)
         catalog = load_catalog(args.catalog or config.catalog_dir, root=config.root)

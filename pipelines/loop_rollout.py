@@ -138,8 +138,11 @@ def canary_step(project: Project, model: str, moment: datetime) -> dict[str, Any
     earlier = _decided_at(project, model, moment)
     if earlier is not None:  # a retry of this run: what the first attempt decided (applied once, now at latest)
         actions = canary_judge.apply_decision(project.config, earlier, by="quiver_canary", at=moment)
-        return {"kind": "step" if earlier.kind == "canary_step" else "watch", "model": model,
+        watch = earlier.kind != "canary_step"
+        return {"kind": "watch" if watch else "step", "model": model,
                 "outcome": earlier.outcome, "reason": earlier.statistics.get("reason", ""),
+                **({"champion": earlier.champion_version, "previous": earlier.candidate_version} if watch else
+                   {"canary": earlier.candidate_version, "step": earlier.step, "fraction": earlier.fraction}),
                 "decision_id": earlier.id, "new_decision": False, "rollout_id": earlier.rollout_id,
                 "actions": list(actions), "as_of": iso(moment), "repeated": True}
     running = rollouts.active_rollout(project.registry, model)

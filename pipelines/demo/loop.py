@@ -128,6 +128,8 @@ def canary_numbers(judged: dict[str, Any]) -> str:
     """What a canary run judged: the step and share it looked at (not where the decision moved them), or the
     promoted version under watch."""
     if judged.get("kind") == "watch":
+        if not judged.get("champion"):  # no promotion under watch any more: say why
+            return str(judged.get("reason", ""))
         return f"watch of champion {judged.get('champion')} against {judged.get('previous')}"
     if judged.get("step") is None:
         return str(judged.get("reason", ""))

@@ -97,6 +97,8 @@ def test_decision_of_names_what_each_dag_run_decided() -> None:
     watch = {**canary, "results": {"judge": {"kind": "watch", "outcome": "confirm", "champion": "m:3",
                                              "previous": "m:2"}}}
     assert decision_of(watch) == ("confirm", "watch of champion m:3 against m:2")
+    ended = {**canary, "results": {"judge": {"kind": "watch", "outcome": "none", "reason": "no promotion under watch"}}}
+    assert decision_of(ended) == ("none", "no promotion under watch")
 
 
 def test_calibration_leaves_sparse_bins_out_and_tables_the_rows_of_each_point() -> None:

@@ -170,6 +170,39 @@ def test_failed_write_keeps_rows_for_the_next_flush(tmp_path: Path, monkeypatch:
     assert read_serving_logs(tmp_path).num_rows == 50
 
 
+def test_a_row_is_either_buffered_or_written_never_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI met `written == 10 and buffered == 10` (a reader polling between the write and the flush's end); and
+    # a part being retried was counted nowhere while its write ran.
+    real_write = serving_log_files.pq.write_table
+    seen: list[tuple[str, int, int]] = []
+    logger = ServingLogger(tmp_path, flush_interval_s=3_600)
+
+    def flaky(*args: object, **kwargs: object) -> None:
+        seen.append(("writing", logger.written, logger.buffered))
+        if len(seen) == 1:
+            raise OSError("disk full")
+        real_write(*args, **kwargs)
+
+    real_accounts = logger._store_accounts
+
+    def accounts(*args: object, **kwargs: object) -> None:
+        seen.append(("after the writes", logger.written, logger.buffered))
+        real_accounts(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving_log_files.pq, "write_table", flaky)
+    monkeypatch.setattr(logger, "_store_accounts", accounts)
+    for r in rows(50):
+        logger.log(**r)
+    assert logger.flush() == 0 and logger.flush() == 50
+    for r in rows(20, start=T0 + timedelta(seconds=1)):
+        logger.log(**r)
+    assert logger.flush() == 20
+    logger.close()
+    assert seen[:6] == [("writing", 0, 50), ("after the writes", 0, 50),  # failed: waits for a retry
+                        ("writing", 0, 50), ("after the writes", 50, 0),  # the retry: buffered until written
+                        ("writing", 50, 20), ("after the writes", 70, 0)]  # new rows: the same
+
+
 def test_buffer_limit_drops_and_counts(tmp_path: Path) -> None:
     logger = ServingLogger(tmp_path, flush_rows=10_000, flush_interval_s=3_600, max_buffer_rows=100)
     for r in rows(130):

@@ -158,8 +158,7 @@ class StoreSide:
         with self._lock:
             self._last_write_failed = False
         self.ledger.add(part.hour, "written", arm_counts(part.table))
-        self.files_written += 1
-        self.written += part.rows
+        self.files_written += 1  # `written` is counted by the caller (ServingLogger._count_written)
         metrics.SERVING_LOG_ROWS.inc(part.rows)
         metrics.SERVING_LOG_FLUSH_SECONDS.observe(time.perf_counter() - started)
         return part.rows

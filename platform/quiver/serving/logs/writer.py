@@ -347,18 +347,18 @@ class ServingLogger(StoreSide):
             now = time.monotonic()
             with self._lock:
                 items = [item for item, _, _ in self._buffer]
-                self._in_flight_rows, self._in_flight_bytes = self._rows, self._bytes
-                self._buffer.clear()
-                self._rows = self._bytes = 0
                 due = [p for p in self._retry if retry_all or p.next_try <= now]
                 self._retry = deque(p for p in self._retry if not (retry_all or p.next_try <= now))
+                # A retried part stays counted as buffered while it is being written, as a new one does.
+                self._in_flight_rows = self._rows + sum(p.rows for p in due)
+                self._in_flight_bytes = self._bytes + sum(p.nbytes for p in due)
+                self._buffer.clear()
+                self._rows = self._bytes = 0
             try:
                 parts, quarantine = self._parts(items)
                 written, store_down = self._drain_spool(now, retry_all)
-                for part in due:
-                    written += self._write_part(part, final, store_down)
-                for hour, table, rows in parts:
-                    written += self._write_part(FailedPart(hour, table, rows, 0, now, ""), final, store_down)
+                for part in [*due, *(FailedPart(hour, table, rows, 0, now, "") for hour, table, rows in parts)]:
+                    written += self._count_written(part, self._write_part(part, final, store_down))
                 for batches, reason in quarantine:
                     self._quarantine(batches, reason)
                 self._store_accounts(store_down, final or retry_all)
@@ -366,6 +366,16 @@ class ServingLogger(StoreSide):
                 with self._lock:
                     self._in_flight_rows = self._in_flight_bytes = 0
             return written
+
+    def _count_written(self, part: FailedPart, written: int) -> int:
+        """Count a part's written rows and take the part out of the in-flight rows in one step under the lock,
+        so that `written` and `buffered` never both count a row (a reader polling one then the other)."""
+        with self._lock:
+            self.written += written
+            before = self._in_flight_rows
+            self._in_flight_rows = max(0, before - part.rows)
+            self._in_flight_bytes = self._in_flight_bytes * self._in_flight_rows // before if before else 0
+        return written
 
     def _parts(self, items: list[Item]) -> tuple[list[tuple[int, pa.Table, int]], list[tuple[list[Batch], str]]]:
         """Per-hour tables of the buffered rows, and the batches to quarantine (with why)."""

@@ -54,7 +54,7 @@ check: lint test  ## lint + test
 
 clean:  ## remove data/ and caches (keeps the venvs and .quiver/; `make reset` removes that too)
 	rm -rf data .pytest_cache .mypy_cache .ruff_cache build dist
-	find . -path ./.venv -prune -o -path ./.venv-stream -prune -o -name __pycache__ -type d -print0 \
+	find . -path ./.venv -prune -o -path ./.venv-stream -prune -o -path ./.venv-nannyml -prune -o -name __pycache__ -type d -print0 \
 	  | xargs -0 rm -rf
 
 reset: clean  ## clean, stop the embedded Redis and Kafka broker, delete .quiver/ (registry, online store, stream state)

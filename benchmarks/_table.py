@@ -57,6 +57,8 @@ ROWS: tuple[Row, ...] = (
     Row("pit_join", "ratio_quiver_lv_over_read_floor", "Quiver last values / read floor", 0.6, False),
     Row("pit_join", "ratio_quiver_all_over_read_floor", "Quiver all 8 features / read floor", 1.5, False),
     Row("drift", "ratio", "Evidently / Quiver, PSI + KS, 1 thread", 10, True),
+    Row("drift_alarms", "worst_quiver_per_90_days", "false dataset-drift alerts / 90 steady days", 0.5, False),
+    Row("drift_alarms", "check_1m_rows.ratio", "bounded / thresholds drift check time, 1M rows", 1.5, False),
     Row("http_server", "ratios.1_connections.rps_vs_floor", "Quiver / bare ASGI req/s, 1 conn", 0.85, True),
     Row("http_server", "ratios.4_connections.rps_vs_floor", "Quiver / bare ASGI req/s, 4 conn", 0.85, True),
     Row("http_server", "ratios.4_connections.rps_vs_feast", "Quiver / Feast req/s, 4 conn", 5, True),
@@ -252,7 +254,8 @@ def main() -> int:
         document = {"recorded": today, "commit": commit,
                     "machine": {"label": args.machine, **machine_facts()},
                     "note": "medians of quiet runs on the named machine; band = largest relative distance of a "
-                            f"run from the median, at least {MIN_BAND:.0%}",
+                            f"run from the median, at least {MIN_BAND:.0%}; each figure names the commit whose "
+                            "code it measured",
                     "figures": {**old, **figures}}
         BASELINE.write_text(json.dumps(document, indent=2) + "\n")
         print(f"baseline written: {BASELINE.relative_to(HERE.parent)}")

@@ -2,9 +2,12 @@
 
 Runs after each materialization (Asset `quiver://offline/features`) and daily. For the project's model
 (`loop_model` in quiver.yaml) it compares the champion's training reference, stored with its model version,
-with the champion arm's serving logs of the run's day (features and scores, PSI / KS), records the run in the
-registry and raises alerts. On dataset drift it emits the Asset `quiver://drift/<model>` carrying the drift
-run id and window; `quiver_retrain` is scheduled on it. The work lives in `quiver.pipelines.loop_drift`.
+with the champion arm's serving logs of the run's day (features and scores; a feature drifts when its effect
+is shown beyond its minimum effect), records the run in the registry and raises alerts. It also estimates the
+day's performance per arm without labels (CBPE). When a retrain is called for (an expected ROC-AUC drop beyond
+tolerance, or drift held `loop_drift_persist_days` days: drift alone only warns) it emits the Asset
+`quiver://drift/<model>` carrying the drift run id, window and reason; `quiver_retrain` is scheduled on it.
+The work lives in `quiver.pipelines.loop_drift` and `quiver.pipelines.loop_harm`.
 
 Beside it, `check_consistency` replays the same day's serving logs through the point-in-time engine and
 compares the served feature values with the offline ones (`quiver consistency`); features over their
@@ -52,8 +55,8 @@ def quiver_drift() -> None:
     def emit_drift(result: dict[str, Any], outlet_events: Any = None, inlet_events: Any = None) -> dict[str, Any]:
         from quiver.pipelines.loop import drift_event_extra
 
-        if not result.get("dataset_drift"):
-            raise AirflowSkipException(f"no dataset drift ({result.get('status')}): retraining not triggered")
+        if not result.get("retrain"):  # drift alone warns; expected harm or a lasting drift retrains (loop_harm)
+            raise AirflowSkipException(f"retraining not triggered: {result.get('reason')}")
         # Airflow's own record decides: a drift run whose event went out already (a repeated window, a cleared
         # and re-run task) is not emitted again; a retry after a crash before the emit still emits.
         recent = inlet_events[DRIFT].ascending(False).limit(50)

@@ -9,8 +9,8 @@ Sinks here (configured under `alert_sinks:` in monitoring.yaml; the format is in
 * `LogSink` — a log line (level by severity).
 * `WebhookSink` — POSTs Slack-compatible JSON {"text", "blocks"}; retries connection errors, timeouts, 429
   and 5xx with exponential backoff (honouring Retry-After); other 4xx fail at once (retrying cannot help).
-* `AirflowAssetSink` — tells the retrain DAG. With `api_url` it records an asset event through Airflow 3.3's
-  REST API (`POST /api/v2/assets/events`, asset looked up by URI, bearer token or /auth/token login). Without
+* `AirflowAssetSink` — tells the retrain DAG of `retrain_needed` alerts (by default; drift alone warns).
+  With `api_url` it records an asset event through Airflow 3.3's REST API (`POST /api/v2/assets/events`, asset looked up by URI, bearer token or /auth/token login). Without
   one (the default here: no Airflow API server runs in this setup) it writes a JSON trigger file,
   `<trigger_dir>/<asset>.json`, atomically: a DAG scheduled on an `Asset` watched by
   `AssetWatcher(trigger=FileDeleteTrigger(filepath=...))` fires and deletes it; every event is also kept
@@ -138,7 +138,7 @@ class AirflowAssetSink:
     def __init__(self, asset_uri: str = "quiver://monitoring/drift", *, name: str = "airflow_asset",
                  trigger_dir: str | Path | None = None, api_url: str | None = None, token: str | None = None,
                  username: str | None = None, password: str | None = None,
-                 kinds: Sequence[str] = ("dataset_drift",), min_severity: str = "warning",
+                 kinds: Sequence[str] = ("retrain_needed",), min_severity: str = "warning",
                  timeout_s: float = 10.0):
         if api_url is None and trigger_dir is None:
             raise ValueError("AirflowAssetSink needs api_url (Airflow REST API) or trigger_dir (trigger files)")
@@ -293,12 +293,24 @@ class AlertManager:
                 delivered += self._deliver(repository.get_alert(self.registry, alert_id), sink)
         return delivered
 
-    def resolve(self, kind: str, subject: str | None = None) -> int:
-        """Resolve the open alert(s) of `kind` (and `subject`); a later occurrence opens a new alert."""
-        return repository.resolve_alerts(self.registry, kind, subject)
+    def resolve(self, kind: str, subject: str | None = None, reason: str = "resolved") -> int:
+        """Resolve the open alert(s) of `kind` (and `subject`), saying why in their history; a later
+        occurrence opens a new alert."""
+        return repository.resolve_alerts(self.registry, kind, subject, reason=reason)
 
     def open_alerts(self, kind: str | None = None) -> list[Alert]:
         return repository.list_alerts(self.registry, "open", kind)
+
+
+def resolve_for_new_champion(registry: Registry, model: str, new_label: str,
+                             as_of: datetime | None = None) -> int:
+    """At promotion: resolve `model`'s open drift alerts judged against any other version than `new_label`
+    (e.g. "fraud_model:3"), each with "the model changed: <old> → <new>" in its history; the new champion's
+    own drift check raises its own. `as_of`: the data time of the promotion. Returns how many were resolved.
+    Inside a caller's transaction: `repository.resolve_model_changed_in(..., keep_unlabelled=False)`."""
+    with registry._write() as connection:
+        return repository.resolve_model_changed_in(connection, registry.project, model, new_label,
+                                                   keep_unlabelled=False, as_of=as_of)
 
 
 def sinks_from_config(entries: Sequence[Mapping[str, Any]]) -> list[AlertSink]:

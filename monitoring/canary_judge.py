@@ -322,6 +322,7 @@ class _Moves:
             return
         reason = self._reason("canary promoted")
         self._move("champion", rollout.canary_version, rollout.champion_version, reason)
+        self._model_changed(rollout.canary_version)
         self._clear_if("canary", rollout.canary_version, reason)
         self._clear_if("challenger", rollout.canary_version, reason)
         settings = JudgeSettings.from_dict(rollout.settings)
@@ -360,6 +361,7 @@ class _Moves:
                                             decision_id=self.decision.id, expected=rollout.canary_version)
         self.aliases = self.loop.models.aliases_in(self.connection, self.model)
         self.actions.append(f"champion {move.from_version} → {move.to_version}")
+        self._model_changed(move.to_version)
         faults.point("apply.alias.champion")
         self._clear_if("shadow", rollout.champion_version, reason)
         if rollouts.change_status_in(self.connection, rollout.id, rollouts.WATCHING, rollouts.ROLLED_BACK,
@@ -368,6 +370,14 @@ class _Moves:
         self._alert("promotion_reverted", "critical",
                     f"{self.model}:{rollout.canary_version} rolled back to {self.model}:{move.to_version} after "
                     f"its promotion")
+
+    def _model_changed(self, version: Any) -> None:
+        """Drift alerts judged against the old champion's reference resolve with the change (same transaction);
+        the new champion's own drift check raises its own."""
+        from quiver.monitoring import repository
+
+        repository.resolve_model_changed_in(self.connection, self.loop.registry.project, self.model,
+                                            f"{self.model}:{version}", keep_unlabelled=False, as_of=self.at)
 
     def _confirm(self) -> None:
         rollout = self.rollout

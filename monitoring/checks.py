@@ -2,10 +2,14 @@
 
 `run_drift_check` is what the drift DAG (and `quiver drift`) calls. Alerts:
 * kind "drift", subject "<name>:<feature>", severity warning — per feature whose status is `alert`;
-* kind "dataset_drift", subject "<name>", severity critical — when the drifted share reaches the threshold
-  (this is the signal the retrain DAG listens to through `AirflowAssetSink`).
-Open alerts of features (or the dataset) that are judged healthy again are resolved; features without
-enough data leave their alerts as they are.
+* kind "dataset_drift", subject "<name>", severity warning — when the report's decision says the dataset
+  drifted (drift alone warns: the loop's `retrain_needed`, raised by `pipelines/loop_harm.py` on expected
+  harm or a lasting drift, is what the retrain DAG and `AirflowAssetSink` act on).
+Open alerts of features (or the dataset) that are judged healthy again are resolved ("cleared on <data
+time>"); features without enough data leave their alerts as they are. Drift alerts belong to the reference they
+were judged against (recorded in their detail): a check against another reference — a new champion's —
+first resolves the old one's open alerts ("the model changed: old → new"), then raises its own. A repeated
+condition bumps the open alert (no new delivery); every change is in the alert's history (`alert_events`).
 """
 
 from __future__ import annotations
@@ -177,6 +181,13 @@ def _drift_alerts_in(connection: Any, project: str, alerts: AlertManager, report
                      judged: dict[str, Any] | None = None) -> list[tuple[Any, str]]:
     """Per-feature and dataset drift alerts of one report, opened or resolved inside the caller's transaction."""
     sinks, judged = list(alerts.sinks), judged or {}
+    moment = datetime.fromisoformat(judged["as_of"]) if judged.get("as_of") else None
+    cleared = f"cleared on {moment:%Y-%m-%d %H:%M} UTC" if moment is not None else "cleared"
+    if reference_label:  # alerts judged against another reference (the previous champion) are over
+        repository.resolve_model_changed_in(
+            connection, project, name, repository.reference_version(reference_label), keep_unlabelled=True,
+            as_of=moment, noun="model" if reference_label.endswith(" reference") else "reference")
+    own = {"reference": reference_label, **judged} if reference_label else dict(judged)
     opened = []
     for f in report.features:
         subject = f"{name}:{f.feature}"
@@ -184,19 +195,19 @@ def _drift_alerts_in(connection: Any, project: str, alerts: AlertManager, report
             opened.append(repository.open_alert_in(
                 connection, project, "drift", subject, "warning", f"Feature {f.feature} drifted ({name})",
                 "; ".join(f.reasons),
-                {"run_id": run_id, "scores": f.scores, "n_ref": f.n_ref, "n_cur": f.n_cur, **judged}, sinks))
+                {"run_id": run_id, "scores": f.scores, "n_ref": f.n_ref, "n_cur": f.n_cur, **own}, sinks))
         elif f.status in ("ok", "warn"):
-            repository.resolve_alerts_in(connection, project, "drift", subject)
+            repository.resolve_alerts_in(connection, project, "drift", subject, reason=cleared, as_of=moment)
     if report.dataset_drift:
         names = ", ".join(f.feature for f in report.drifted)
         opened.append(repository.open_alert_in(
-            connection, project, "dataset_drift", name, "critical",
+            connection, project, "dataset_drift", name, "warning",  # drift alone warns: retrain_needed is critical
             f"Dataset drift in {name}: {len(report.drifted)}/{len(report.judged)} features",
-            f"Drifted: {names}. Share {report.drift_share:.0%} ≥ {report.drift_share_threshold:.0%}.",
+            f"Drifted: {names}. {report.rule}.",
             {"run_id": run_id, "drifted": [f.feature for f in report.drifted], "drift_share": report.drift_share,
-             "reference": reference_label, "current": current_label, **judged}, sinks))
+             "current": current_label, **own}, sinks))
     elif report.judged:
-        repository.resolve_alerts_in(connection, project, "dataset_drift", name)
+        repository.resolve_alerts_in(connection, project, "dataset_drift", name, reason=cleared, as_of=moment)
     return opened
 
 

@@ -2,7 +2,15 @@
 
 `compute_drift` scores every feature with the configured methods — PSI and KS by default for numerical
 features, PSI for categorical ones; Wasserstein, Jensen–Shannon, chi-square, Z and Evidently's own per-column
-default ("auto") on request — and judges each with `Thresholds`:
+default ("auto") on request — and decides with one of two rules (`DriftConfig.decision`):
+
+* `"bounded"` (the default; `quiver.monitoring.drift_decision`): a feature drifts when the lower confidence
+  bound of its effect (Kolmogorov distance for numerical features, total variation for categorical ones)
+  exceeds its minimum effect (`min_effect`, 0.1); the dataset drifts when any feature does. The confidence
+  is set so that steady traffic gets at most `false_alarms_per_90_days` (0.5) false dataset alerts per 90
+  days in expectation, at any daily volume. The scores below are still computed, shown and stored; a feature
+  that the thresholds would alert on but whose effect is not shown beyond the minimum is a warning.
+* `"thresholds"` (the previous rule, Evidently's levels), where each feature is judged with `Thresholds`:
 
 * PSI ≥ 0.1 warns, PSI ≥ 0.2 alerts; PSI is only judged when enough data backs it: its expected value on
   undrifted data, (bins − 1)·(1/n_ref + 1/n_cur), must stay below half the warn level.
@@ -12,8 +20,9 @@ default ("auto") on request — and judges each with `Thresholds`:
 * Fewer than `min_samples` non-null values on either side: scores are still computed (when possible) and
   stored, but the feature is `insufficient_data` and never alarms.
 
-A feature "drifts" when its status is `alert`; the dataset drifts when the drifted share of the judged
-features reaches `drift_share` (0.5, Evidently's default). `engine="fast"` uses `quiver.monitoring.stats`;
+Under `"thresholds"` a feature "drifts" when its status is `alert`; the dataset drifts when the drifted share
+of the judged features reaches `drift_share` (0.5, Evidently's default); under `"bounded"` `drift_share` is
+reported only. `engine="fast"` uses `quiver.monitoring.stats`;
 `engine="evidently"` asks Evidently itself for the same numbers (slower; the reference implementation).
 """
 
@@ -30,6 +39,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from quiver.monitoring.drift_decision import (
+    DEFAULT_FALSE_ALARMS_PER_90_DAYS,
+    DEFAULT_MAX_CATEGORIES,
+    DEFAULT_MIN_EFFECT,
+    BoundedEffect,
+    bounded_effect,
+    daily_alpha,
+    feature_alpha,
+)
 from quiver.monitoring.stats import (
     CATEGORICAL,
     NUMERICAL,
@@ -43,6 +61,7 @@ from quiver.monitoring.stats import (
     refuse_misapplied_methods,
 )
 
+DECISIONS = ("bounded", "thresholds")
 METHODS = ("psi", "ks", "wasserstein", "jensenshannon", "chisquare", "z", "auto")
 STATUS_ORDER = {"ok": 0, "warn": 1, "alert": 2}
 Frame: TypeAlias = pd.DataFrame | pa.Table
@@ -75,8 +94,22 @@ class DriftConfig:
     per_feature: Mapping[str, Thresholds] = field(default_factory=dict)
     kinds: Mapping[str, str] = field(default_factory=dict)  # force numerical / categorical per feature
     drift_share: float = 0.5
+    # The decision (see the module docstring): "bounded" (default) or "thresholds" (the previous rule).
+    decision: str = "bounded"
+    min_effect: float = DEFAULT_MIN_EFFECT  # smallest Kolmogorov distance / total variation worth an alert
+    min_effects: Mapping[str, float] = field(default_factory=dict)  # per feature
+    false_alarms_per_90_days: float = DEFAULT_FALSE_ALARMS_PER_90_DAYS  # expected, on steady traffic
+    max_categories: int = DEFAULT_MAX_CATEGORIES  # categorical cells for total variation (rest pooled)
 
     def __post_init__(self) -> None:
+        if self.decision not in DECISIONS:
+            raise ValueError(f"unknown drift decision {self.decision!r}; known: {', '.join(DECISIONS)}")
+        for feature, effect in {"": self.min_effect, **self.min_effects}.items():
+            if not 0 <= effect < 1:
+                raise ValueError(f"min_effect{' of ' + feature if feature else ''} must lie in [0, 1), got {effect}")
+        daily_alpha(self.false_alarms_per_90_days)  # raises when out of range
+        if self.max_categories < 2:
+            raise ValueError(f"max_categories must be at least 2, got {self.max_categories}")
         for method in (*self.numerical_methods, *self.categorical_methods):
             if method not in METHODS:
                 raise ValueError(f"unknown drift method {method!r}; known: {', '.join(METHODS)}")
@@ -87,6 +120,14 @@ class DriftConfig:
 
     def methods_for(self, kind: str) -> tuple[str, ...]:
         return self.numerical_methods if kind == NUMERICAL else self.categorical_methods
+
+    def min_effect_for(self, feature: str) -> float:
+        return self.min_effects.get(feature, self.min_effect)
+
+    @property
+    def daily_alpha(self) -> float:
+        """δ_day: the allowed chance of a false dataset alert on one day (bounded decision)."""
+        return daily_alpha(self.false_alarms_per_90_days)
 
 
 @dataclass(frozen=True)
@@ -103,6 +144,12 @@ class FeatureDrift:
     nulls_cur: int
     reasons: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
+    # The bounded decision's evidence (None under "thresholds" or when skipped): the effect (Kolmogorov D or
+    # total variation), its lower confidence bound and the smallest true effect flaggable at these sizes.
+    effect_metric: str | None = None
+    effect: float | None = None
+    effect_lower: float | None = None
+    detectable_effect: float | None = None
 
     @property
     def drifted(self) -> bool:
@@ -127,6 +174,8 @@ class DriftReport:
     drift_share_threshold: float
     engine: str
     elapsed_s: float
+    decision: str = "thresholds"
+    false_alarms_per_90_days: float | None = None  # the bounded decision's promise (None under thresholds)
 
     @property
     def judged(self) -> list[FeatureDrift]:
@@ -143,7 +192,18 @@ class DriftReport:
 
     @property
     def dataset_drift(self) -> bool:
+        if self.decision == "bounded":  # family-wise: any feature shown beyond its minimum effect
+            return bool(self.drifted)
         return bool(self.judged) and self.drift_share >= self.drift_share_threshold
+
+    @property
+    def rule(self) -> str:
+        """The dataset verdict's rule in words, for summaries and alert bodies (replaces "share X, threshold Y",
+        which is not what decides under the bounded decision)."""
+        if self.decision == "bounded":
+            return (f"share {self.drift_share:.0%}; drifted = effect shown above its minimum effect, at most "
+                    f"{self.false_alarms_per_90_days:g} false alerts per 90 days on steady traffic")
+        return f"share {self.drift_share:.0%}, threshold {self.drift_share_threshold:.0%}"
 
     def feature(self, name: str) -> FeatureDrift:
         for f in self.features:
@@ -157,6 +217,9 @@ class DriftReport:
             row: dict[str, Any] = {"feature": f.feature, "kind": f.kind, "status": f.status, "n_ref": f.n_ref,
                                    "n_cur": f.n_cur, "nulls_ref": f.nulls_ref, "nulls_cur": f.nulls_cur}
             row.update(f.scores)
+            if f.effect is not None:
+                row.update({"effect_metric": f.effect_metric, "effect": f.effect, "effect_lower": f.effect_lower,
+                            "detectable_effect": f.detectable_effect})
             row["reasons"] = "; ".join(f.reasons)
             rows.append(row)
         return pd.DataFrame(rows)
@@ -164,6 +227,8 @@ class DriftReport:
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "elapsed_s": self.elapsed_s, "drift_share": self.drift_share,
                 "drift_share_threshold": self.drift_share_threshold, "dataset_drift": self.dataset_drift,
+                "decision": self.decision, "false_alarms_per_90_days": self.false_alarms_per_90_days,
+                "rule": self.rule,
                 "n_drifted": len(self.drifted), "n_judged": len(self.judged),
                 "features": [f.to_dict() for f in self.features]}
 
@@ -201,9 +266,11 @@ def compute_drift(reference: Frame, current: Frame, features: Sequence[str] | No
     missing = [n for n in names if n not in column_names(reference) or n not in column_names(current)]
     if missing:
         raise ValueError(f"feature(s) missing from reference or current: {', '.join(missing)}")
+    # Bonferroni over every feature asked for (skipped ones included): fixed before any data is seen.
+    alpha = feature_alpha(config.daily_alpha, len(names))
     if engine == "fast":
         def one(name: str) -> FeatureDrift:
-            return _fast_feature(name, column(reference, name), column(current, name), config)
+            return _fast_feature(name, column(reference, name), column(current, name), config, alpha)
 
         workers = workers or min(len(names), os.cpu_count() or 1, 4) or 1
         if workers > 1:
@@ -213,10 +280,12 @@ def compute_drift(reference: Frame, current: Frame, features: Sequence[str] | No
         else:
             results = [one(name) for name in names]
     elif engine == "evidently":
-        results = _evidently_features(reference, current, names, config)
+        results = _evidently_features(reference, current, names, config, alpha)
     else:
         raise ValueError(f"unknown drift engine {engine!r} (fast or evidently)")
-    return DriftReport(tuple(results), config.drift_share, engine, time.perf_counter() - started)
+    bounded = config.decision == "bounded"
+    return DriftReport(tuple(results), config.drift_share, engine, time.perf_counter() - started,
+                       config.decision, config.false_alarms_per_90_days if bounded else None)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -271,7 +340,8 @@ def _n_unique_combined(pair: NumericPair | CategoricalPair) -> int:
     return len(pair.counts()[0])
 
 
-def _fast_feature(name: str, ref_raw: pd.Series, cur_raw: pd.Series, config: DriftConfig) -> FeatureDrift:
+def _fast_feature(name: str, ref_raw: pd.Series, cur_raw: pd.Series, config: DriftConfig,
+                  alpha: float) -> FeatureDrift:
     kind, pair, done = prepare(name, ref_raw, cur_raw, config)
     if done is not None or pair is None or kind is None:
         assert done is not None
@@ -293,11 +363,11 @@ def _fast_feature(name: str, ref_raw: pd.Series, cur_raw: pd.Series, config: Dri
             scores["chisquare_pvalue"] = _as_categorical(pair).chisquare()
         elif method == "z":
             scores["z_pvalue"] = _as_categorical(pair).z_test()
-    return judge(name, kind, scores, pair, len(ref_raw), len(cur_raw), config)
+    return judge(name, kind, scores, pair, len(ref_raw), len(cur_raw), config, alpha)
 
 
-def _evidently_features(reference: Frame, current: Frame, names: Sequence[str],
-                        config: DriftConfig) -> list[FeatureDrift]:
+def _evidently_features(reference: Frame, current: Frame, names: Sequence[str], config: DriftConfig,
+                        alpha: float) -> list[FeatureDrift]:
     """`engine="evidently"`: every score from Evidently (`quiver.monitoring.evidently_ref`), judged by the same rules."""
     from scipy.stats import ks_2samp
 
@@ -327,7 +397,7 @@ def _evidently_features(reference: Frame, current: Frame, names: Sequence[str],
                 scores["ks_statistic"] = float(ks_2samp(pair.ref, pair.cur).statistic)
             if method == "psi":
                 scores["psi_bins"] = float(pair.binned_shares()[0].size)
-        results[name] = judge(name, kind, scores, pair, len(ref_df), len(cur_df), config)
+        results[name] = judge(name, kind, scores, pair, len(ref_df), len(cur_df), config, alpha)
     return [results[name] for name in names]
 
 
@@ -338,8 +408,9 @@ def _as_categorical(pair: NumericPair | CategoricalPair) -> CategoricalPair:
 
 
 def judge(name: str, kind: str, scores: dict[str, float], pair: NumericPair | CategoricalPair,
-          rows_ref: int, rows_cur: int, config: DriftConfig) -> FeatureDrift:
-    """Apply the thresholds to a feature's scores."""
+          rows_ref: int, rows_cur: int, config: DriftConfig, alpha: float | None = None) -> FeatureDrift:
+    """Apply the configured decision to a feature's scores; `alpha` is δ_feature of the bounded decision
+    (default: the day's whole budget, as for a single feature)."""
     t = config.thresholds_for(name)
     n_ref = int(pair.ref.size) if isinstance(pair, NumericPair) else len(pair.ref)
     n_cur = int(pair.cur.size) if isinstance(pair, NumericPair) else len(pair.cur)
@@ -382,10 +453,29 @@ def judge(name: str, kind: str, scores: dict[str, float], pair: NumericPair | Ca
     if isinstance(pair, NumericPair):
         details["constant_ref"] = bool(pair.ref.min() == pair.ref.max())
         details["constant_cur"] = bool(pair.cur.min() == pair.cur.max())
+    if config.decision == "bounded":
+        bound = bounded_effect(pair, config.min_effect_for(name), config.daily_alpha if alpha is None else alpha,
+                               config.max_categories)
+        status = _bounded_status(status, bound, reasons)
+        details["bounded"] = bound.to_dict()  # the radii and δ behind the decision, kept with the run's record
+        return FeatureDrift(name, kind, status, scores, n_ref, n_cur, nulls_ref, nulls_cur, tuple(reasons), details,
+                            bound.metric, bound.effect, bound.lower, bound.detectable)
     if min(n_ref, n_cur) < t.min_samples:
         reasons.insert(0, f"only {min(n_ref, n_cur)} non-null values (< {t.min_samples}): not judged")
         status = "insufficient_data"
     return FeatureDrift(name, kind, status, scores, n_ref, n_cur, nulls_ref, nulls_cur, tuple(reasons), details)
+
+
+def _bounded_status(thresholds_status: str, bound: BoundedEffect, reasons: list[str]) -> str:
+    """The bounded decision's status: alert only when the effect is shown beyond the minimum; what the
+    thresholds would alert on otherwise stays visible as a warning (evidence, not a decision)."""
+    reasons.insert(0, bound.reason())
+    if bound.drifted:
+        return "alert"
+    if not bound.decidable:
+        reasons.insert(0, "too few values to show any effect: not judged")
+        return "insufficient_data"
+    return "warn" if thresholds_status in ("warn", "alert") else "ok"
 
 
 def with_thresholds(config: DriftConfig, **overrides: Any) -> DriftConfig:

@@ -209,7 +209,7 @@ def summary_page(report: DriftReport, reference: Frame, current: Frame, path: st
         "td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
         f"</style></head><body><h1>{html.escape(title)}</h1>"
         f"<p><b>{verdict}</b>: {len(report.drifted)} of {len(report.judged)} judged features drifted "
-        f"(share {report.drift_share:.0%}, threshold {report.drift_share_threshold:.0%}); engine "
+        f"({html.escape(report.rule)}); engine "
         f"{report.engine}, {report.elapsed_s:.2f} s.</p>{facts}{steps}{link}"
         f"<h2>Features</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
         f"{images}</body></html>")

@@ -1,4 +1,5 @@
-"""Registry records of the monitoring loop: drift runs and their per-feature time series, alerts, deliveries.
+"""Registry records of the monitoring loop: drift runs and their per-feature time series, alerts, deliveries,
+and each alert's history (`alert_events`: opened, updated, escalated, resolved, with why and both clocks).
 
 Writes go through `Registry._write()` (SQLite BEGIN IMMEDIATE / a Postgres advisory lock), so the
 check-then-insert of alert deduplication is serialized across processes; a partial unique index on open
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +19,13 @@ from sqlalchemy import insert, select, update
 
 from quiver.monitoring.drift import DriftReport
 from quiver.registry import Registry
-from quiver.registry.monitoring_tables import alert_deliveries, alerts, drift_results, drift_runs
+from quiver.registry.monitoring_tables import (
+    alert_deliveries,
+    alert_events,
+    alerts,
+    drift_results,
+    drift_runs,
+)
 
 SEVERITIES = ("info", "warning", "critical")
 _SCORE_COLUMNS = ("psi", "ks_statistic", "ks_pvalue", "wasserstein", "jensenshannon")
@@ -70,7 +78,9 @@ def record_drift_run_in(connection: Any, project: str, report: DriftReport, name
         engine=report.engine, started_at=started, finished_at=finished, n_features=len(report.features),
         n_judged=len(report.judged), n_drifted=len(report.drifted), drift_share=report.drift_share,
         dataset_drift=report.dataset_drift, status="succeeded", as_of=_data_time(detail, finished),
-        detail_json=_json({"drift_share_threshold": report.drift_share_threshold, **(detail or {})}),
+        detail_json=_json({"drift_share_threshold": report.drift_share_threshold, "decision": report.decision,
+                           "false_alarms_per_90_days": report.false_alarms_per_90_days, "rule": report.rule,
+                           **(detail or {})}),
     )))
     rows = []
     for f in report.features:
@@ -186,6 +196,8 @@ def open_alert_in(connection: Any, project: str, kind: str, subject: str, severi
             status="open", title=title[:255], message=message, detail_json=_json(detail or {}),
             occurrences=1, created_at=now, last_seen_at=now, as_of=_data_time(detail, now))))
         outcome = "created"
+        _event_in(connection, project, alert_id, "opened", severity, message, now, _data_time(detail, now),
+                  _event_detail(detail, 1))
     else:
         alert_id = int(row.id)
         escalated = SEVERITIES.index(severity) > SEVERITIES.index(row.severity)
@@ -195,6 +207,8 @@ def open_alert_in(connection: Any, project: str, kind: str, subject: str, severi
                        "detail_json": _json(detail or {})}
         connection.execute(update(alerts).where(alerts.c.id == alert_id).values(**values))
         outcome = "escalated" if escalated else "repeated"
+        _repeat_event_in(connection, project, alert_id, escalated, severity if escalated else row.severity,
+                         message, now, _data_time(detail, now), _event_detail(detail, row.occurrences + 1))
     if outcome != "repeated":
         _reset_deliveries(connection, alert_id, sinks, now)
     return _load_alert(connection, alert_id), outcome
@@ -247,23 +261,138 @@ def record_delivery(registry: Registry, alert_id: int, sink: str, ok: bool, atte
 
 
 def resolve_alerts(registry: Registry, kind: str, subject: str | None = None,
-                   alert_id: int | None = None) -> int:
-    """Resolve open alerts of `kind` (one subject, one id, or all). Returns how many were resolved."""
+                   alert_id: int | None = None, reason: str = "resolved") -> int:
+    """Resolve open alerts of `kind` (one subject, one id, or all), saying why in their history. Returns how
+    many were resolved."""
     with registry._write() as connection:
-        return resolve_alerts_in(connection, registry.project, kind, subject, alert_id)
+        return resolve_alerts_in(connection, registry.project, kind, subject, alert_id, reason)
 
 
 def resolve_alerts_in(connection: Any, project: str, kind: str, subject: str | None = None,
-                      alert_id: int | None = None) -> int:
-    """`resolve_alerts` inside the caller's write transaction."""
-    query = update(alerts).where(alerts.c.project == project, alerts.c.status == "open")
+                      alert_id: int | None = None, reason: str = "resolved", as_of: datetime | None = None,
+                      only: Callable[[Any], bool] | None = None) -> int:
+    """`resolve_alerts` inside the caller's write transaction. `as_of`: the data time that cleared it (else
+    the alert's own); `only`: a further test on each open alert row (e.g. judged against another model)."""
+    query = select(alerts).where(alerts.c.project == project, alerts.c.status == "open")
     if kind:
         query = query.where(alerts.c.kind == kind)
     if subject is not None:
         query = query.where(alerts.c.subject == subject)
     if alert_id is not None:
         query = query.where(alerts.c.id == alert_id)
-    return int(connection.execute(query.values(status="resolved", resolved_at=_now())).rowcount or 0)
+    rows = [r for r in connection.execute(query) if only is None or only(r)]
+    now = _now()
+    for row in rows:
+        connection.execute(update(alerts).where(alerts.c.id == row.id).values(status="resolved", resolved_at=now))
+        _event_in(connection, project, int(row.id), "resolved", row.severity, reason, now,
+                  as_of or _last_data_time(connection, row) or now, {"occurrences": int(row.occurrences)})
+    return len(rows)
+
+
+# ----- alert history -----
+
+UPDATE_KEYS = ("drifted",)  # a change in these is news the same data day; the rest waits for the next day
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One state change of an alert: opened | updated | escalated | resolved, why, and both clocks."""
+
+    id: int
+    alert_id: int
+    event: str
+    severity: str
+    reason: str
+    at: datetime  # wall clock
+    as_of: datetime | None  # the data time it was about
+    detail: dict[str, Any]
+
+
+def _last_data_time(connection: Any, row: Any) -> datetime | None:
+    """The newest data time an alert was seen at (its last event's), else the one it opened on."""
+    last = connection.execute(select(alert_events.c.as_of).where(alert_events.c.alert_id == row.id)
+                              .order_by(alert_events.c.id.desc()).limit(1)).scalar()
+    moment = last if last is not None else row.as_of
+    return _utc(moment) if moment is not None else None
+
+
+def _event_detail(detail: dict[str, Any] | None, occurrences: int) -> dict[str, Any]:
+    """What a reader of the history needs from an occurrence (not the whole score dump)."""
+    kept = {k: v for k, v in (detail or {}).items()
+            if k in ("run_id", "drift_share", "drifted", "reference", "current", "decision_id", "version")}
+    return {"occurrences": occurrences, **kept}
+
+
+def _event_in(connection: Any, project: str, alert_id: int, event: str, severity: str, reason: str,
+              at: datetime, as_of: datetime | None, detail: dict[str, Any]) -> None:
+    connection.execute(insert(alert_events).values(
+        alert_id=alert_id, project=project, event=event, severity=severity, reason=reason[:4000], at=at,
+        as_of=as_of, detail_json=_json(detail)))
+
+
+def _repeat_event_in(connection: Any, project: str, alert_id: int, escalated: bool, severity: str,
+                     message: str, at: datetime, as_of: datetime, detail: dict[str, Any]) -> None:
+    """An escalation always; a repeat only when it brings news (other drifted features) or is the first of
+    its data day, so an hourly or daily check that sees the same condition writes at most a line a day."""
+    if escalated:
+        _event_in(connection, project, alert_id, "escalated", severity, message, at, as_of, detail)
+        return
+    last = connection.execute(select(alert_events).where(alert_events.c.alert_id == alert_id)
+                              .order_by(alert_events.c.id.desc()).limit(1)).first()
+    before = json.loads(last.detail_json) if last is not None else {}
+    changed = [k for k in UPDATE_KEYS if k in detail and detail.get(k) != before.get(k)]
+    new_day = last is None or last.as_of is None or _utc(last.as_of).date() < as_of.date()
+    if changed or new_day:
+        what = _changes(before, detail) if changed and last is not None else ""
+        _event_in(connection, project, alert_id, "updated", severity,
+                  f"still holds (seen {detail['occurrences']}×){what}: {message}", at, as_of, detail)
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> str:
+    old, new = set(before.get("drifted") or []), set(after.get("drifted") or [])
+    parts = [f"+{f}" for f in sorted(new - old)] + [f"−{f}" for f in sorted(old - new)]
+    return f"; drifted features changed: {' '.join(parts)}" if parts else ""
+
+
+def alert_history(registry: Registry, alert_id: int) -> list[AlertEvent]:
+    """An alert's events, oldest first."""
+    with registry.engine.connect() as connection:
+        rows = connection.execute(select(alert_events).where(alert_events.c.alert_id == alert_id)
+                                  .order_by(alert_events.c.id)).all()
+    return [AlertEvent(int(r.id), int(r.alert_id), r.event, r.severity, r.reason, _utc(r.at),
+                       _utc(r.as_of) if r.as_of is not None else None, json.loads(r.detail_json or "{}"))
+            for r in rows]
+
+
+# ----- alerts of a model's reference -----
+
+
+def reference_version(reference: str) -> str:
+    """The model version a drift reference label names ("fraud_model:2 reference" → "fraud_model:2")."""
+    return reference.removesuffix(" reference").strip()
+
+
+def _drift_alerts_of(model: str) -> Any:
+    return (alerts.c.kind.in_(("drift", "dataset_drift", "retrain_needed"))
+            & ((alerts.c.subject == model) | alerts.c.subject.startswith(f"{model}:", autoescape=True)))
+
+
+def resolve_model_changed_in(connection: Any, project: str, model: str, new_version: str, *,
+                             keep_unlabelled: bool, as_of: datetime | None = None, noun: str = "model") -> int:
+    """Resolve the open drift alerts of `model` judged against another version than `new_version` ("the
+    model changed: old → new"): a promoted model gets its own reference and its own alerts. Alerts that
+    recorded no reference (raised before references were kept) stay when `keep_unlabelled`. `noun`: what
+    changed, in the reason ("reference" for a check against a file rather than a model version)."""
+    rows = connection.execute(select(alerts).where(alerts.c.project == project, alerts.c.status == "open",
+                                                   _drift_alerts_of(model))).all()
+    resolved = 0
+    for row in rows:
+        old = reference_version(str(json.loads(row.detail_json or "{}").get("reference") or ""))
+        if old == new_version or (not old and keep_unlabelled):
+            continue
+        resolved += resolve_alerts_in(connection, project, row.kind, alert_id=int(row.id), as_of=as_of,
+                                      reason=f"the {noun} changed: {old or 'an earlier version'} → {new_version}")
+    return resolved
 
 
 def get_alert(registry: Registry, alert_id: int) -> AlertRecord:

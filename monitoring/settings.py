@@ -14,6 +14,10 @@ one holding the defaults). Every key and sink option is described in docs/config
     consistency_max_age_hours: 26                             # the gate's check: data at most this old
     consistency_min_rows: 100                                 # … comparing at least this many rows per feature
     freshness_objectives: {"user_spend": 60}                  # per streamed view: p99 event-to-servable seconds
+    drift_decision: bounded                                   # or thresholds (PSI/KS levels, share ≥ 0.5)
+    drift_min_effect: 0.1                                     # Kolmogorov distance / total variation worth an alert
+    drift_min_effects: {"amount_sum_1h": 0.2}                 # per feature
+    drift_false_alarms_per_90_days: 0.5                       # expected false dataset alerts on steady traffic
 
 `QUIVER_ALERT_WEBHOOK_URL` adds a webhook sink without a file. Relative paths resolve against the project root.
 """
@@ -23,17 +27,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from quiver.catalog.errors import QuiverError
 from quiver.config import Config
 
+if TYPE_CHECKING:
+    from quiver.monitoring.drift import DriftConfig
+
 SETTINGS_FILE = "monitoring.yaml"
 _KEYS = {"alert_sinks", "quarantine_dir", "expectations_dir", "on_failure", "consistency_threshold",
          "consistency_thresholds", "consistency_gate", "consistency_max_age_hours", "consistency_min_rows",
-         "freshness_objectives"}
+         "freshness_objectives", "drift_decision", "drift_min_effect", "drift_min_effects",
+         "drift_false_alarms_per_90_days"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,22 @@ class MonitoringSettings:
     # Per view: the p99 of how far behind its events what serving read may be (seconds). Stream lag within it
     # is freshness, reported against it, not an error; a view without one counts stream lag as wrong.
     freshness_objectives: dict[str, float] = field(default_factory=dict)
+    # The drift decision (quiver.monitoring.drift_decision; docs/drift.md): bounded, with its minimum effect
+    # and its false-alarm budget, or the previous thresholds rule.
+    drift_decision: str = "bounded"
+    drift_min_effect: float = 0.1
+    drift_min_effects: dict[str, float] = field(default_factory=dict)
+    drift_false_alarms_per_90_days: float = 0.5
+
+    def drift_config(self, base: DriftConfig | None = None) -> DriftConfig:
+        """`base` (a `DriftConfig`, default the defaults) with these drift settings applied."""
+        from dataclasses import replace
+
+        from quiver.monitoring.drift import DriftConfig
+
+        return replace(base or DriftConfig(), decision=self.drift_decision, min_effect=self.drift_min_effect,
+                       min_effects=dict(self.drift_min_effects),
+                       false_alarms_per_90_days=self.drift_false_alarms_per_90_days)
 
 
 def load_settings(config: Config) -> MonitoringSettings:
@@ -108,6 +132,7 @@ def load_settings(config: Config) -> MonitoringSettings:
         freshness = {"": -1.0}
     if any(not v > 0 for v in freshness.values()):
         raise QuiverError(f"{path}: freshness_objectives must map view names to seconds above 0, got {objectives!r}")
+    drift = _drift_settings(path, values)
     return MonitoringSettings(
         alert_sinks=sinks,
         quarantine_dir=directory("quarantine_dir", config.offline_dir / "_quarantine" / "batches"),
@@ -119,7 +144,24 @@ def load_settings(config: Config) -> MonitoringSettings:
         consistency_max_age_hours=float(max_age),
         consistency_min_rows=min_rows,
         freshness_objectives=freshness,
+        **drift,
     )
+
+
+def _drift_settings(path: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """The drift keys, checked the way `DriftConfig` checks them (an error names the file)."""
+    from quiver.monitoring.drift import DriftConfig
+
+    decision = values.get("drift_decision", "bounded")
+    try:
+        effect = float(values.get("drift_min_effect", 0.1))
+        effects = {str(k): float(v) for k, v in dict(values.get("drift_min_effects") or {}).items()}
+        budget = float(values.get("drift_false_alarms_per_90_days", 0.5))
+        DriftConfig(decision=str(decision), min_effect=effect, min_effects=effects, false_alarms_per_90_days=budget)
+    except (TypeError, ValueError) as exc:
+        raise QuiverError(f"{path}: drift settings: {exc}") from None
+    return {"drift_decision": str(decision), "drift_min_effect": effect, "drift_min_effects": effects,
+            "drift_false_alarms_per_90_days": budget}
 
 
 def _resolve(config: Config, value: str) -> Path:

@@ -80,14 +80,22 @@ def event_extras(triggering_asset_events: Mapping[Any, Iterable[Any]] | None) ->
 
 def drift_step(config_path: str | None, model: str, start: datetime | None, end: datetime | None,
                events: list[dict[str, Any]] | None = None, run: str = "") -> dict[str, Any]:
-    """Drift of `model`'s serving traffic over the run's window (one day ending at the interval's end);
-    `run` is the Airflow run id (a retry of the same run re-emits a drift it recorded but never emitted)."""
+    """Drift of `model`'s serving traffic over the run's window (one day ending at the interval's end), the
+    day's performance estimated without labels, and whether it calls for a retrain (`retrain`, `trigger`,
+    `reason`: see `loop_harm`); `run` is the Airflow run id (a retry of the same run re-emits a drift it
+    recorded but never emitted)."""
     from quiver.pipelines.loop_drift import check_serving_drift
+    from quiver.pipelines.loop_harm import judge_harm
 
     begin, stop = run_window(start, end, days=1.0, events=events or [])
     project = Project.load(config_path)
     project.alerts.redeliver()
-    return check_serving_drift(project, model, begin, stop, run=run)
+    result = check_serving_drift(project, model, begin, stop, run=run)
+    if result["status"] in ("computed", "recorded"):
+        result.update(judge_harm(project, model, begin, stop, result))
+    else:
+        result.update(retrain=False, trigger=None, reason=f"nothing judged ({result['status']})")
+    return result
 
 
 def consistency_step(config_path: str | None, model: str, start: datetime | None,
@@ -114,7 +122,8 @@ def drift_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:
     """What the drift Asset event carries: the run id and the window it judged (retraining ends there)."""
     return {"drift_run_id": result["run_id"], "model": result["model"], "champion": result.get("champion"),
             "window_start": result["window_start"], "window_end": result["window_end"],
-            "drift_share": result.get("drift_share"), "drifted": list(result.get("drifted") or [])}
+            "drift_share": result.get("drift_share"), "drifted": list(result.get("drifted") or []),
+            "trigger": result.get("trigger"), "reason": result.get("reason")}
 
 
 def retrain_plan(model: str, window_days: float, interval_end: datetime | None,

@@ -92,7 +92,9 @@ class Project:
 
 def utc(value: datetime | str) -> datetime:
     """A timezone-aware UTC datetime from a datetime (naive = UTC) or an ISO string."""
-    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    # A subclass (Airflow's pendulum DateTime) is made a plain datetime first: pendulum's astimezone(UTC)
+    # returns a DateTime whose tzinfo is None, naive where every other moment here is aware.
+    moment = datetime.fromisoformat(value if isinstance(value, str) else value.isoformat())
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 

@@ -109,6 +109,7 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
     crashed attempt (`repeated` False: its Asset may never have gone out), by another run a repeat."""
     from quiver.monitoring import repository
     from quiver.monitoring.checks import run_drift_check
+    from quiver.monitoring.settings import load_settings
     from quiver.serving.logs import read_serving_logs
 
     champion = project.models.alias(model, CHAMPION)
@@ -132,7 +133,7 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
     if logged.num_rows == 0:
         return {**base, "status": "no_traffic", "dataset_drift": False, "run_id": None, "rows": 0}
     check = run_drift_check(reference.select(features), current, name=model, features=features,
-                            registry=project.registry, alerts=project.alerts, reference_label=reference_label,
+                            config=load_settings(project.config).drift_config(), registry=project.registry, alerts=project.alerts, reference_label=reference_label,
                             current_label=current_label,  # the window: the run's data time (registry 0007)
                             detail={"run": run, "window": {"start": iso(start), "end": iso(end)}})
     report = check.report

@@ -206,6 +206,8 @@ HEAVY_MODULES: dict[str, frozenset[str]] = {
     "training": frozenset({"test_artifact_store_s3", "test_drift_reference", "test_loop_state", "test_models_training",
                            "test_models_resume", "test_readme"}),
     "browser": frozenset({"test_console_browser", "test_serving_hardening"}),
+    # NannyML, the reference CBPE, in a venv of its own that the first run builds from PyPI
+    "nannyml": frozenset({"test_cbpe_nannyml"}),
 }
 RESOURCE_MARKERS = (*HEAVY_MODULES, "postgres")
 
@@ -213,7 +215,7 @@ RESOURCE_MARKERS = (*HEAVY_MODULES, "postgres")
 def pytest_configure(config: pytest.Config) -> None:
     for name in RESOURCE_MARKERS:
         config.addinivalue_line("markers", f"{name}: needs {name} (a heavy real part)")
-    config.addinivalue_line("markers", "heavy: any of spark, flink, kafka, airflow, training, browser")
+    config.addinivalue_line("markers", "heavy: any of spark, flink, kafka, airflow, training, browser, nannyml")
 
 
 # The longest modules (a full run's --durations, grouped), longest first. Under xdist (`make test` runs two
@@ -221,7 +223,7 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = ("test_loop_airflow", "test_readme", "test_streaming_kafka", "test_streaming_cluster",
                  "test_loop_celery", "test_streaming_crash", "test_streaming_e2e", "test_loop_standalone",
                  "test_streaming_unbounded", "test_offline_object_store_cluster", "test_backfill_spark_standalone",
-                 "test_loop_faults", "test_dags", "test_streaming_kafka_sql", "test_redis_sink_jvm")
+                 "test_loop_faults", "test_cbpe_nannyml", "test_dags", "test_streaming_kafka_sql", "test_redis_sink_jvm")
 
 
 def _module_name(item: pytest.Item) -> str:

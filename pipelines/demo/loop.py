@@ -95,8 +95,13 @@ def decision_of(run: dict[str, Any]) -> tuple[str, str]:
                 f"{r.get('backfill', {}).get('rows_written', 0):,} rows; {mat.get('entities_written', 0):,} to Redis")
     if dag == "quiver_drift":
         d = r.get("check_drift", {})
-        verdict = "DRIFT → Asset" if tasks.get("emit_drift") == "success" else f"no drift ({d.get('status')})"
-        return verdict, f"share {d.get('drift_share', 0):.0%} of {d.get('champion')}, {d.get('rows', 0):,} rows"
+        if tasks.get("emit_drift") == "success":
+            trigger = str(d.get("trigger") or "").replace("_", " ")
+            verdict = f"RETRAIN → Asset ({trigger})" if trigger else "RETRAIN → Asset"
+        else:
+            verdict = "drift: warning only" if d.get("dataset_drift") else f"no drift ({d.get('status')})"
+        numbers = f"share {d.get('drift_share', 0):.0%} of {d.get('champion')}, {d.get('rows', 0):,} rows"
+        return verdict, f"{numbers}; {d['reason']}" if d.get("reason") else numbers
     if dag == "quiver_retrain":
         if "plan" not in r:
             return "skipped", run.get("why") or "see the plan task's log"
@@ -223,8 +228,9 @@ class Scheduler:
                 if self.log.drift_alert_at is None:
                     self.log.drift_alert_at, self.log.drift_alert_wall = at, time.perf_counter()
                     extra = drift[-1]["extra"]
-                    self.log.events.append((at, f"drift alert (run #{extra['drift_run_id']}, share "
-                                                f"{extra['drift_share']:.0%}): {', '.join(extra.get('drifted', []))}"))
+                    self.log.events.append((at, f"retrain called for (drift run #{extra['drift_run_id']}, share "
+                                                f"{extra['drift_share']:.0%}: {', '.join(extra.get('drifted', []))}): "
+                                                f"{extra.get('reason')}"))
                 retrain = self.run_triggered("quiver_retrain", at, drift)
                 gate = retrain["results"].get("gate")
                 if gate:

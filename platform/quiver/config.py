@@ -62,6 +62,11 @@ class Config:
     loop_canary_min_rows: float = 500.0  # rows per arm and step before a guardrail may pass
     loop_canary_judge: str = ""  # overrides of the canary judge's settings, e.g. "log_loss_floor=0.05,alpha=0.1"
     loop_max_shadow_days: float = 7.0  # an inconclusive challenger is dropped (with an alert) after this long
+    # Retraining by expected harm (docs/drift.md): a drift alone warns; a retrain starts when the label-free
+    # estimate of the champion's ROC-AUC lies below its reference by more than this, with confidence (the
+    # estimate's band clear of it), or when dataset drift has held for this many consecutive daily checks.
+    loop_harm_auc_tolerance: float = 0.01
+    loop_drift_persist_days: float = 2.0
     # Several prediction servers: each names its serving-log files (empty: $QUIVER_REPLICA_ID, else the host's
     # name) and, on an object store, keeps what the store cannot take yet in a bounded local spool.
     replica_id: str = ""

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from quiver.catalog.errors import NoRowsError, QuiverError
+from quiver.monitoring import repository
 from quiver.monitoring.canary_judge import apply_decision, judge_step, rollback, start_canary
 from quiver.monitoring.canary_stats import JudgeSettings
 from quiver.monitoring.labels import write_labels
@@ -67,6 +68,8 @@ def test_a_canary_as_good_as_the_champion_is_promoted_and_repeats_record_nothing
     again = judge_step(project.config, MODEL)
     assert again.decision.id == early.decision.id and not again.decision.created  # same data: nothing new
 
+    drifted, _ = repository.open_alert(project.registry, "dataset_drift", MODEL, "critical", "drift", "",
+                                       {"reference": f"{MODEL}:{v1} reference"}, [])
     served, moment = serve(project, batches=14, seed=1, truth=v1)
     logged = read_serving_logs(project.config.offline_dir).to_pandas()
     served_rows = logged[logged["arm"] != "paired"]
@@ -78,6 +81,10 @@ def test_a_canary_as_good_as_the_champion_is_promoted_and_repeats_record_nothing
     aliases = project.models.aliases(MODEL)
     assert aliases["champion"] == v2 and aliases["previous"] == v1 and "canary" not in aliases
     assert aliases["shadow"] == v1  # the old champion keeps scoring every request, off the path
+    # The old champion's drift alert ends with its reign, in the promotion's transaction.
+    assert repository.get_alert(project.registry, drifted.id).status == "resolved"
+    assert repository.alert_history(project.registry, drifted.id)[-1].reason == \
+        f"the model changed: {MODEL}:{v1} → {MODEL}:{v2}"
     move = project.models.history(MODEL, "champion")[-1]
     assert move.decision_id == outcome.decision.id and move.to_version == v2
     stored = rollouts.get_decision(project.registry, outcome.decision.id)

@@ -235,8 +235,9 @@ def test_the_drift_page_shows_the_consistency_runs_beside_drift(browser_page: An
 def alerts_world(operator_world: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """The console over a copy of the operator world's registry with more open alerts than the home page shows:
     first a canary rollback alert as the judge raises it (its detail names the decision, no data time), judged
-    on data three days old, then a dozen warnings and infos raised after it. Yields (url, the rollback's
-    decision id)."""
+    on data three days old, then a dozen warnings and infos raised after it; and fraud_model's label-free
+    performance estimates (champion and canary, the newest day still without labels). Yields (url, the
+    rollback's decision id)."""
     from quiver.config import load_config
     from quiver.monitoring.repository import open_alert
     from quiver.registry import Registry, rollouts
@@ -267,12 +268,40 @@ def alerts_world(operator_world: Any, tmp_path_factory: pytest.TempPathFactory) 
         open_alert(registry, "drift", f"transactions:extra_{i}", "warning" if i % 2 else "info",
                    f"Feature extra_{i} drifted (transactions)", "PSI 0.3 ≥ 0.2",
                    {"as_of": f"2026-11-{10 + i}T00:00:00+00:00"}, [])
+    insert_estimates(registry)
     registry.close()
     with serve(config) as url:
         yield url, rolled.id
 
 
 JUDGED_ROLLBACK = datetime(2026, 11, 18, 12, tzinfo=UTC)
+
+
+def insert_estimates(registry: Any) -> None:
+    """Rows as the drift check writes them into `performance_estimates`: three days of the champion, two of the
+    canary, the newest day's labels not in yet."""
+    import json
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from quiver.registry.estimate_tables import performance_estimates
+
+    rows = []
+    for day, arm, version in [(d, "champion", "fraud_model:3") for d in range(3)] + [
+            (d, "canary", "fraud_model:9") for d in (1, 2)]:
+        end = datetime(2026, 11, 16 + day, tzinfo=UTC)
+        for metric, value in (("roc_auc", 0.9 - day / 50), ("log_loss", 0.25 + day / 40)):
+            labelled = day < 2
+            rows.append({"project": "fraud", "model": "fraud_model", "version": version, "arm": arm,
+                         "window_start": end - timedelta(days=1), "window_end": end, "as_of": end,
+                         "computed_at": datetime.now(UTC), "metric": metric,
+                         "status": "realized" if labelled else "estimated", "rows": 4_000, "estimate": value,
+                         "lower": value - 0.015, "upper": value + 0.015, "reference": 0.91 if metric == "roc_auc"
+                         else 0.24, "realized": value + 0.004 if labelled else None,
+                         "realized_rows": 3_900 if labelled else None, "realized_at": None, "detail_json": json.dumps({})})
+    with registry.engine.begin() as connection:
+        connection.execute(sa.insert(performance_estimates), rows)
 
 
 def rows_of(page: Any, selector: str) -> list[list[str]]:
@@ -362,4 +391,40 @@ def test_the_decision_page_reads_in_plain_words_and_marks_non_default_floors(bro
     page.goto(console_url + f"/rollouts/{world.rollout_id}")
     text = page.inner_text("main")
     assert "step 0" not in text and "Judged on non-default floors" in text
+    assert errors == [], errors
+
+
+def test_the_model_page_shows_estimated_vs_realized_and_an_alert_shows_its_history(
+        browser: Any, alerts_world: tuple[str, int]) -> None:
+    url, rollback_id = alerts_world
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    login(page, url, KEY)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.goto(url + "/models/fraud_model")
+    # Before: no such section; the estimates the drift check records were nowhere on the console.
+    charts = page.locator("svg.estimate-chart")
+    assert charts.count() == 2 and page.locator("svg.estimate-chart[data-metric=roc_auc]").count() == 1
+    auc = page.locator("svg.estimate-chart[data-metric=roc_auc]")
+    assert auc.locator("polygon.band").count() == 2 and auc.locator("circle.realized").count() == 3
+    assert "ROC-AUC (0–1, higher is better)" in (auc.text_content() or "")
+    assert auc.locator("text.no-labels").count() == 1  # the newest day: labels not in yet
+    newest = rows_of(page, "#performance-estimates")[0]
+    assert newest[0].startswith("2026-11-18") and newest[6] == "no labels yet", newest
+    page.goto(url + "/alerts")
+    page.locator("#open-alerts tr", has_text="fraud_model:9").locator("a[href^='/alerts/']").click()
+    page.wait_for_load_state()
+    assert page.title().startswith("Alert #") and "fraud_model:9" in page.inner_text("main")
+    history = rows_of(page, "#alert-history")
+    assert [r[0] for r in history] == ["opened"] and history[0][2] and history[0][3], history
+    found = crawl(page, url)  # every page of this world too, the alert pages and the charts included
+    context.close()
+    # The fixture's rollback names fraud_model:9, a version this registry never had: its decision page's link to
+    # #v9 of the model page is the fixture's fiction, not a console fault.
+    problems = [p for p in found.problems if not p.endswith("links to #v9 of " + url + "/models/fraud_model, "
+                                                            "which has no such element")]
+    assert problems == [], problems
+    assert f"/decisions/{rollback_id}" in found.paths(url) and any(
+        p.startswith("/alerts/") for p in found.paths(url))
     assert errors == [], errors

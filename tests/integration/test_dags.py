@@ -109,8 +109,9 @@ def test_drift_dag_compares_the_champion_reference_with_serving_logs(tmp_path: P
 
     project = tmp_path / "project"
     shutil.copytree(REPO / "feature_defs", project / "feature_defs")
+    # One day of drift calls for a retrain here (`loop_drift_persist_days: 1`): the Asset is part of what is tested.
     (project / "quiver.yaml").write_text("project: drifttest\nregistry_url: sqlite:///.quiver/registry.db\n"
-                                         "loop_model: m\n")
+                                         "loop_model: m\nloop_drift_persist_days: 1\n")
     # The champion's reference (as training stores it) and a day of its serving traffic whose `amount` and
     # scores moved: 2 of 3 columns drifted, above the dataset-drift share.
     rng = np.random.default_rng(5)
@@ -150,6 +151,8 @@ def test_drift_dag_compares_the_champion_reference_with_serving_logs(tmp_path: P
         extras = [json.loads(row[0]) for row in connection.execute(text(
             "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = 'quiver://drift/m'"))]
     assert [e["drift_run_id"] for e in extras] == [runs[0][0]]
+    # This version has no held-out rows (no artifact, no lineage): the day is not estimated, and says why.
+    assert extras[0]["trigger"] == "persistent_drift" and "no estimate (no held-out rows" in extras[0]["reason"]
 
 
 def test_the_hourly_compaction_task_runs_for_real(tmp_path: Path) -> None:

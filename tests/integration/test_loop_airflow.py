@@ -282,3 +282,74 @@ def test_the_docs_demo_examples_name_what_the_story_does(story: tuple[Project, S
     reports = write_reports(project, log, max(r["at"] for r in log.runs))  # as the demo writes them
     assert re.fullmatch(rf"evaluation-{model}-v{promoted.canary_version}-vs-v{promoted.champion_version}-\d{{8}}-"
                         rf"\d{{8}}\.html", Path(reports["evaluation"]).name), reports
+
+
+# NannyML's CBPE on one day of the story: its reference is the champion's held-out rows (what Quiver calibrates
+# on), its analysis the day's champion scores. It writes its ROC-AUC estimate and whether it calibrated.
+_NANNYML_DAY = """
+import json, sys
+import numpy as np, pandas as pd
+import nannyml as nml
+ref, ana = pd.read_parquet(sys.argv[1]), pd.read_parquet(sys.argv[2])
+for frame in (ref, ana):
+    frame["y_pred"] = (frame["score"] >= 0.5).astype(int)
+ref["y_true"], ana["y_true"] = ref.pop("label").astype(int), np.nan
+cbpe = nml.CBPE(y_pred_proba="score", y_pred="y_pred", y_true="y_true", metrics=["roc_auc"], chunk_number=1,
+                problem_type="classification_binary")
+cbpe.fit(ref)
+table = cbpe.estimate(ana).filter(period="analysis").to_df()
+print(json.dumps({"needs_calibration": bool(cbpe.needs_calibration), "roc_auc": float(table[("roc_auc", "value")].iloc[0])}))
+"""
+
+
+def test_drift_alone_warns_a_lasting_one_retrains_and_estimates_meet_their_labels_and_nannyml(
+        story: tuple[Project, StoryLog], tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from quiver.monitoring import performance_estimation as pe
+    from quiver.monitoring.estimate_records import estimates_of
+    from quiver.pipelines.loop_harm import held_out
+    from quiver.serving.logs import read_serving_logs
+    from tests.integration.nannyml_env import run_nannyml_script
+
+    project, log = story
+    model = project.config.loop_model
+    drifts = runs_of(log, "quiver_drift")
+    first = next(r for r in drifts if r["results"]["check_drift"].get("dataset_drift"))
+    judged = first["results"]["check_drift"]
+    # The drift's first day does not hurt the champion by more than the tolerance: a warning, no retrain.
+    assert first["tasks"]["emit_drift"] == "skipped" and not judged["retrain"], judged["reason"]
+    assert judged["reason"].startswith("drift without expected harm (day 1 of 2)"), judged["reason"]
+    emitted = next(r for r in drifts if r["tasks"]["emit_drift"] == "success")
+    assert emitted["results"]["check_drift"]["trigger"] == "persistent_drift" and emitted["at"] > first["at"]
+    assert emitted["results"]["emit_drift"]["reason"] == emitted["results"]["check_drift"]["reason"]
+
+    # Every served day was estimated without labels; once the labels came, the realized value sits beside it.
+    rows = [r for r in estimates_of(project.registry, model, metric="roc_auc") if r["estimate"] is not None]
+    realized = [r for r in rows if r["realized"] is not None and r["realized_rows"] >= 0.9 * r["rows"]]
+    assert {r["arm"] for r in rows} >= {"champion", "shadow", "canary"} and len(realized) >= 5
+    # Near the truth, though not always within the band: the story's drift also raises merchants' fraud risk
+    # (how inputs relate to outcomes), which no label-free estimate can see; hence the persistent-drift rule.
+    assert np.mean([abs(r["error"]) for r in realized]) < 0.05
+    assert np.mean([r["within_band"] for r in realized]) >= 0.5, [(r["estimate"], r["realized"]) for r in realized]
+
+    # NannyML on the first drifted day, fitted on the same held-out rows: both map the scores by an isotonic
+    # fit on them (NannyML whenever the map lowers their ECE, Quiver whenever the map passes its cross-fitted
+    # check), so the ROC-AUC estimates agree; Quiver's band also carries the map's own uncertainty.
+    champion = project.models.resolve(model, judged["champion"].rsplit(":", 1)[1])
+    scores, labels = held_out(project, champion)
+    start, end = utc(judged["window_start"]), utc(judged["window_end"])
+    served = read_serving_logs(project.serving_log_root, start, end, arm="champion")
+    day = served.filter(pc.equal(served["model_version"], judged["champion"]))["prediction"].to_numpy()
+    pq.write_table(pa.table({"score": scores, "label": labels}), tmp_path / "reference.parquet")
+    pq.write_table(pa.table({"score": day}), tmp_path / "analysis.parquet")
+    (tmp_path / "nannyml_day.py").write_text(_NANNYML_DAY)
+    theirs = json.loads(run_nannyml_script(tmp_path / "nannyml_day.py", str(tmp_path / "reference.parquet"),
+                                           str(tmp_path / "analysis.parquet")).strip().splitlines()[-1])
+    same_map = pe.expected_roc_auc(day, pe.fit_isotonic(scores, labels)(day))
+    ours = judged["estimates"]["champion"]["roc_auc"]
+    assert theirs["needs_calibration"] and abs(theirs["roc_auc"] - same_map) < 0.005, (theirs, same_map)
+    assert abs(theirs["roc_auc"] - ours["estimate"]) < 0.005, (theirs, ours)

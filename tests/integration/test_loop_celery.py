@@ -45,14 +45,15 @@ def day(index: int) -> datetime:
 
 
 def _project(folder: Path, shared: Path, registry_url: str, artifact_root: str, redis_url: str) -> Path:
-    """A worker's own copy of the project: settings and definitions; the data lake is the shared one."""
+    """A worker's own copy of the project: settings and definitions; the data lake is the shared one. Any day
+    of drift calls for a retrain (`loop_drift_persist_days: 1`): this test is about where the loop's tasks run."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "feature_defs", folder / "feature_defs", ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "data").symlink_to(shared / "data", target_is_directory=True)
     (folder / "quiver.yaml").write_text(
         f"project: celerytest\nregistry_url: {registry_url}\noffline_root: {shared / 'offline'}\n"
         f"artifact_root: \"{artifact_root}\"\nredis_url: {redis_url}\nloop_window_days: 2\n"
-        f"loop_retrain_calendar: ''\nredis_timeout_s: 10\n")
+        f"loop_retrain_calendar: ''\nredis_timeout_s: 10\nloop_drift_persist_days: 1\n")
     return folder / "quiver.yaml"
 
 

@@ -26,7 +26,7 @@ def test_file_delete_trigger_fires_on_the_trigger_file(tmp_path: Path, sqlite_ur
     assert asset.watchers[0].trigger is trigger
 
     raised = AlertManager(Registry(sqlite_url, project="fraud"), [sink]).raise_alert(
-        "dataset_drift", "fraud_model", "critical", "Dataset drift in fraud_model", detail={"share": 0.6})
+        "retrain_needed", "fraud_model", "critical", "Retrain fraud_model: expected harm", detail={"share": 0.6})
     assert raised.alert.deliveries == {"airflow_asset": "delivered"}
     payload = json.loads(sink.trigger_file.read_text())
     assert payload["extra"]["alert_id"] == raised.alert.id

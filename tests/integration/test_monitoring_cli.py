@@ -33,7 +33,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "grocery", "restaurants", "fuel", "fashion", "electronics", "travel", "digital_goods", "gambling"]}},
     ]}))
     (root / "monitoring.yaml").write_text(
-        "alert_sinks:\n  - {type: log}\n  - {type: airflow_asset, trigger_dir: data/triggers}\n")
+        "alert_sinks:\n  - {type: log}\n  - {type: airflow_asset, trigger_dir: data/triggers, kinds: [dataset_drift]}\n")
     return root
 
 
@@ -104,6 +104,8 @@ def test_quality_command_quarantines_malformed_batches(project: Path) -> None:
 
 
 def test_dataset_drift_writes_the_retrain_trigger(project: Path) -> None:
+    # The sink is told to treat dataset drift as a retraining signal (`kinds: [dataset_drift]`); by default it
+    # only passes on the loop's `retrain_needed` (drift alone warns).
     out = done(quiver("drift", "--reference", TX.format("2026-11-01"), "--current", TX.format("2026-11-04"),
                       "-f", "amount,category,is_online", "--name", "retrain_check", "--alert", cwd=project))
     assert "dataset drift" in out

@@ -59,7 +59,7 @@ def test_html_reports_share_one_verdict_render_offline_and_stay_bounded(tmp_path
     # the case where Evidently's own defaults and Quiver's summary used to disagree.
     ref["wobble"], cur["wobble"] = rng.normal(0, 1, n), rng.normal(0.04, 1, n)
     cur["starved_feature"], ref["starved_feature"] = np.r_[rng.normal(0, 1, 40), np.full(n - 40, np.nan)], rng.normal(0, 1, n)
-    config = DriftConfig()
+    config = DriftConfig(decision="thresholds")  # the thresholds rule's verdicts (the bounded one: test_drift_decision)
     report = compute_drift(ref, cur, config=config)
     assert report.feature("wobble").status == "ok" and report.feature("wobble").scores["ks_pvalue"] < 0.05
     assert report.feature("starved_feature").status == "insufficient_data" and report.drifted

@@ -88,8 +88,9 @@ def test_drift_checks_build_a_time_series_and_alerts(registry: Registry) -> None
         run_ids.append(check.run_id)
         if shift:
             assert {a.outcome for a in check.alerts} == {"created"}
-            assert {a.alert.kind for a in check.alerts} == {"drift"}
-            assert {a.subject for a in manager.open_alerts()} == {"fraud_model:amount"}
+            # One feature shown beyond its minimum effect is a dataset drift (the bounded rule is family-wise).
+            assert {a.alert.kind for a in check.alerts} == {"drift", "dataset_drift"}
+            assert {a.subject for a in manager.open_alerts()} == {"fraud_model:amount", "fraud_model"}
         else:
             assert manager.open_alerts() == []  # the third run resolved what the second opened
     history = drift_history(registry, "amount", "fraud_model")
@@ -113,7 +114,7 @@ def test_dataset_drift_alert(registry: Registry) -> None:
     check = run_drift_check(ref, cur, name="fraud_model", registry=registry, alerts=manager)
     assert check.report.dataset_drift and check.report.drift_share == 0.75
     [dataset] = manager.open_alerts("dataset_drift")
-    assert dataset.severity == "critical" and dataset.detail["drifted"] == ["f0", "f1", "f2"]
+    assert dataset.severity == "warning" and dataset.detail["drifted"] == ["f0", "f1", "f2"]
 
 
 def test_drift_alerts_keep_the_data_time_their_run_judged(registry: Registry) -> None:

@@ -51,7 +51,8 @@ def catalog() -> Any:
 
 def save_model(root: Path, seed: int, *, numeric: tuple[str, ...] = ("f0", "f1"),
                categorical: tuple[str, ...] = ("category",), spread: float = 4.0,
-               labelled_reference: bool = False, reference_rows: int = 200) -> tuple[Path, str]:
+               labelled_reference: bool = False, reference_rows: int = 200,
+               reference_scores: np.ndarray | None = None) -> tuple[Path, str]:
     """A real artifact: a small TabularNet with seeded random weights, saved and checksummed. `spread`
     scales the output layer: larger gives sharper scores (further from ½); `labelled_reference` stores a
     `label` column with the reference (the retrain gate compares versions on it)."""
@@ -72,7 +73,7 @@ def save_model(root: Path, seed: int, *, numeric: tuple[str, ...] = ("f0", "f1")
     rng = np.random.default_rng(seed)
     n = reference_rows
     reference = pd.DataFrame({"f0": rng.normal(size=n), "f1": rng.normal(size=n), "category": rng.choice(["a", "b"], n)})
-    reference["score"] = rng.random(n)
+    reference["score"] = rng.random(n) if reference_scores is None else reference_scores
     if labelled_reference:
         reference["label"] = (rng.random(n) < 0.5).astype(float)
     return save_artifact(root, MODEL, net, prep, feature_refs=refs, catalog_version=None, catalog_hash="test",

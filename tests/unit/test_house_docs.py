@@ -19,7 +19,7 @@ CONFIGURATION = (REPO / "docs" / "configuration.md").read_text()
 def documented_keys(section: str) -> set[str]:
     """Keys in the first column of the tables under the `## section` heading."""
     body = CONFIGURATION.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"^\| `([a-z_]+)` \|", body, flags=re.M))
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", body, flags=re.M))
 
 
 def test_every_quiver_yaml_key_is_documented() -> None:

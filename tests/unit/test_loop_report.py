@@ -74,8 +74,15 @@ def test_report_writes_the_page_and_every_png(tmp_path: Path, scored: tuple[np.n
 
 def test_decision_of_names_what_each_dag_run_decided() -> None:
     drift = {"dag_id": "quiver_drift", "state": "success", "tasks": {"emit_drift": "success"},
-             "results": {"check_drift": {"drift_share": 0.6, "champion": "m:1", "rows": 4000}}}
-    assert decision_of(drift) == ("DRIFT → Asset", "share 60% of m:1, 4,000 rows")
+             "results": {"check_drift": {"drift_share": 0.6, "champion": "m:1", "rows": 4000,
+                                         "trigger": "persistent_drift", "reason": "drift held 2 day(s) ≥ 2"}}}
+    assert decision_of(drift) == ("RETRAIN → Asset (persistent drift)",
+                                  "share 60% of m:1, 4,000 rows; drift held 2 day(s) ≥ 2")
+    warned = {"dag_id": "quiver_drift", "state": "success", "tasks": {"emit_drift": "skipped"},
+              "results": {"check_drift": {"drift_share": 0.6, "champion": "m:1", "rows": 4000, "dataset_drift": True,
+                                          "reason": "drift without expected harm (day 1 of 2): …"}}}
+    assert decision_of(warned) == ("drift: warning only",
+                                   "share 60% of m:1, 4,000 rows; drift without expected harm (day 1 of 2): …")
     skipped = {"dag_id": "quiver_retrain", "state": "success", "tasks": {"plan": "skipped"}, "results": {},
                "why": "one candidate at a time: m:2 is still the shadow"}
     assert decision_of(skipped) == ("skipped", "one candidate at a time: m:2 is still the shadow")

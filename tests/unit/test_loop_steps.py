@@ -45,9 +45,11 @@ def test_event_extras_reads_objects_and_mappings_and_skips_empty_extras() -> Non
 
 def test_drift_event_carries_the_run_id_and_the_window() -> None:
     extra = drift_event_extra({"run_id": 7, "model": "m", "champion": "m:1", "window_start": "s",
-                               "window_end": "e", "drift_share": 0.5, "drifted": ["a"], "rows": 10})
+                               "window_end": "e", "drift_share": 0.5, "drifted": ["a"], "rows": 10,
+                               "trigger": "persistent_drift", "reason": "drift held 2 day(s) ≥ 2"})
     assert extra == {"drift_run_id": 7, "model": "m", "champion": "m:1", "window_start": "s", "window_end": "e",
-                     "drift_share": 0.5, "drifted": ["a"]}
+                     "drift_share": 0.5, "drifted": ["a"], "trigger": "persistent_drift",
+                     "reason": "drift held 2 day(s) ≥ 2"}  # why the retrain was called for
     assert drift_asset_uri("fraud_model") == "quiver://drift/fraud_model"
 
 

@@ -128,8 +128,10 @@ def test_airflow_asset_sink_writes_trigger_files(registry: Registry, tmp_path: P
     sink = AirflowAssetSink("quiver://monitoring/drift", trigger_dir=tmp_path)
     manager = AlertManager(registry, [sink])
     manager.raise_alert("drift", "m:amount", "warning", "feature drift")  # not a retraining signal
+    manager.raise_alert("dataset_drift", "fraud_model", "warning", "dataset drift")  # drift alone only warns
     assert not sink.trigger_file or not sink.trigger_file.exists()
-    raised = manager.raise_alert("dataset_drift", "fraud_model", "critical", "dataset drift", detail={"share": 0.6})
+    raised = manager.raise_alert("retrain_needed", "fraud_model", "critical", "retrain: expected harm",
+                                 detail={"share": 0.6})
     assert sink.trigger_file is not None
     event = json.loads(sink.trigger_file.read_text())
     assert event["asset_uri"] == "quiver://monitoring/drift"
@@ -169,7 +171,7 @@ def test_airflow_asset_sink_rest_mode_against_a_fake_api(registry: Registry) -> 
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         sink = AirflowAssetSink(api_url=f"http://127.0.0.1:{server.server_address[1]}", username="u", password="p")
-        raised = AlertManager(registry, [sink]).raise_alert("dataset_drift", "fraud_model", "critical", "drift")
+        raised = AlertManager(registry, [sink]).raise_alert("retrain_needed", "fraud_model", "critical", "retrain")
     finally:
         server.shutdown()
         server.server_close()

@@ -64,9 +64,10 @@ def test_psi_warn_and_alert_levels() -> None:
     ref = pd.DataFrame({"c": rng.choice(["a", "b"], 20_000, p=[0.5, 0.5])})
     warn = pd.DataFrame({"c": rng.choice(["a", "b"], 20_000, p=[0.68, 0.32])})  # PSI ≈ 0.14
     alert = pd.DataFrame({"c": rng.choice(["a", "b"], 20_000, p=[0.75, 0.25])})  # PSI ≈ 0.27
-    assert compute_drift(ref, warn).feature("c").status == "warn"
-    assert compute_drift(ref, alert).feature("c").status == "alert"
-    loose = with_thresholds(DriftConfig(), psi_warn=0.5, psi_alert=0.9)
+    rule = DriftConfig(decision="thresholds")  # the PSI levels are the thresholds rule's
+    assert compute_drift(ref, warn, config=rule).feature("c").status == "warn"
+    assert compute_drift(ref, alert, config=rule).feature("c").status == "alert"
+    loose = with_thresholds(rule, psi_warn=0.5, psi_alert=0.9)
     assert compute_drift(ref, alert, config=loose).feature("c").status == "ok"
 
 
@@ -74,7 +75,8 @@ def test_per_feature_thresholds() -> None:
     rng = np.random.default_rng(4)
     ref = pd.DataFrame({"a": rng.normal(0, 1, 5_000), "b": rng.normal(0, 1, 5_000)})
     cur = pd.DataFrame({"a": rng.normal(0.5, 1, 5_000), "b": rng.normal(0.5, 1, 5_000)})
-    config = DriftConfig(per_feature={"b": Thresholds(psi_warn=10, psi_alert=20, ks_min_statistic=0.9)})
+    config = DriftConfig(per_feature={"b": Thresholds(psi_warn=10, psi_alert=20, ks_min_statistic=0.9)},
+                         decision="thresholds")  # per-feature thresholds belong to the thresholds rule
     report = compute_drift(ref, cur, config=config)
     assert report.feature("a").drifted
     assert report.feature("b").status == "ok"

@@ -79,6 +79,9 @@ def drift(
     if model is not None:
         if reference is not None or current is not None:
             raise QuiverError("give either --model or --reference and --current, not both")
+        if alert and arm != "champion":  # a canary's alerts would resolve the champion's as "the model changed"
+            raise QuiverError(f"--alert works with --arm champion only: a model's drift alerts belong to its "
+                              f"champion's reference (the {arm} arm is judged by its rollout or shadow evaluation)")
         _model_drift(model, version, arm, start, end, report=report, sample_rows=sample_rows, record=record,
                      alert=alert, fail_on_drift=fail_on_drift, engine=engine, config=config)
         return
@@ -94,6 +97,7 @@ def drift(
         time_window,
     )
     from quiver.monitoring.drift import DriftConfig
+    from quiver.monitoring.settings import load_settings
 
     cfg, has_file = _project(config, required=False)
     if record and config is None and find_config() is None:  # a record belongs in a project's registry,
@@ -104,8 +108,8 @@ def drift(
     wanted = _split(features) or None
     started = datetime.now(UTC)
     try:
-        drift_config = DriftConfig(numerical_methods=tuple(_split([numerical])),
-                                   categorical_methods=tuple(_split([categorical])))
+        drift_config = load_settings(cfg).drift_config(DriftConfig(
+            numerical_methods=tuple(_split([numerical])), categorical_methods=tuple(_split([categorical]))))
         schemas = table_schema(reference), table_schema(current)
         if wanted is None:
             chosen = default_drift_columns(_catalog(cfg), schemas[0].names, schemas[1].names, service)
@@ -194,7 +198,10 @@ def _model_drift(model: str, version: str | None, arm: str, start: str | None, e
     registry = project.registry if record else None
     alerts = project.alerts if alert and registry is not None else None
     try:
+        from quiver.monitoring.settings import load_settings
+
         check = run_drift_check(inputs.reference, inputs.current, name=model, features=inputs.features,
+                                config=load_settings(project.config).drift_config(),
                                 registry=registry, alerts=alerts, engine=engine,
                                 reference_label=f"{label} reference", current_label=window_label(*window))
     except ValueError as exc:
@@ -254,8 +261,7 @@ def _print_report(report: Any) -> None:
     console.print(table)
     verdict = "[bold red]dataset drift[/]" if report.dataset_drift else "[green]no dataset drift[/]"
     console.print(f"{verdict}: {len(report.drifted)} of {len(report.judged)} judged features drifted "
-                  f"(share {report.drift_share:.0%}, threshold {report.drift_share_threshold:.0%}); "
-                  f"{report.engine} engine, {report.elapsed_s:.2f} s")
+                  f"({report.rule}); {report.engine} engine, {report.elapsed_s:.2f} s")
 
 
 def _fmt(value: float | None) -> str:
@@ -312,6 +318,41 @@ def drift_history(feature: Annotated[str, typer.Argument(help="feature name")],
         console.print(f"wrote {png}")
 
 
+def estimates(model: Annotated[str, typer.Argument(help="model name")],
+              metric: Annotated[str, typer.Option(help="roc_auc, log_loss, brier, precision, recall, f1, accuracy")]
+              = "roc_auc",
+              arm: Annotated[str | None, typer.Option(help="champion, shadow or canary (default: every arm)")] = None,
+              config: ConfigOption = None) -> None:
+    """A model's daily performance estimated without labels (CBPE), beside the realized value once labels came."""
+    from quiver.monitoring.estimate_records import estimate_errors, estimates_of
+    from quiver.monitoring.performance_estimation import METRICS
+    from quiver.registry import Registry
+
+    if metric not in METRICS:
+        raise QuiverError(f"--metric {metric!r} is not estimated; choose one of {', '.join(METRICS)}")
+    cfg, _ = _project(config)
+    rows = estimates_of(Registry(cfg.registry, project=cfg.project), model, arm=arm, metric=metric)
+    if not rows:
+        raise QuiverError(f"no performance estimates of {model!r}" + (f" on the {arm} arm" if arm else "")
+                          + ": the loop's daily drift check estimates each arm's day once it serves traffic")
+    table = Table("data window (UTC)", "arm", "version", "rows", "estimate [95 % band]", "reference", "realized",
+                  "labelled", "error", "in band", title=f"{model}: {metric} estimated without labels, and realized")
+    for r in rows:
+        band = (f"{r['estimate']:.4f} [{r['lower']:.4f}, {r['upper']:.4f}]" if r["estimate"] is not None
+                else f"not estimated: {r['detail'].get('reason') or r['status']}")
+        table.add_row(f"{r['window_start']:%m-%d %H:%M} → {r['window_end']:%m-%d %H:%M}", r["arm"], r["version"],
+                      f"{r['rows']:,}", band, _fmt(r["reference"]), _fmt(r["realized"]),
+                      f"{r['realized_rows']:,}" if r["realized_rows"] else "no labels yet",
+                      f"{r['error']:+.4f}" if r["error"] is not None else "–",
+                      {True: "yes", False: "NO", None: "–"}[r["within_band"]])
+    console.print(table)
+    for name, summary in estimate_errors(rows).items():
+        if summary["windows"]:
+            console.print(f"{name}: {summary['windows']} window(s) with labels, mean |estimate − realized| "
+                          f"{summary['mean_abs_error']:.4f}, largest {summary['max_abs_error']:.4f}; the band held "
+                          f"the realized value in {summary['within_band']:.0%} of them", highlight=False)
+
+
 def quality(source: Annotated[str, typer.Argument(help="catalog source the batch belongs to")],
             batches: Annotated[list[Path], typer.Argument(help="Parquet file(s) to validate")],
             on_failure: Annotated[str | None, typer.Option(help="continue or stop (default: settings)")] = None,
@@ -356,7 +397,7 @@ def quality(source: Annotated[str, typer.Argument(help="catalog source the batch
         raise typer.Exit(1)
 
 
-alerts_app = typer.Typer(help="List, resolve and redeliver monitoring alerts.", no_args_is_help=True)
+alerts_app = typer.Typer(help="List, show, resolve and redeliver monitoring alerts.", no_args_is_help=True)
 
 
 @alerts_app.command("list")
@@ -386,9 +427,40 @@ def alerts_resolve(alert_id: Annotated[int, typer.Argument(help="alert id")], co
     from quiver.registry import Registry
 
     cfg, _ = _project(config)
-    if not resolve_alerts(Registry(cfg.registry, project=cfg.project), "", alert_id=alert_id):
+    if not resolve_alerts(Registry(cfg.registry, project=cfg.project), "", alert_id=alert_id,
+                          reason="resolved by hand"):
         raise QuiverError(f"no open alert {alert_id}")
     console.print(f"resolved alert {alert_id}")
+
+
+@alerts_app.command("show")
+@user_errors
+def alerts_show(alert_id: Annotated[int, typer.Argument(help="alert id")], config: ConfigOption = None) -> None:
+    """One alert and its history: every state change, why, with the data time it was about and when."""
+    from rich.markup import escape
+
+    from quiver.monitoring.repository import alert_history, get_alert
+    from quiver.registry import Registry
+
+    cfg, _ = _project(config)
+    registry = Registry(cfg.registry, project=cfg.project)
+    try:
+        alert = get_alert(registry, alert_id)
+    except KeyError:
+        raise QuiverError(f"no alert {alert_id}") from None
+    console.print(escape(f"alert #{alert.id} [{alert.severity}] {alert.status}: {alert.title}"), highlight=False)
+    console.print(f"{alert.kind} {alert.subject} · seen {alert.occurrences}× · data time "
+                  f"{alert.data_time:%Y-%m-%d %H:%M} UTC · opened {alert.created_at:%Y-%m-%d %H:%M} UTC"
+                  + (f" · resolved {alert.resolved_at:%Y-%m-%d %H:%M} UTC" if alert.resolved_at else ""),
+                  highlight=False, soft_wrap=True)
+    if alert.message:
+        console.print(escape(alert.message), highlight=False, soft_wrap=True)
+    table = Table("event", "severity", "data time", "recorded", "why", title="history (data time: what it was "
+                  "about; recorded: wall clock, UTC)")
+    for e in alert_history(registry, alert_id):
+        table.add_row(e.event, e.severity, f"{e.as_of:%Y-%m-%d %H:%M}" if e.as_of else "–",
+                      f"{e.at:%Y-%m-%d %H:%M:%S}", escape(e.reason))
+    console.print(table if table.row_count else "no history recorded (raised before alert events were kept)")
 
 
 @alerts_app.command("redeliver")
@@ -406,5 +478,6 @@ def register(app: typer.Typer) -> None:
     """Add the monitoring commands to the `quiver` app."""
     app.command("drift")(user_errors(drift))
     app.command("drift-history")(user_errors(drift_history))
+    app.command("estimates")(user_errors(estimates))
     app.command("quality")(user_errors(quality))
     app.add_typer(alerts_app, name="alerts")

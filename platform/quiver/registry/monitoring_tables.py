@@ -7,6 +7,8 @@ and their deliveries. Created and evolved only by migrations/versions/0002_monit
   repeated condition bumps `occurrences` instead of opening a new alert.
 * `alert_deliveries` records each (alert, sink) delivery: pending → delivered | failed, with attempts and the
   last error. The alert row is committed before any delivery is tried, so a failing sink never loses it.
+* `alert_events` (0009): every state change of an alert (opened, updated, escalated, resolved), with why, the
+  wall clock (`at`) and the data time it was about (`as_of`).
 """
 
 from __future__ import annotations
@@ -111,4 +113,19 @@ alert_deliveries = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("delivered_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("alert_id", "sink", name="uq_alert_deliveries_alert_sink"),
+)
+
+alert_events = Table(
+    "alert_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("alert_id", Integer, ForeignKey("alerts.id", ondelete="CASCADE"), nullable=False),
+    Column("project", String(63), nullable=False),
+    Column("event", String(16), nullable=False),  # opened | updated | escalated | resolved
+    Column("severity", String(16), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("at", DateTime(timezone=True), nullable=False),  # wall clock
+    Column("as_of", DateTime(timezone=True), nullable=True),  # data time the condition was about
+    Column("detail_json", Text, nullable=False, default="{}"),
+    Index("ix_alert_events_alert", "alert_id", "at"),
 )

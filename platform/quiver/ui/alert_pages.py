@@ -1,4 +1,5 @@
-"""The console's alerts: the home page's most severe open ones and the `/alerts` page.
+"""The console's alerts: the home page's most severe open ones, the `/alerts` page and one alert's page
+(`/alerts/{id}`: its history — opened, updated, escalated, resolved and why — with both clocks).
 
 Each alert reads as a first sentence in plain words (the decision's it announces, else its kind's), then the
 numbers (its recorded message); its data time is the one it judged — its own record's, else the decision's
@@ -15,8 +16,8 @@ from quiver.catalog.errors import QuiverError
 from quiver.registry import explain, rollouts
 from quiver.registry.plain_words import alert_sentence
 from quiver.registry.rollouts import Decision
-from quiver.ui.data import Console
-from quiver.ui.html import badge, esc, link, num, page, table, text_with_links, when
+from quiver.ui.data import Console, NotFound
+from quiver.ui.html import badge, esc, facts, link, num, page, table, text_with_links, when
 
 HOME_ALERTS = 10  # the home page's share of open alerts: the most severe, then the newest
 
@@ -86,7 +87,7 @@ def alerts_table(views: list[AlertView], *, id_: str = "", empty: str = "no open
         links = " · ".join(x for x in (
             link(f"/decisions/{v.decision_id}", f"decision #{v.decision_id}") if v.decision_id else "",
             link(f"/rollouts/{v.rollout_id}", f"rollout #{v.rollout_id}") if v.rollout_id else "") if x) or "–"
-        rows.append([f"<span id='alert-{a.id}'>#{a.id}</span>", badge(a.severity),
+        rows.append([f"<span id='alert-{a.id}'>{link(f'/alerts/{a.id}', f'#{a.id}')}</span>", badge(a.severity),
                      f"<b>{esc(v.sentence)}</b><br><span class='muted'>{text_with_links(a.message[:400])}</span>",
                      esc(a.kind), esc(a.subject), when(v.data_time) + source, num(a.occurrences),
                      when(a.last_seen_at), links])
@@ -120,3 +121,38 @@ def alerts_page(console: Console) -> str:
             + f"<h2>Resolved (newest {len(resolved)})</h2>"
             + alerts_table(resolved, id_="resolved-alerts", empty="no resolved alerts"))
     return page("Alerts", body, console.config.project)
+
+
+def alert_page(console: Console, alert_id: int) -> str:
+    """One alert: what happened, its numbers, and its history — every state change, why, the data time it
+    was about and when it was recorded (the wall clock)."""
+    from quiver.monitoring.repository import alert_history, get_alert
+
+    try:
+        alert = get_alert(console.registry, alert_id)
+    except KeyError:
+        raise NotFound(f"no alert #{alert_id}") from None
+    if alert.project != console.config.project:
+        raise NotFound(f"no alert #{alert_id}")
+    [view] = alert_views(console, [alert])
+    links = [link(f"/decisions/{view.decision_id}", f"decision #{view.decision_id}") if view.decision_id else "",
+             link(f"/rollouts/{view.rollout_id}", f"rollout #{view.rollout_id}") if view.rollout_id else ""]
+    source = "" if view.data_time_source == "recorded" else f" <span class='muted'>({esc(view.data_time_source)})</span>"
+    top = facts([("what happened", f"<b id='sentence'>{esc(view.sentence)}</b>"),
+                 ("the numbers", text_with_links(alert.message) or "–"), ("severity", badge(alert.severity)),
+                 ("status", badge(alert.status)), ("kind", esc(alert.kind)), ("subject", esc(alert.subject)),
+                 ("data time", when(view.data_time) + source), ("seen", f"{alert.occurrences:,}×"),
+                 ("opened (recorded)", when(alert.created_at)), ("last seen (recorded)", when(alert.last_seen_at)),
+                 ("resolved (recorded)", when(alert.resolved_at)),
+                 ("reference judged against", esc((alert.detail or {}).get("reference") or "–")),
+                 ("delivery", esc(", ".join(f"{k}: {v}" for k, v in sorted(alert.deliveries.items())) or "no sinks")),
+                 ("links", " · ".join(x for x in links if x) or "–")])
+    history = table(["event", "severity", "data time", "recorded", "why"],
+                    [[badge(e.event), badge(e.severity), when(e.as_of), when(e.at), text_with_links(e.reason)]
+                     for e in alert_history(console.registry, alert_id)], id_="alert-history",
+                    empty="no history recorded (raised before alert events were kept)")
+    body = (top + "<h2>History</h2><p class='muted'>Each state change: opened, updated while the condition "
+            "holds (at most once a data day unless what drifted changed), escalated, resolved (cleared, the model "
+            "changed, or by hand). Data time: what it was about; recorded: when it was written.</p>" + history
+            + f"<p>{link('/alerts', 'every alert')}</p>")
+    return page(f"Alert #{alert.id}: {alert.title}", body, console.config.project)

@@ -116,6 +116,10 @@ def create_app(config: Config, api_key: str | None = None) -> FastAPI:
     async def alerts(request: Request) -> Response:
         return await render(request, lambda: alert_pages.alerts_page(console))
 
+    @app.get("/alerts/{alert_id}", response_class=HTMLResponse)
+    async def alert(request: Request, alert_id: int) -> Response:
+        return await render(request, lambda: alert_pages.alert_page(console, alert_id))
+
     @app.get("/consistency", response_class=HTMLResponse)
     async def consistency(request: Request) -> Response:
         return await render(request, lambda: consistency_pages.consistency_page(console))

@@ -4,6 +4,7 @@ open alerts)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -127,6 +128,8 @@ def drift_page(console: Console) -> str:
         latest = ordered[-1]
         results = repository.drift_results_of(console.registry, latest["id"])
         psi: dict[str, list[tuple[datetime, float]]] = {}
+        effects: dict[str, list[tuple[datetime, float]]] = {}  # the bounded decision's lower bounds
+        min_effects: set[float] = set()
         for run in ordered[-30:]:
             end = data_window(run)[1]
             if end is None:
@@ -134,6 +137,11 @@ def drift_page(console: Console) -> str:
             for result in repository.drift_results_of(console.registry, run["id"]):
                 if result.get("psi") is not None:
                     psi.setdefault(result["feature"], []).append((end, float(result["psi"])))
+                if bound := _bounded(result):
+                    effects.setdefault(result["feature"], []).append((end, float(bound["lower"])))
+                    min_effects.add(float(bound["min_effect"]))
+        decided = json.loads(latest.get("detail_json") or "{}")  # how the newest run decided, in words
+        bounded_rule, rule = decided.get("decision") == "bounded", decided.get("rule")
         rows = []
         for run in reversed(ordered):
             start, end, source = data_window(run)
@@ -149,14 +157,19 @@ def drift_page(console: Console) -> str:
             + table(["run", "data window (current side)", "reference", "dataset", "drift share", "drifted",
                      "computed at", "report"], rows)
             + "<div class='grid'>" + series_chart(f"{name}: drift share over data time", share,
-                                                  [(0.5, "dataset drift")])
+                                                  [] if bounded_rule else [(0.5, "dataset drift")])
+            + (series_chart(f"{name}: effect shown per feature (lower confidence bound) over data time", effects,
+                            [(m, f"min effect {m:g}") for m in sorted(min_effects)],
+                            y_label="Kolmogorov distance / total variation (0–1)") if effects else "")
             + series_chart(f"{name}: PSI per feature over data time", psi, [(0.1, "warn 0.1"), (0.2, "alert 0.2")],
                            y_label="PSI")
-            + "</div>" + f"<h3>Run #{latest['id']}, per feature</h3>" + table(
-                ["feature", "kind", "status", "PSI", "KS D", "KS p", "n ref", "n cur", "nulls ref/cur"],
-                [[esc(r["feature"]), esc(r["kind"]), badge(r["status"]), num(r.get("psi")), num(r.get("ks_statistic")),
-                  pvalue(r.get("ks_pvalue")), num(r.get("n_ref")), num(r.get("n_cur")),
-                  f"{r.get('nulls_ref', 0)}/{r.get('nulls_cur', 0)}"] for r in results], numeric=(3, 4, 5, 6, 7)))
+            + "</div>" + f"<h3>Run #{latest['id']}, per feature</h3>"
+            + (f"<p class='muted'>{esc(rule)}</p>" if rule else "")
+            + table(["feature", "kind", "status", "effect", "lower bound", "min effect", "detectable", "PSI", "KS D",
+                     "KS p", "n ref", "n cur", "nulls ref/cur"],
+                    [[esc(r["feature"]), esc(r["kind"]), badge(r["status"]), *_effect_cells(r), num(r.get("psi")), num(r.get("ks_statistic")), pvalue(r.get("ks_pvalue")), num(r.get("n_ref")),
+                      num(r.get("n_cur")), f"{r.get('nulls_ref', 0)}/{r.get('nulls_cur', 0)}"] for r in results],
+                    numeric=(3, 4, 5, 6, 7, 8, 9, 10, 11)))
     reports = report_files(console.reports_dir)
     report_rows = [[link(f"/reports/{p.name}", p.name), when(datetime.fromtimestamp(p.stat().st_mtime, UTC))]
                    for p in reports]
@@ -172,6 +185,18 @@ def drift_page(console: Console) -> str:
              + alerts_table(by_severity(alert_views(console, alerts)))
              + f"<p>{link('/alerts', 'every alert')}</p>")
     return page("Drift and quality", body, console.config.project)
+
+
+def _bounded(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The bounded decision's evidence stored with a feature's drift result (effect, lower bound, minimum
+    effect, detectable effect), or None for a run judged by the thresholds rule."""
+    bound = json.loads(result.get("detail_json") or "{}").get("bounded")
+    return bound if isinstance(bound, dict) else None
+
+
+def _effect_cells(result: dict[str, Any]) -> list[str]:
+    bound = _bounded(result) or {}
+    return [num(bound.get(key)) for key in ("effect", "lower", "min_effect", "detectable")]
 
 
 def _report_link(console: Console, kind: str, name: str, run: dict[str, Any]) -> str:

@@ -18,8 +18,8 @@ h1{font-size:22px;margin:4px 0 10px}h2{font-size:17px;margin:22px 0 8px}h3{font-
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0 12px}
 th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top}th{background:#eef1f4}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.pass,.ok,.promote,.advance,.better,.confirm{color:#1b6e2a;font-weight:600}
-.fail,.alert,.rollback,.halt,.worse,.critical{color:#b3261e;font-weight:600}
+.pass,.ok,.promote,.advance,.better,.confirm,.resolved{color:#1b6e2a;font-weight:600}
+.fail,.alert,.rollback,.halt,.worse,.critical,.escalated{color:#b3261e;font-weight:600}
 .wait,.hold,.warn,.inconclusive,.warning{color:#9a6700;font-weight:600}
 .muted{color:#66707a}.card{background:#fff;border:1px solid #dde1e6;padding:10px 14px;margin:8px 0;border-radius:4px}
 .grid{display:flex;flex-wrap:wrap;gap:14px}.grid>.card{flex:1 1 280px}

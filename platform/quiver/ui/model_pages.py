@@ -13,6 +13,7 @@ from quiver.ui.data import Console, NotFound
 from quiver.ui.decision_pages import decision_page, rollout_charts
 from quiver.ui.decision_pages import version_link as _version_link
 from quiver.ui.defaults import default_settings
+from quiver.ui.estimate_pages import performance_section
 from quiver.ui.html import badge, esc, facts, link, num, page, table, text_with_links, when
 
 __all__ = ["decision_page", "home", "model_page", "models_index", "rollout_page", "rollouts_index"]
@@ -79,8 +80,8 @@ def models_index(console: Console) -> str:
 
 
 def model_page(console: Console, name: str) -> str:
-    """Versions (metrics beside baseline and the champion on the same rows), status and why, aliases, alias
-    history with reasons, every decision, rollouts."""
+    """Versions (metrics beside baseline and the champion on the same rows), status and why, aliases, estimated
+    vs realized performance over data time, alias history with reasons, every decision, rollouts."""
     models = console.models
     try:
         models.require(name)
@@ -114,6 +115,8 @@ def model_page(console: Console, name: str) -> str:
                 ["version", "status", "aliases", "ROC-AUC", "baseline ROC-AUC",
                  "AUC vs champion on the same requests", "log loss", "baseline log loss", "training window",
                  "status and why"], version_rows, numeric=(3, 4, 6, 7), id_="versions")
+            + "<h2 id='performance'>Estimated vs realized performance</h2>"
+            + performance_section(console.registry, name)
             + "<h2>Alias history</h2>" + table(
                 ["#", "alias", "from", "to", "reason", "by", "decision", "data time ↓", "recorded"],
                 [[num(m.id), esc(m.alias), esc(m.from_version if m.from_version is not None else "–"),

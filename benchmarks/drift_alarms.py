@@ -235,7 +235,8 @@ def main() -> None:
     summary = {"quick": args.quick, "note": "busy machine shared with other jobs", "features": 5,
                "reference_days": REFERENCE_DAYS, "reference_cap_rows": REFERENCE_CAP,
                "promise_false_alarms_per_90_days": promise, "steady": steady, "detection": detection,
-               "check_1m_rows": timing, "cbpe": cbpe, "quiver_total_alerts": total_alerts, "quiver_total_days": total_days,
+               "check_1m_rows": timing, "cbpe": cbpe, "quiver_total_alerts": total_alerts,
+               "quiver_total_days": total_days,
                "expected_at_most": expected_at_most, "poisson_tail": tail, "within_bound": within,
                "worst_quiver_per_90_days": worst_quiver, "worst_evidently_per_90_days": worst_evidently}
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,9 @@ Sinks here (configured under `alert_sinks:` in monitoring.yaml; the format is in
 * `WebhookSink` — POSTs Slack-compatible JSON {"text", "blocks"}; retries connection errors, timeouts, 429
   and 5xx with exponential backoff (honouring Retry-After); other 4xx fail at once (retrying cannot help).
 * `AirflowAssetSink` — tells the retrain DAG of `retrain_needed` alerts (by default; drift alone warns).
-  With `api_url` it records an asset event through Airflow 3.3's REST API (`POST /api/v2/assets/events`, asset looked up by URI, bearer token or /auth/token login). Without
-  one (the default here: no Airflow API server runs in this setup) it writes a JSON trigger file,
+  With `api_url` it records an asset event through Airflow 3.3's REST API (`POST /api/v2/assets/events`,
+  asset looked up by URI, bearer token or /auth/token login). Without one (the default here: no Airflow API
+  server runs in this setup) it writes a JSON trigger file,
   `<trigger_dir>/<asset>.json`, atomically: a DAG scheduled on an `Asset` watched by
   `AssetWatcher(trigger=FileDeleteTrigger(filepath=...))` fires and deletes it; every event is also kept
   under `<trigger_dir>/<asset>.events/`.

@@ -207,8 +207,9 @@ def check_calibration(scores: npt.ArrayLike, labels: npt.ArrayLike, *, threshold
         return verdict(True, passed)
     beyond = f"both what calibrated scores show by chance at this size ({bound:.4f}, {1 - alpha:.0%}) and the " \
         f"tolerance {tolerance}" if ece > tolerance else f"what calibrated scores show by chance ({bound:.4f})"
-    refusal = (f"scores are not calibrated: ECE {ece:.4f} on {len(y):,} held-out rows{where} exceeds {beyond}; mean score {q.mean():.4f} vs positive rate {y.mean():.4f} (Spiegelhalter z "
-               f"{z:+.1f}); estimates would be biased")
+    refusal = (f"scores are not calibrated: ECE {ece:.4f} on {len(y):,} held-out rows{where} exceeds {beyond}; "
+               f"mean score {q.mean():.4f} vs positive rate {y.mean():.4f} (Spiegelhalter z {z:+.1f}); estimates "
+               "would be biased")
     if not recalibrate:
         return verdict(False, refusal)
     # Recalibrate whenever asked, as NannyML does: a check that passes on a few dozen positives cannot see a

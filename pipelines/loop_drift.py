@@ -133,7 +133,8 @@ def check_serving_drift(project: Project, model: str, start: datetime, end: date
     if logged.num_rows == 0:
         return {**base, "status": "no_traffic", "dataset_drift": False, "run_id": None, "rows": 0}
     check = run_drift_check(reference.select(features), current, name=model, features=features,
-                            config=load_settings(project.config).drift_config(), registry=project.registry, alerts=project.alerts, reference_label=reference_label,
+                            config=load_settings(project.config).drift_config(), registry=project.registry,
+                            alerts=project.alerts, reference_label=reference_label,
                             current_label=current_label,  # the window: the run's data time (registry 0007)
                             detail={"run": run, "window": {"start": iso(start), "end": iso(end)}})
     report = check.report

@@ -152,7 +152,8 @@ def retrain_decision(champion: Mapping[str, Any] | None, drift: Mapping[str, Any
     drifted = bool(drift.get("dataset_drift"))
     if drifted and persisted_days >= persist_days:
         return {"retrain": True, "trigger": "persistent_drift",
-                "reason": f"drift held {persisted_days:g} day(s) ≥ {persist_days:g}" + (f"; {estimated}" if estimated else "")}
+                "reason": f"drift held {persisted_days:g} day(s) ≥ {persist_days:g}"
+                          + (f"; {estimated}" if estimated else "")}
     if drifted:
         return {"retrain": False, "trigger": None,
                 "reason": f"drift without expected harm (day {persisted_days:g} of {persist_days:g}): " +
@@ -174,9 +175,10 @@ def judge_harm(project: Project, model: str, start: datetime, end: datetime, dri
                                 persist_days=config.loop_drift_persist_days)
     champion = drift.get("champion")
     if decision["retrain"]:
+        detail = {"as_of": iso(end), "reference": f"{champion} reference", "trigger": decision["trigger"],
+                  "drift_run_id": drift.get("run_id")}
         project.alerts.raise_alert("retrain_needed", model, "critical", f"Retrain {model}: {decision['trigger']}",
-                                   decision["reason"], {"as_of": iso(end), "reference": f"{champion} reference",
-                                                        "trigger": decision["trigger"], "drift_run_id": drift.get("run_id")})
+                                   decision["reason"], detail)
     else:
         project.alerts.resolve("retrain_needed", model, reason=f"no longer needed on {end:%Y-%m-%d %H:%M} UTC: "
                                                                f"{decision['reason']}")

@@ -167,7 +167,8 @@ def drift_page(console: Console) -> str:
             + (f"<p class='muted'>{esc(rule)}</p>" if rule else "")
             + table(["feature", "kind", "status", "effect", "lower bound", "min effect", "detectable", "PSI", "KS D",
                      "KS p", "n ref", "n cur", "nulls ref/cur"],
-                    [[esc(r["feature"]), esc(r["kind"]), badge(r["status"]), *_effect_cells(r), num(r.get("psi")), num(r.get("ks_statistic")), pvalue(r.get("ks_pvalue")), num(r.get("n_ref")),
+                    [[esc(r["feature"]), esc(r["kind"]), badge(r["status"]), *_effect_cells(r), num(r.get("psi")),
+                      num(r.get("ks_statistic")), pvalue(r.get("ks_pvalue")), num(r.get("n_ref")),
                       num(r.get("n_cur")), f"{r.get('nulls_ref', 0)}/{r.get('nulls_cur', 0)}"] for r in results],
                     numeric=(3, 4, 5, 6, 7, 8, 9, 10, 11)))
     reports = report_files(console.reports_dir)

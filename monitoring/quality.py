@@ -19,6 +19,9 @@ Two ways to run a suite on a Parquet file, a folder of them, a DataFrame or an A
   The same, plus a failing *file* is moved (never copied and deleted) out of the offline path into
   `<quarantine_dir>/<source>/<batch_id>/batch/`, so downstream jobs never read it; the result
   (`source_moved`), the alert and `validation.json` say so. Only the gate removes input.
+  `gate(path, source, store=location)` gates a file on an object store (`path` inside `location.fs`): the
+  quarantine is `<location>/_quarantine/<source>/<batch_id>/` in the same bucket, and the file is *copied* to
+  its `batch/` and then deleted (an object store cannot rename); see `QualityGate.quarantine_on_store`.
 
 An in-memory batch (DataFrame / Arrow table) that fails is written to `batch/batch.parquet` by both. A
 table-level failure (missing column, wrong type) marks every row bad. Then an alert is raised (one open per
@@ -42,7 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -51,19 +54,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quiver.catalog.errors import QuiverError
-from quiver.catalog.ir import Catalog, ContractSpec
+from quiver.catalog.ir import Catalog
+from quiver.catalog.locations import Location
+from quiver.monitoring.quality_suites import CONTRACT_REASON as CONTRACT_REASON
+from quiver.monitoring.quality_suites import (
+    REFUSED_BY,
+    catalog_expectations,
+    contract_columns,
+    load_user_expectations,
+)
+from quiver.monitoring.quality_suites import REFUSED_COLUMN as REFUSED_COLUMN
+from quiver.monitoring.quality_suites import contract_expectations as contract_expectations
+from quiver.monitoring.quality_suites import tag_expectations as tag_expectations
 
-_TYPE_LISTS = {
-    "int64": ["int64", "int32", "Int64Dtype", "Int32Dtype"],
-    "float64": ["float64", "float32", "Float64Dtype"],
-    "bool": ["bool", "BooleanDtype"],
-    "string": ["str", "object", "StringDtype"],
-    "timestamp": ["datetime64[us]", "datetime64[ns]", "datetime64[ms]"],
-}
 _SAMPLE = 20
-REFUSED_COLUMN = "__refused"
-CONTRACT_REASON = "contract_reason"
-_REFUSED_BY = "__refused_by."
+STORE_QUARANTINE = "_quarantine"  # under a source's prefix on an object store; `_` keeps it out of listings
 
 
 class QualityGateError(QuiverError):
@@ -71,7 +76,8 @@ class QualityGateError(QuiverError):
 
     def __init__(self, result: QualityResult):
         self.result = result
-        where = f"; bad rows at {result.quarantine_path}" if result.quarantine_path else ""
+        place = result.quarantine_uri or result.quarantine_path
+        where = f"; bad rows at {place}" if place else ""
         if result.source_moved:
             where += " (batch moved out of the offline path)"
         super().__init__(f"batch {result.batch_id} of {result.source!r} failed {len(result.failed)} "
@@ -93,153 +99,8 @@ class QualityResult:
     quarantine_path: Path | None = None
     elapsed_s: float = 0.0
     source_moved: bool = False  # True only when the pipeline gate moved the input file into quarantine
-
-
-# ----- building suites -----
-
-
-def catalog_expectations(catalog: Catalog, source: str, now: datetime | None = None,
-                         future_skew: timedelta = timedelta(hours=1)) -> list[dict[str, Any]]:
-    """Expectations the catalog implies for `source` (see the module docstring)."""
-    spec = catalog.sources.get(source)
-    if spec is None:
-        raise QuiverError(f"unknown source {source!r}; known: {', '.join(sorted(catalog.sources))}")
-    dtypes = dict(spec.columns)
-    views = [v for v in catalog.views.values() if v.source == source]
-    used: dict[str, None] = dict.fromkeys([spec.timestamp_field])
-    not_null: dict[str, None] = dict.fromkeys([spec.timestamp_field])
-    for view in views:
-        used.update(dict.fromkeys(view.key_names))
-        not_null.update(dict.fromkeys(view.key_names))
-        used.update(dict.fromkeys(f.column for f in view.fields))
-        used.update(dict.fromkeys(a.column for a in view.aggregations))
-    used.update(dict.fromkeys(spec.contract.columns if spec.contract else ()))
-    origin = {"origin": "catalog"}
-    out: list[dict[str, Any]] = []
-    for col in used:
-        out.append(_exp("expect_column_to_exist", origin, column=col))
-        if dtypes.get(col) in _TYPE_LISTS:
-            out.append(_exp("expect_column_values_to_be_in_type_list", origin, column=col,
-                            type_list=_TYPE_LISTS[dtypes[col]]))
-    if spec.contract is not None:  # the contract is the one statement of what a valid row is
-        out += contract_expectations(spec.contract)
-    else:
-        for col in not_null:
-            out.append(_exp("expect_column_values_to_not_be_null", origin, column=col))
-        limit = (now or datetime.now(UTC)) + future_skew
-        out.append(_exp("expect_column_values_to_be_between", origin, column=spec.timestamp_field,
-                        max_value=limit.astimezone(UTC).replace(tzinfo=None).isoformat()))
-    tags = dict(spec.tags)
-    for view in views:
-        tags.update(dict(view.tags))
-    return out + tag_expectations(tags, dtypes)
-
-
-def contract_expectations(contract: ContractSpec) -> list[dict[str, Any]]:
-    """The gate of a source with a contract: the share of rows it refuses at most `max_invalid_share`, and
-    (for the report) the same bound on the rows each check refused first. They run on the columns
-    `contract_columns` adds, which the row filter of every path computes the same way, so the gate and the
-    filter cannot disagree: the batch passes exactly when refused rows / rows <= max_invalid_share."""
-    mostly = 1.0 - contract.max_invalid_share
-    meta = {"origin": "contract", "max_invalid_share": contract.max_invalid_share}
-    out = [_exp("expect_column_values_to_be_in_set", {**meta, "check": "any"}, column=REFUSED_COLUMN,
-                value_set=[False], mostly=mostly)]
-    out += [_exp("expect_column_values_to_be_in_set", {**meta, "check": c.reason}, column=_REFUSED_BY + c.reason,
-                 value_set=[False], mostly=mostly) for c in contract.checks]
-    return out
-
-
-def contract_columns(frame: pd.DataFrame, contract: ContractSpec, now: datetime | None = None,
-                     table: pa.Table | None = None) -> pd.DataFrame:
-    """`frame` with the columns the contract expectations read: `__refused` (the row fails a check), one
-    `__refused_by.<rule>:<column>` per check (that check is the first it fails) and `contract_reason`.
-
-    The rules run on `table` (the batch as Arrow, row for row with `frame`) when given: pandas cannot tell a
-    null float from NaN, Arrow can. From a DataFrame alone a float NaN counts as NaN."""
-    from quiver.compile.contracts import reason_strings, violations
-
-    moment = now or datetime.now(UTC)
-    if table is None:
-        table = pa.table({c: pa.array(frame[c].to_numpy() if frame[c].dtype.kind == "f" else frame[c],
-                                      from_pandas=frame[c].dtype.kind != "f") for c in contract.columns})
-    first = violations(table.select(contract.columns), contract, int(moment.timestamp() * 1_000_000))
-    out = frame.copy()
-    out[REFUSED_COLUMN] = first >= 0
-    for index, check in enumerate(contract.checks):
-        out[_REFUSED_BY + check.reason] = first == index
-    out[CONTRACT_REASON] = reason_strings(first, contract)
-    return out
-
-
-def tag_expectations(tags: Mapping[str, str], dtypes: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Expectations declared as `expect.<column>.<rule>` tags."""
-    dtypes = dtypes or {}
-    rules: dict[str, dict[str, str]] = {}
-    for key, value in tags.items():
-        parts = key.split(".")
-        if len(parts) == 3 and parts[0] == "expect":
-            rules.setdefault(parts[1], {})[parts[2]] = value
-    out: list[dict[str, Any]] = []
-    for col, rule in rules.items():
-        meta = {"origin": "tag"}
-        mostly = {"mostly": float(rule["mostly"])} if "mostly" in rule else {}
-        if "min" in rule or "max" in rule:
-            bounds = {k + "_value": _bound(rule[k]) for k in ("min", "max") if k in rule}
-            out.append(_exp("expect_column_values_to_be_between", meta, column=col, **bounds, **mostly))
-        if "in" in rule:
-            values = [_typed(v.strip(), dtypes.get(col)) for v in rule["in"].split(",")]
-            out.append(_exp("expect_column_values_to_be_in_set", meta, column=col, value_set=values, **mostly))
-        if rule.get("not_null", "").lower() == "true":
-            out.append(_exp("expect_column_values_to_not_be_null", meta, column=col, **mostly))
-        if rule.get("unique", "").lower() == "true":
-            out.append(_exp("expect_column_values_to_be_unique", meta, column=col, **mostly))
-        if "regex" in rule:
-            out.append(_exp("expect_column_values_to_match_regex", meta, column=col, regex=rule["regex"],
-                            **mostly))
-        unknown = set(rule) - {"min", "max", "in", "not_null", "unique", "regex", "mostly"}
-        if unknown:
-            raise QuiverError(f"unknown expectation tag(s) for column {col!r}: "
-                              f"{', '.join(f'expect.{col}.{u}' for u in sorted(unknown))}")
-    return out
-
-
-def _exp(kind: str, meta: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    return {"type": kind, "kwargs": kwargs, "meta": dict(meta)}
-
-
-def _bound(value: str) -> float | str:
-    try:
-        return float(value)
-    except ValueError:
-        return value  # an ISO timestamp
-
-
-def _typed(value: str, dtype: str | None) -> Any:
-    if dtype == "int64":
-        return int(value)
-    if dtype == "float64":
-        return float(value)
-    if dtype == "bool":
-        return value.lower() == "true"
-    return value
-
-
-def load_user_expectations(directory: str | Path | None, source: str) -> list[dict[str, Any]]:
-    """Entries of `<directory>/<source>.json` (GE suite JSON or a bare list); none when absent."""
-    if directory is None:
-        return []
-    path = Path(directory) / f"{source}.json"
-    if not path.exists():
-        return []
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise QuiverError(f"{path}: not valid JSON: {exc}") from None
-    entries = data.get("expectations", []) if isinstance(data, dict) else data
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and "type" in e for e in entries):
-        raise QuiverError(f"{path}: expected a list of {{'type': …, 'kwargs': …}} expectations")
-    return [{"type": e["type"], "kwargs": dict(e.get("kwargs", {})),
-             "meta": {**e.get("meta", {}), "origin": f"user:{path.name}"}} for e in entries]
+    quarantine_uri: str | None = None  # the quarantine on an object store (quarantine_path is a folder's)
+    source_left: str | None = None  # why a file copied into a store's quarantine could not be deleted
 
 
 # ----- running -----
@@ -298,19 +159,27 @@ class QualityGate:
         return self._run(batch, source, batch_id, move_source=False)
 
     def gate(self, batch: str | Path | pd.DataFrame | pa.Table, source: str,
-             batch_id: str | None = None) -> QualityResult:
-        """The pipeline's ingest gate: like `check`, and a failing file is moved out of the offline path."""
+             batch_id: str | None = None, *, store: Location | None = None) -> QualityResult:
+        """The pipeline's ingest gate: like `check`, and a failing file is moved out of the offline path.
+        With `store`, `batch` is a file's path inside `store.fs` and the quarantine is under `store`'s root
+        (`quarantine_on_store`)."""
+        if store is not None:
+            return self._run(str(batch), source, batch_id, move_source=True, store=store)
         return self._run(batch, source, batch_id, move_source=True)
 
     def _run(self, batch: str | Path | pd.DataFrame | pa.Table, source: str, batch_id: str | None,
-             move_source: bool) -> QualityResult:
+             move_source: bool, store: Location | None = None) -> QualityResult:
         from quiver import metrics
 
         started = time.perf_counter()
-        origin = Path(batch) if isinstance(batch, str | Path) else None
-        table = batch if isinstance(batch, pa.Table) else pq.read_table(origin) if origin is not None else None
+        remote = str(batch) if store is not None else None  # a path inside store.fs
+        origin = Path(batch) if remote is None and isinstance(batch, str | Path) else None
+        if store is not None and remote is not None:
+            table: pa.Table | None = pq.read_table(remote, filesystem=store.fs)
+        else:
+            table = batch if isinstance(batch, pa.Table) else pq.read_table(origin) if origin is not None else None
         frame = self.prepare(read_batch(table if table is not None else batch), source, table)
-        batch_id = batch_id or _batch_id(origin)
+        batch_id = batch_id or _batch_id(PurePosixPath(remote) if remote is not None else origin)
         success, validation = self.validate(frame, source)
         failed, bad_rows, per_row = _summarize(validation, len(frame))
         for item in failed:
@@ -323,39 +192,54 @@ class QualityGate:
             if self.alerts is not None:
                 self.alerts.resolve("quality", source)
             return _with(result, elapsed_s=time.perf_counter() - started)
+        if store is not None and remote is not None:
+            return self._fail_on_store(result, store, remote, frame, per_row, started)
         moved = move_source and origin is not None
         target = self._quarantine(result, batch, origin, frame, per_row, moved)
         result = _with(result, quarantine_path=target, elapsed_s=time.perf_counter() - started, source_moved=moved)
-        if self.alerts is not None:
-            kinds = ", ".join(sorted({f["type"].removeprefix("expect_") for f in failed}))
-            where = (f"Batch moved out of the offline path to {target / 'batch'}." if moved else
-                     f"Bad rows written to {target}" + (f"; {origin} left in place." if origin else "."))
-            self.alerts.raise_alert(
-                "quality", source, "critical" if self.on_failure == "stop" else "warning",
-                f"Data quality gate failed for {source}",
-                f"Batch {batch_id}: {len(failed)} failed expectation(s) ({kinds}); {len(bad_rows)} of "
-                f"{len(frame)} rows bad. {where}",
-                {"batch_id": batch_id, "quarantine": str(target), "failed": failed, "bad_rows": len(bad_rows),
-                 "source_moved": moved})
+        where = (f"Batch moved out of the offline path to {target / 'batch'}." if moved else
+                 f"Bad rows written to {target}" + (f"; {origin} left in place." if origin else "."))
+        self._alert(result, where, {"quarantine": str(target), "source_moved": moved})
         if self.on_failure == "stop":
             raise QualityGateError(result)
         return result
+
+    def _fail_on_store(self, result: QualityResult, store: Location, path: str, frame: pd.DataFrame,
+                       per_row: dict[int, list[str]], started: float) -> QualityResult:
+        target, left = self.quarantine_on_store(result, store, path, frame, per_row)
+        result = _with(result, quarantine_uri=store.uri(target), source_moved=left is None, source_left=left,
+                       elapsed_s=time.perf_counter() - started)
+        kept = store.uri(f"{target}/batch")
+        where = (f"Batch moved out of the offline path to {kept}." if left is None else
+                 f"Batch copied to {kept}, but it could not be deleted from {store.uri(path)} ({left}): delete "
+                 "it there by hand, or the next backfill reads it.")
+        self._alert(result, where, {"quarantine": result.quarantine_uri, "source_moved": left is None,
+                                    "origin": store.uri(path), "source_left": left},
+                    severity="critical" if left is not None else None)
+        if self.on_failure == "stop":
+            raise QualityGateError(result)
+        return result
+
+    def _alert(self, result: QualityResult, where: str, details: dict[str, Any], severity: str | None = None) -> None:
+        if self.alerts is None:
+            return
+        kinds = ", ".join(sorted({f["type"].removeprefix("expect_") for f in result.failed}))
+        self.alerts.raise_alert(
+            "quality", result.source, severity or ("critical" if self.on_failure == "stop" else "warning"),
+            f"Data quality gate failed for {result.source}",
+            f"Batch {result.batch_id}: {len(result.failed)} failed expectation(s) ({kinds}); {result.n_bad_rows} "
+            f"of {result.n_rows} rows bad. {where}",
+            {"batch_id": result.batch_id, "quarantine": details.pop("quarantine"), "failed": result.failed,
+             "bad_rows": result.n_bad_rows, **details})
 
     def _quarantine(self, result: QualityResult, batch: Any, origin: Path | None, frame: pd.DataFrame,
                     per_row: dict[int, list[str]], move_source: bool) -> Path:
         target = self.quarantine_dir / result.source / result.batch_id
         staging = target.with_name(f".tmp-{target.name}")
         (staging / "batch").mkdir(parents=True)
-        helpers = [c for c in frame.columns if c == REFUSED_COLUMN or str(c).startswith(_REFUSED_BY)]
-        frame = frame.drop(columns=helpers)  # bad rows keep `contract_reason`, the batch is kept as it came
-        bad = frame.iloc[result.bad_rows].copy()
-        bad.insert(0, "_row", result.bad_rows)
-        bad["_failed_expectations"] = [",".join(per_row.get(int(i), ["table-level"])) for i in result.bad_rows]
+        frame, bad = _bad_rows(result, frame, per_row)
         _to_parquet(bad, staging / "bad_rows.parquet")
-        summary = {"source": result.source, "batch_id": result.batch_id, "success": result.success,
-                   "n_rows": result.n_rows, "n_bad_rows": result.n_bad_rows, "failed": result.failed,
-                   "origin": str(origin) if origin else None, "source_moved": move_source,
-                   "quarantined_at": datetime.now(UTC).isoformat(), "validation": result.validation}
+        summary = _summary(result, str(origin) if origin else None, move_source)
         (staging / "validation.json").write_text(json.dumps(_for_json(summary), indent=2, default=str))
         (staging / "validation.html").write_text(render_validation_html(_for_json(summary)))
         if origin is not None:
@@ -371,6 +255,57 @@ class QualityGate:
         os.replace(staging, target)
         return target
 
+    def quarantine_on_store(self, result: QualityResult, store: Location, path: str, frame: pd.DataFrame,
+                            per_row: dict[int, list[str]]) -> tuple[str, str | None]:
+        """Quarantine the failing file `path` (inside `store.fs`) under `<store root>/_quarantine/<source>/
+        <batch_id>/`: bad_rows.parquet, then a copy of the file in `batch/` (checked whole), then the
+        original deleted, then validation.json/.html saying what happened (so the report is the last object
+        written). Nothing is lost whatever step fails: the delete comes only after the copy. The `_` prefix
+        keeps the quarantine out of every source listing. Returns (the quarantine's path inside `store.fs`,
+        why the original could not be deleted, or None once it is gone)."""
+        import pyarrow.fs as pafs
+
+        target = store.path(STORE_QUARANTINE, result.source, result.batch_id)
+        kept = f"{target}/batch/{path.rsplit('/', 1)[-1]}"
+        _, bad = _bad_rows(result, frame, per_row)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pandas(bad, preserve_index=False), buffer)
+        store.put(f"{target}/bad_rows.parquet", buffer.getvalue().to_pybytes())
+        store.fs.copy_file(path, kept)  # server side on S3: the bytes never pass through this process
+        copied, original = store.fs.get_file_info([kept, path])
+        if copied.type != pafs.FileType.File or copied.size != original.size:
+            raise QuiverError(f"quality gate: the copy of {store.uri(path)} into quarantine ({store.uri(kept)}) "
+                              f"is not whole ({copied.size} of {original.size} bytes); the original is left")
+        left: str | None = None
+        try:
+            store.fs.delete_file(path)
+        except OSError as exc:  # the copy is safe under _quarantine/, which no reader lists
+            left = str(exc) or type(exc).__name__
+        summary = _summary(result, store.uri(path), left is None)
+        summary.update(batch=store.uri(kept), source_left=left)
+        report = _for_json(summary)
+        store.put(f"{target}/validation.html", render_validation_html(report).encode())
+        store.put(f"{target}/validation.json", json.dumps(report, indent=2, default=str).encode())
+        return target, left
+
+
+def _bad_rows(result: QualityResult, frame: pd.DataFrame,
+              per_row: dict[int, list[str]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the batch without the gate's helper columns, its bad rows with their position and failures)."""
+    helpers = [c for c in frame.columns if c == REFUSED_COLUMN or str(c).startswith(REFUSED_BY)]
+    frame = frame.drop(columns=helpers)  # bad rows keep `contract_reason`, the batch is kept as it came
+    bad = frame.iloc[result.bad_rows].copy()
+    bad.insert(0, "_row", result.bad_rows)
+    bad["_failed_expectations"] = [",".join(per_row.get(int(i), ["table-level"])) for i in result.bad_rows]
+    return frame, bad
+
+
+def _summary(result: QualityResult, origin: str | None, moved: bool) -> dict[str, Any]:
+    return {"source": result.source, "batch_id": result.batch_id, "success": result.success,
+            "n_rows": result.n_rows, "n_bad_rows": result.n_bad_rows, "failed": result.failed,
+            "origin": origin, "source_moved": moved,
+            "quarantined_at": datetime.now(UTC).isoformat(), "validation": result.validation}
+
 
 def _with(result: QualityResult, **changes: Any) -> QualityResult:
     from dataclasses import replace
@@ -378,7 +313,7 @@ def _with(result: QualityResult, **changes: Any) -> QualityResult:
     return replace(result, **changes)
 
 
-def _batch_id(origin: Path | None) -> str:
+def _batch_id(origin: PurePath | None) -> str:
     stem = origin.stem if origin else "frame"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:60]
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{safe}-{uuid.uuid4().hex[:6]}"

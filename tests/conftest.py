@@ -195,7 +195,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 HEAVY_MODULES: dict[str, frozenset[str]] = {
     "spark": frozenset({"test_backfill_spark", "test_backfill_spark_standalone", "test_contract_paths",
                         "test_edges_nan", "test_edges_time", "test_offline_object_store_cluster",
-                        "test_pit_backfill", "test_pit_spark", "test_serving_log_readers"}),
+                        "test_pit_backfill", "test_pit_spark", "test_serving_log_readers", "test_spark_sessions",
+                        "test_spark_training_sets"}),
     "flink": frozenset({"test_contract_paths", "test_demo_kafka", "test_kafka_parse_flink", "test_readme",
                         "test_redis_sink_jvm", "test_streaming_cluster", "test_streaming_crash", "test_streaming_e2e",
                         "test_streaming_kafka", "test_streaming_kafka_sql", "test_streaming_unbounded"}),

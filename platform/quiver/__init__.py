@@ -29,6 +29,11 @@ if _typing.TYPE_CHECKING:
     from quiver.monitoring.logged_features import get_logged_features
     from quiver.offline.backfill import backfill
     from quiver.offline.pit import get_historical_features
+    from quiver.offline.spark_training_sets import (
+        read_training_set,
+        spark_historical_features,
+        write_historical_features,
+    )
     from quiver.online.materialize import materialize
     from quiver.serving.store import FeatureStore
 
@@ -40,6 +45,9 @@ _LAZY = {
     "get_historical_features": "quiver.offline.pit",
     "get_logged_features": "quiver.monitoring.logged_features",
     "materialize": "quiver.online.materialize",
+    "read_training_set": "quiver.offline.spark_training_sets",
+    "spark_historical_features": "quiver.offline.spark_training_sets",
+    "write_historical_features": "quiver.offline.spark_training_sets",
 }
 
 
@@ -82,4 +90,7 @@ __all__ = [
     "load_catalog",
     "load_config",
     "materialize",
+    "read_training_set",
+    "spark_historical_features",
+    "write_historical_features",
 ]

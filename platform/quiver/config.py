@@ -1,13 +1,14 @@
 """Project configuration: one `quiver.yaml`, every key overridable by a QUIVER_* environment variable.
 
 Relative paths (catalog, offline root, SQLite registry file) resolve against the config file's directory,
-so commands behave the same from any working directory.
+so commands behave the same from any working directory. The `spark:` section (master, any `spark.*` conf) is
+the one nested key: it reads into `Config.spark_master` / `Config.spark_conf`, together `Config.spark`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
@@ -28,6 +29,19 @@ class NoProjectError(QuiverError):
 
 
 @dataclass(frozen=True)
+class SparkSettings:
+    """The user's Spark settings: the master and `spark.*` settings for the sessions Quiver starts (quiver.yaml's
+    `spark:` section). Quiver adds its defaults where these say nothing (quiver.offline.engines)."""
+
+    master: str = "local[2]"
+    conf: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        # A plain dict copy (picklable), values as Spark reads them: settings built in code get the checks too.
+        object.__setattr__(self, "conf", spark_conf_values(self.conf, "Spark settings"))
+
+
+@dataclass(frozen=True)
 class Config:
     """Settings of one Quiver project."""
 
@@ -41,7 +55,9 @@ class Config:
     artifact_root: str = ".quiver"
     redis_url: str = ""  # empty: an embedded Redis is started for the demo
     engine: str = "duckdb"
-    spark_master: str = "local[2]"
+    spark_master: str = "local[2]"  # quiver.yaml: spark: {master: …} (or this flat key)
+    # Any `spark.*` setting of the sessions Quiver starts (quiver.yaml: spark: {conf: {…}}; QUIVER_SPARK_CONF=k=v,…)
+    spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
     flink_jobmanager: str = ""  # REST host:port of a Flink session cluster for `quiver stream`; empty: embedded
     kafka_bootstrap: str = ""  # Kafka brokers of the stream bindings' topics (wins over the catalog's); empty: theirs
     redis_timeout_s: float = 1.0
@@ -72,6 +88,11 @@ class Config:
     replica_id: str = ""
     spool_dir: str = ".quiver/spool"
     spool_max_mb: float = 1024.0
+
+    @property
+    def spark(self) -> SparkSettings:
+        """The Spark master and the user's `spark.*` settings, as one value for the engines."""
+        return SparkSettings(self.spark_master, self.spark_conf)
 
     @property
     def catalog_dir(self) -> Path:
@@ -107,6 +128,8 @@ class Config:
 _ENV_PREFIX = "QUIVER_"
 _KEYS = {f.name for f in fields(Config)} - {"root"}
 _FLOAT_KEYS = {f.name for f in fields(Config) if f.type in ("float", float)}
+_SPARK_SECTION = {"master": "spark_master", "conf": "spark_conf"}  # the `spark:` section's keys → Config fields
+SPARK_CONF_ENV = _ENV_PREFIX + "SPARK_CONF"
 
 
 # Set while a CLI command runs (quiver.cli.user_errors): a command without a project must refuse, not
@@ -177,16 +200,18 @@ def load_config(path: str | Path | None = None, *, require_project: bool | None 
         if not isinstance(loaded, dict):
             raise QuiverError(f"{config_path}: expected a mapping of settings at the top level")
         values.update(loaded)
+        _read_spark_section(config_path, values)
     elif explicit:
         raise QuiverError(f"config file {config_path}{named_by} does not exist")
     for key in _KEYS:
         env = os.environ.get(_ENV_PREFIX + key.upper())
         if env is not None:
-            values[key] = env
+            # QUIVER_SPARK_CONF overrides the file's Spark settings key by key; others replace the value.
+            values[key] = {**values.get(key, {}), **parse_spark_conf_env(env)} if key == "spark_conf" else env
     unknown = set(values) - _KEYS
     if unknown:
         raise QuiverError(f"{config_path}: unknown setting(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"known: {', '.join(sorted(_KEYS))}")
+                          f"known: {', '.join(sorted(_KEYS | {'spark'}))}")
     for key, value in values.items():
         values[key] = _typed(config_path, key, value)
     config = Config(root=config_path.resolve().parent, **values)
@@ -203,6 +228,8 @@ def load_config(path: str | Path | None = None, *, require_project: bool | None 
 
 def _typed(config_path: Path, key: str, value: Any) -> Any:
     # YAML and the environment both hand in loose types; a wrong one must be a clear error, not a crash later.
+    if key == "spark_conf":
+        return value  # checked where it was read (_read_spark_section, parse_spark_conf_env)
     if key in _FLOAT_KEYS:
         try:
             if isinstance(value, bool):
@@ -217,6 +244,72 @@ def _typed(config_path: Path, key: str, value: Any) -> Any:
     return value
 
 
+def _read_spark_section(config_path: Path, values: dict[str, Any]) -> None:
+    """Fold the file's `spark:` section into the flat keys it stands for (spark_master, spark_conf); the flat
+    spelling keeps working, and the two may not disagree."""
+    if "spark_conf" in values:
+        values["spark_conf"] = spark_conf_values(values["spark_conf"], f"{config_path}: spark_conf")
+    section = values.pop("spark", None)
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise QuiverError(f"{config_path}: spark must be a mapping with master and/or conf, got {section!r}")
+    unknown = set(section) - set(_SPARK_SECTION)
+    if unknown:
+        raise QuiverError(f"{config_path}: spark: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"known: {', '.join(sorted(_SPARK_SECTION))}")
+    for name, flat in _SPARK_SECTION.items():
+        if name not in section:
+            continue
+        value = section[name]
+        if name == "conf":
+            value = spark_conf_values(value, f"{config_path}: spark.conf")
+        elif not isinstance(value, str) or not value.strip():
+            raise QuiverError(f"{config_path}: spark.master must be a Spark master URL such as local[2] or "
+                              f"spark://host:7077, got {value!r}")
+        if flat in values and values[flat] != value:
+            raise QuiverError(f"{config_path}: {flat} ({values[flat]!r}) and spark.{name} ({section[name]!r}) "
+                              f"differ; keep one, spark.{name}")
+        values[flat] = value
+
+
+def spark_conf_values(raw: Any, where: str) -> dict[str, str]:
+    """`raw` (a mapping of `spark.*` keys to scalars, from YAML or code) as Spark settings, every value a string
+    as Spark reads it (true/false in lower case); a QuiverError naming `where` and the key otherwise."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise QuiverError(f"{where} must be a mapping of spark.* keys to values, got {raw!r}")
+    conf: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key.startswith("spark.") or key == "spark.":
+            raise QuiverError(f"{where}: {key!r} is not a Spark setting (Spark's keys start with 'spark.')")
+        if key == "spark.master":
+            raise QuiverError(f"{where}: spark.master belongs in the spark section's master key, not in its conf")
+        if isinstance(value, bool):
+            conf[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            conf[key] = str(value)
+        else:
+            raise QuiverError(f"{where}: {key} must be a string, a number or true/false, got {value!r}")
+    return conf
+
+
+def parse_spark_conf_env(text: str) -> dict[str, str]:
+    """QUIVER_SPARK_CONF's value: `key=value` entries separated by commas (a value holding a comma, such as a
+    list of jars, belongs in quiver.yaml)."""
+    pairs: dict[str, str] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise QuiverError(f"{SPARK_CONF_ENV}: {entry!r} is not key=value (entries are key=value separated by "
+                              f"commas, e.g. spark.sql.shuffle.partitions=64,spark.executor.memory=8g)")
+        pairs[key.strip()] = value.strip()
+    return spark_conf_values(pairs, SPARK_CONF_ENV)
+
+
 DEFAULT_CONFIG_TEXT = """\
 # Quiver project settings. Every key can be overridden by QUIVER_<KEY> (e.g. QUIVER_REDIS_URL).
 project: {project}
@@ -226,5 +319,9 @@ offline_root: data/offline     # Parquet offline store
 artifact_root: .quiver         # models, references, label snapshots: a shared folder or s3://bucket/prefix
 redis_url: ""                  # empty: embedded Redis; redis://:password@host:6379/0, redis+cluster://h1:7000,h2:7000
 engine: duckdb                 # duckdb (embedded) or spark
-spark_master: local[2]         # or spark://host:7077
+spark:
+  master: local[2]             # or spark://host:7077
+  # conf:                      # any spark.* setting of the sessions Quiver starts (QUIVER_SPARK_CONF=k=v,k=v)
+  #   spark.sql.shuffle.partitions: 64
+  #   spark.executor.memory: 8g
 """

@@ -253,11 +253,11 @@ def test_a_source_uri_with_no_files_or_a_bad_scheme_is_named(tmp_path: Path, s3_
         read_source_schema("ftp://host/events", tmp_path)
 
 
-def test_a_catalog_whose_source_is_in_the_bucket_loads_and_the_daily_gate_says_it_skipped_it(
+def test_a_catalog_whose_source_is_in_the_bucket_loads_and_the_daily_gate_reads_it(
         tmp_path: Path, s3_server: Any) -> None:
     """Definitions naming an s3:// source load through the real loader (the schema read from the bucket's
-    footers); the scheduled quality gate, which moves failing files between folders, reports the source as
-    skipped rather than passing it unread. A `_SUCCESS` marker beside the data is not read as Parquet."""
+    footers); the scheduled quality gate reads the day's file in the bucket (its null keys fail it, so it goes
+    to the source's _quarantine/). A `_SUCCESS` marker beside the data is not read as Parquet, nor gated."""
     from quiver.catalog.loader import load_catalog
     from quiver.pipelines.scheduled import quality_gate_day
     from tests.integration.test_backfill_support import make_events
@@ -283,4 +283,6 @@ def test_a_catalog_whose_source_is_in_the_bucket_loads_and_the_daily_gate_says_i
     catalog = load_catalog(root / "feature_defs", root=root)
     assert dict(catalog.sources["events"].columns)["amount"] == "float64"
     day = quality_gate_day("2024-03-01", str(root / "quiver.yaml"))
-    assert day["passed"] and "object store" in day["sources"]["events"][0]["skipped"]
+    [entry] = day["sources"]["events"]  # the _SUCCESS marker is not a batch
+    assert entry["file"].endswith(f"{prefix}/date=2024-03-01/part-0.parquet") and not entry["passed"]
+    assert f"{prefix}/_quarantine/events/" in entry["quarantine"]

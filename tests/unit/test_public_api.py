@@ -36,6 +36,9 @@ PUBLIC = [
     "load_catalog",
     "load_config",
     "materialize",
+    "read_training_set",
+    "spark_historical_features",
+    "write_historical_features",
 ]
 
 HEAVY = ("pyspark", "duckdb", "feast", "evidently", "torch", "airflow", "fastapi", "great_expectations")

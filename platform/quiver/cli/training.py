@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import Catalog
 from quiver.cli.common import (
     CatalogOption,
     ConfigOption,
@@ -19,10 +20,11 @@ from quiver.cli.common import (
     user_errors,
     with_cli_flags,
 )
+from quiver.config import Config
 
 # The point-in-time join's errors name its Python arguments; on the command line they are these flags.
 PYTHON_ARGUMENTS_AS_FLAGS = {"timestamp_column=…": "--timestamp-column NAME", "assume_utc=True": "--assume-utc",
-                             "full_feature_names=True": "--full-feature-names"}
+                             "full_feature_names=True": "--full-feature-names", "overwrite=True": "--overwrite"}
 
 
 def register(app: typer.Typer) -> None:
@@ -31,10 +33,12 @@ def register(app: typer.Typer) -> None:
     @app.command("training-set")
     @user_errors
     def training_set(
-        labels: Annotated[str | None, typer.Argument(help="labels Parquet file (a path or s3://…): join keys, a "
+        labels: Annotated[str | None, typer.Argument(help="labels Parquet file (a path or s3://…; with engine "
+                                                           "spark also a folder or a glob): join keys, a "
                                                            "timestamp, anything else (not with --from-logs)")] = None,
         out: Annotated[str, typer.Option("--out", help="training set to write (Parquet, atomically): a path or "
-                                                      "an object-store URI (s3://…)")] = "",
+                                                      "an object-store URI (s3://…); with engine spark a folder, "
+                                                      "written by the executors")] = "",
         features: Annotated[str | None, typer.Option(help="comma-separated view:feature list")] = None,
         service: Annotated[str | None, typer.Option(help="a feature service instead of --features")] = None,
         engine: Annotated[str | None, typer.Option(help="duckdb or spark (default: from config)")] = None,
@@ -53,6 +57,8 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str | None, typer.Option(help="with --from-logs: only this model's served rows")] = None,
         labels_as_of: Annotated[str | None, typer.Option(help="with --from-logs: labels that had arrived by this "
                                                               "ISO time (default: all)")] = None,
+        overwrite: Annotated[bool, typer.Option(help="with engine spark: replace the training set written "
+                                                     "before in OUT")] = False,
         config: ConfigOption = None,
         catalog: CatalogOption = None,
     ) -> None:
@@ -72,12 +78,16 @@ def register(app: typer.Typer) -> None:
             raise QuiverError("--from-logs needs --start and --end: the window of served requests")
         from quiver.offline.store import is_remote, open_store
 
+        cfg, cat = open_project(config, catalog)
+        wanted: str | list[str] = service or [f.strip() for f in (features or "").split(",") if f.strip()]
+        if labels is not None and (engine or cfg.engine) == "spark":
+            _on_the_executors(labels, wanted, out, cfg, cat, overwrite, full_feature_names, timestamp_column,
+                              assume_utc)
+            return
         if is_remote(out):
             open_store(out, Path.cwd())  # a bad scheme or missing credentials: before the join
         else:
             check_output_path(Path(out))  # before the join: a bad --out must not cost the whole run
-        cfg, cat = open_project(config, catalog)
-        wanted: str | list[str] = service or [f.strip() for f in (features or "").split(",") if f.strip()]
         if from_logs and since is not None and until is not None:  # both checked above
             from quiver.monitoring.logged_features import get_logged_features
 
@@ -104,6 +114,23 @@ def register(app: typer.Typer) -> None:
         written = write_training_set(frame, out)
         console.print(f"wrote {written}: {len(frame):,} rows × {len(frame.columns)} columns")
         console.print(frame.head(5).to_string(max_cols=12), highlight=False, soft_wrap=True)
+
+
+def _on_the_executors(labels: str, wanted: str | list[str], out: str, config: Config, catalog: Catalog,
+                      overwrite: bool, full_feature_names: bool, timestamp_column: str | None,
+                      assume_utc: bool) -> None:
+    """Engine spark: the executors read LABELS (a file, folder, glob or URI), join, and write OUT as a Parquet
+    folder committed by one manifest; the driver holds no row."""
+    from quiver.offline.spark_training_sets import write_historical_features
+
+    try:
+        written = write_historical_features(labels, wanted, out, catalog=catalog, config=config, overwrite=overwrite,
+                                            full_feature_names=full_feature_names,
+                                            timestamp_column=timestamp_column, assume_utc=assume_utc)
+    except QuiverError as exc:
+        raise with_cli_flags(exc, PYTHON_ARGUMENTS_AS_FLAGS) from None
+    console.print(f"wrote {written.uri}: {written.rows:,} rows in {written.files} file(s), committed by "
+                  f"{written.manifest} (label_row gives the labels' order)", highlight=False)
 
 
 def check_output_path(out: Path) -> None:

@@ -153,7 +153,7 @@ def _run(config: Config, specs: list[ViewSpec], files: dict[str, list[CheckedFil
             if remote:
                 runner.attach(remote)
         else:
-            runner = open_engine(engine, config.spark_master, remote)
+            runner = open_engine(engine, config.spark, remote)
         for source in sorted({s.source for s in specs}):
             for location in {id(f.location): f.location for f in files[source]}.values():
                 runner.attach(location)  # a source (or its late events) on an object store

@@ -37,16 +37,17 @@ from quiver.catalog.ir import Catalog, ViewSpec
 from quiver.catalog.references import (  # FeatureRef, resolve_features: re-exported (older imports)
     FeatureRef,
     expand_on_demand,
-    input_column,
     resolve_features,
 )
 from quiver.config import Config
-from quiver.offline.pit_plan import LabelSet, ViewRequest, timestamps_us
+from quiver.offline.pit_output import nullable_feature, on_demand_columns, to_pandas
+from quiver.offline.pit_plan import LabelSet, plan_requests, timestamps_us
 from quiver.offline.store import is_remote
 
-LabelsInput: TypeAlias = pd.DataFrame | pa.Table | str | Path
+LabelsInput: TypeAlias = pd.DataFrame | pa.Table | str | Path | Any  # Any: a Spark DataFrame (engine spark)
 ENGINES = ("duckdb", "spark")
-_NEVER_NULL = ("count", "sum")
+__all__ = ["ENGINES", "FeatureRef", "LabelsInput", "get_historical_features", "label_timestamp_column", "nullable_feature",
+           "plan_requests", "prepare_labels", "read_labels", "resolve_features", "to_pandas", "write_training_set"]
 
 
 def get_historical_features(labels: LabelsInput | None = None, features: str | Sequence[str] | None = None, *,
@@ -55,7 +56,9 @@ def get_historical_features(labels: LabelsInput | None = None, features: str | S
                             assume_utc: bool = False, entity_df: LabelsInput | None = None) -> pd.DataFrame:
     """Label rows with their features as of each row's timestamp (see the module docstring).
 
-    `labels` (or Feast's name, `entity_df=`): a DataFrame, an Arrow table or a Parquet path, with the join keys
+    `labels` (or Feast's name, `entity_df=`): a DataFrame, an Arrow table or a Parquet path (with engine spark
+    also a folder, a glob or a Spark DataFrame, read by the executors; see `quiver.offline.spark_training_sets` for
+    results that should not pass through this process either), with the join keys
     of every requested view and a timestamp column (timezone-aware; naive values are read as UTC only with
     `assume_utc=True`). `timestamp_column` names it; when omitted it is found as Feast does, plus Quiver's
     own name: ``event_ts``, else ``event_timestamp``, else the one datetime column (several: an error).
@@ -68,7 +71,16 @@ def get_historical_features(labels: LabelsInput | None = None, features: str | S
         raise QuiverError("give the label rows once: labels=… or (Feast's name) entity_df=…")
     if features is None:
         raise QuiverError("no features requested: pass features=['view:feature', …] or a feature service name")
-    frame = read_labels(labels if labels is not None else entity_df)  # type: ignore[arg-type]
+    given = labels if labels is not None else entity_df
+    if engine == "spark" and (isinstance(given, str | Path) or hasattr(given, "sparkSession")):
+        from quiver.offline.spark_training_sets import (
+            collect_historical_features,  # the executors read the labels
+        )
+
+        return collect_historical_features(given, features, catalog=catalog, config=config,
+                                           full_feature_names=full_feature_names,
+                                           timestamp_column=timestamp_column, assume_utc=assume_utc)
+    frame = read_labels(given)  # type: ignore[arg-type]
     timestamp_column = timestamp_column or label_timestamp_column(frame)
     refs = resolve_features(catalog, features, full_feature_names)
     clashes = [r.column for r in refs if r.column in frame.columns]
@@ -97,29 +109,9 @@ def get_historical_features(labels: LabelsInput | None = None, features: str | S
         columns[ref.column] = to_pandas(values[(ref.view, ref.feature)], view.feature_dtype(ref.feature),
                                         nullable=nullable_feature(view, ref.feature))
     if expanded.on_demand:
-        columns.update(_on_demand(catalog, expanded, refs_requested, frame, columns, timestamp_column))
+        columns.update(on_demand_columns(catalog, expanded, refs_requested, frame, columns, timestamp_column))
     return pd.concat([frame, pd.DataFrame({r.column: columns[r.column] for r in refs_requested},
                                           index=frame.index)], axis=1)
-
-
-def _on_demand(catalog: Catalog, expanded: Any, refs: list[FeatureRef], frame: pd.DataFrame,
-               columns: dict[str, Any], timestamp_column: str) -> dict[str, Any]:
-    """The requested on-demand features, computed on the label rows (request fields = label columns) with the
-    same function, input typing and output typing as online (`quiver.compile.on_demand`)."""
-    from quiver.compile.on_demand_modes import compute
-
-    n = len(frame)
-    out: dict[str, Any] = {}
-    for name in expanded.on_demand:
-        spec = catalog.on_demand[name]
-        given = {field: frame[field].to_numpy(object) for field, _ in spec.request_fields}
-        for view, feature in spec.inputs:
-            given[feature] = columns[input_column(expanded, refs, view, feature)]
-        computed = compute(spec, given, frame[timestamp_column], n)
-        for ref in refs:
-            if ref.view == name:
-                out[ref.column] = computed[ref.feature].array  # nullable dtypes kept, as stored features
-    return out
 
 
 def read_labels(labels: LabelsInput) -> pd.DataFrame:
@@ -161,27 +153,6 @@ def label_timestamp_column(frame: pd.DataFrame) -> str:
         raise QuiverError(f"cannot tell which label column is the time: no 'event_ts' or 'event_timestamp', and "
                           f"several datetime columns ({', '.join(datetimes)}); pass timestamp_column=…")
     return "event_ts"  # none at all: the label check names what is missing, with the other problems
-
-
-def plan_requests(catalog: Catalog, config: Config, refs: list[FeatureRef]) -> list[ViewRequest]:
-    """One request per view, in first-request order; a view without offline data is a user error."""
-    from quiver.offline.store import store_for
-
-    wanted: dict[str, list[str]] = {}
-    for ref in refs:
-        wanted.setdefault(ref.view, []).append(ref.feature)
-    store = store_for(config)
-    where = config.offline_dir if store.is_local else store.uri(store.base)
-    requests = []
-    for name, feats in wanted.items():
-        view = catalog.views[name]
-        req = ViewRequest(view, tuple(feats), config.offline_dir, config.root, catalog.sources[view.source].path,
-                          store if not store.is_local else None)
-        if not req.has_data():
-            raise QuiverError(f"feature view {name!r} has no offline data under {where}; "
-                              f"run the backfill for it first")
-        requests.append(req)
-    return requests
 
 
 def prepare_labels(frame: pd.DataFrame, views: list[ViewSpec], timestamp_column: str,
@@ -240,26 +211,6 @@ def _label_times(series: pd.Series, name: str, assume_utc: bool) -> np.ndarray:
         raise QuiverError(f"label column {name!r} has {len(rows)} null timestamp(s) (rows "
                           f"{', '.join(map(str, rows[:5]))}{', …' if len(rows) > 5 else ''}); drop or fill them")
     return values
-
-
-def nullable_feature(view: ViewSpec, feature: str) -> bool:
-    """Whether a training set's column of `feature` can hold nulls (counts and sums of empty windows are 0)."""
-    return not any(a.name == feature and a.fn in _NEVER_NULL for a in view.aggregations)
-
-
-def to_pandas(array: pa.Array, dtype: str, nullable: bool = True) -> Any:
-    """An Arrow feature column as pandas values with the documented dtype for `dtype`."""
-    if dtype == "float64":
-        return array.to_numpy(zero_copy_only=False).astype(np.float64)
-    if dtype in ("int64", "bool") and not nullable and not array.null_count:
-        return array.to_numpy(zero_copy_only=False)
-    if dtype == "int64":
-        return pd.array(array.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get), dtype="Int64")
-    if dtype == "bool":
-        return pd.array(array.to_pandas(types_mapper={pa.bool_(): pd.BooleanDtype()}.get), dtype="boolean")
-    if dtype == "timestamp":
-        return array.cast(pa.timestamp("us", tz="UTC")).to_pandas()
-    return array.to_pandas().to_numpy(dtype=object)
 
 
 def write_training_set(frame: pd.DataFrame, path: str | Path) -> Path | str:

@@ -16,13 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.catalog.ir import AggSpec, FieldSpec, ViewSpec
+from quiver.catalog.errors import QuiverError
+from quiver.catalog.ir import AggSpec, Catalog, FieldSpec, ViewSpec
+from quiver.catalog.references import FeatureRef
 from quiver.catalog.schema import SourceFiles, source_location
 from quiver.offline.layout import LAST_VALUES, TILES, partition_days, view_dir
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
+    from quiver.config import Config
     from quiver.offline.store import OfflineStore
 
 US_PER_DAY = 86_400_000_000
@@ -148,3 +151,24 @@ def ascending_order(table: pa.Table, names: list[str]) -> pa.Array:
     if int(pa.__version__.split(".")[0]) >= 25:  # per-key null placement; the streaming venv has pyarrow 16
         return pc.sort_indices(order, sort_keys=[(k, "ascending", "at_start") for k in keys])
     return pc.sort_indices(order, sort_keys=[(k, "ascending") for k in keys], null_placement="at_start")
+
+
+def plan_requests(catalog: Catalog, config: Config, refs: list[FeatureRef]) -> list[ViewRequest]:
+    """One request per view, in first-request order; a view without offline data is a user error."""
+    from quiver.offline.store import store_for
+
+    wanted: dict[str, list[str]] = {}
+    for ref in refs:
+        wanted.setdefault(ref.view, []).append(ref.feature)
+    store = store_for(config)
+    where = config.offline_dir if store.is_local else store.uri(store.base)
+    requests = []
+    for name, feats in wanted.items():
+        view = catalog.views[name]
+        req = ViewRequest(view, tuple(feats), config.offline_dir, config.root, catalog.sources[view.source].path,
+                          store if not store.is_local else None)
+        if not req.has_data():
+            raise QuiverError(f"feature view {name!r} has no offline data under {where}; "
+                              f"run the backfill for it first")
+        requests.append(req)
+    return requests

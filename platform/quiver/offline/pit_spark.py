@@ -11,14 +11,18 @@ a window over sorted rows rather than a range join:
 * head events: per (entity, tile) ordered by time, a running frame computes the partials of the raw events
   in [floor_g(t), t) with compile.sql's per-event TILE_OPS (the backfill's own tile SQL).
 
-Merged partials come back to the driver in one collect and go through pit_merge.combine / finalize — the
-same code the embedded engine ends in — so the engines differ at most in float rounding of sums.
+Last values are final in the plan. Merged window partials go through pit_merge.combine / finalize — the same
+code the embedded engine ends in, so the engines differ at most in float rounding of sums — on the executors
+(`mapInArrow`), batch by batch: the driver holds neither the label rows nor the partials. `feature_frame` is
+that plan as a Spark DataFrame (label columns plus one column per feature); `compute` collects it for labels
+that came from the driver (pandas, Arrow).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,34 +42,119 @@ _ROW, _T, _KIND, _ORDER, _TILE = "_q_row", "_q_t", "_q_kind", "_q_order", "_q_ti
 
 
 def session(config: Config, requests: Sequence[ViewRequest] = ()) -> Any:
-    """The process's SparkSession on `config.spark_master` (shared with the backfill: one per JVM), set up
-    for the object store the requests read, if any."""
-    from quiver.offline.engines import spark_session, spark_store_conf
+    """The process's SparkSession with the project's Spark settings (shared with the backfill: one per JVM),
+    set up for the object store the requests read, if any."""
+    from quiver.offline.engines import spark_session_for, spark_store_conf
 
     store = next((r.remote for r in requests if r.remote), None)
-    return spark_session(config.spark_master, conf=spark_store_conf(store))
+    return spark_session_for(config, conf=spark_store_conf(store))
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The label rows' earliest and latest time (epoch µs): which date partitions a join must read."""
+
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class FeatureColumn:
+    """One requested feature in `feature_frame`'s result: its view, its name and the column holding it."""
+
+    view: str
+    feature: str
+    column: str
+    type: pa.DataType
 
 
 def compute(labels: LabelSet, requests: Sequence[ViewRequest], config: Config,
             spark: Any = None) -> dict[tuple[str, str], pa.Array]:
-    """Feature values per (view, feature), one entry per label row in label order."""
+    """Feature values per (view, feature), one entry per label row in label order (labels from the driver)."""
     spark = spark or session(config, requests)
     columns: dict[str, pa.Array] = {_ROW: pa.array(np.arange(labels.n, dtype=np.int64)), _T: pa.array(labels.t_us)}
     columns.update(labels.keys)
     label_frame = spark.createDataFrame(pa.table(columns))
-    # One job for all views: each view adds columns (prefixed v<i>_) joined on the label row, one collect.
-    result, decoders = label_frame.select(_ROW), []
+    bounds = Bounds(int(labels.t_us.min()), int(labels.t_us.max())) if labels.n else Bounds(0, 1)
+    frame, wanted = feature_frame(spark, label_frame, bounds, requests, keep=[_ROW])
+    table = _by_row(frame, labels.n)
+    return {(f.view, f.feature): table[f.column].combine_chunks() for f in wanted}
+
+
+def feature_frame(spark: Any, label_frame: Any, bounds: Bounds, requests: Sequence[ViewRequest],
+                  keep: Sequence[str] | None = None) -> tuple[Any, list[FeatureColumn]]:
+    """`label_frame` (a row id `_q_row`, the time `_q_t` in epoch µs, the join keys in the catalog's types) with
+    one column per requested feature (`_q_f<i>`), as a lazy Spark DataFrame: nothing is collected.
+
+    `keep`: the label columns to carry into the result (default: all of them). One plan for all views: each
+    adds its columns joined on the label row. Last values are final there; window partials are merged and
+    finalized by the executors' Python, batch by batch (only when a window is asked for).
+    """
+    from pyspark.sql import functions as F
+
+    kept = list(keep if keep is not None else label_frame.columns)
+    wanted: list[FeatureColumn] = []
+    for req in requests:
+        for name in req.features:
+            kind = arrow_type(req.view.feature_dtype(name))
+            wanted.append(FeatureColumn(req.view.name, name, f"_q_f{len(wanted)}", kind))
+    column_of = {(f.view, f.feature): f for f in wanted}
+    result, finals, in_python = label_frame.select(*kept), [], []
     for i, req in enumerate(requests):
-        plan = _last_values if req.view.kind == "last" else _windows
-        frame, decode = plan(spark, req, label_frame, labels, f"v{i}_")
+        prefix = f"v{i}_"
+        if req.view.kind == "last":
+            frame = _last_values(spark, req, label_frame, bounds, prefix)
+            if frame is not None:
+                result = result.join(frame, on=_ROW, how="left")
+            for name in req.features:
+                out = column_of[(req.view.name, name)]
+                value = F.col(prefix + name) if frame is not None else F.lit(None)
+                finals.append(value.cast(_spark_type(out.type)).alias(out.column))
+            continue
+        frame, decode = _windows(spark, req, label_frame, bounds, prefix)
         if frame is not None:
             result = result.join(frame, on=_ROW, how="left")
-        decoders.append((req, decode))
-    table = _by_row(result, labels.n)
-    out: dict[tuple[str, str], pa.Array] = {}
-    for req, decode in decoders:
-        out.update({(req.view.name, name): array for name, array in decode(table).items()})
-    return out
+        in_python.append((req.view.name, decode))
+    partials = [c for c in result.columns if c not in kept]
+    result = result.select(*kept, *finals, *partials)
+    if in_python:
+        carried = [*kept, *(f.column for f in wanted if f.view not in {v for v, _ in in_python})]
+        windowed = [f for f in wanted if f.view in {v for v, _ in in_python}]
+        schema = _output_schema(result.select(*carried).schema, windowed)
+        result = result.mapInArrow(_Finalizer(carried, in_python, windowed), schema)
+    return result.select(*kept, *(f.column for f in wanted)), wanted
+
+
+class _Finalizer:
+    """Runs on the executors: Arrow batches of label rows with their window partials in, label rows with their
+    window features out (pit_merge's combine and finalize, the embedded engine's code)."""
+
+    def __init__(self, carried: list[str], decoders: list[tuple[str, Decoder]], wanted: list[FeatureColumn]):
+        self.carried, self.decoders, self.wanted = carried, decoders, wanted
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            values: dict[tuple[str, str], pa.Array] = {}
+            for view, decode in self.decoders:
+                values.update({(view, name): array for name, array in decode(table).items()})
+            arrays = [batch.column(name) for name in self.carried]
+            arrays += [pc.cast(values[(f.view, f.feature)], f.type) for f in self.wanted]
+            yield pa.RecordBatch.from_arrays(arrays, names=[*self.carried, *(f.column for f in self.wanted)])
+
+
+def _output_schema(carried: Any, wanted: list[FeatureColumn]) -> Any:
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([*carried.fields, *[StructField(f.column, spark_data_type(f.type), True) for f in wanted]])
+
+
+def spark_data_type(kind: pa.DataType) -> Any:
+    """The Spark SQL type of a feature's Arrow type (the five the catalog has)."""
+    from pyspark.sql import types as T
+
+    return {"long": T.LongType(), "double": T.DoubleType(), "string": T.StringType(), "boolean": T.BooleanType(),
+            "timestamp": T.TimestampType()}[_spark_type(kind)]
 
 
 def _read(spark: Any, files: list[Any], req: ViewRequest | None = None) -> Any:
@@ -95,17 +184,17 @@ def _by_row(frame: Any, n: int) -> pa.Table:
 Decoder = Callable[[pa.Table], dict[str, pa.Array]]
 
 
-def _last_values(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
-                 prefix: str) -> tuple[Any, Decoder]:
+def _last_values(spark: Any, req: ViewRequest, label_frame: Any, bounds: Bounds, prefix: str) -> Any:
+    """Per label, the view's fields of the last event before it within the TTL (None: no data at all)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    view, names, keys, n = req.view, [f.name for f in req.fields], req.view.key_names, labels.n
+    view, names, keys = req.view, [f.name for f in req.fields], req.view.key_names
     types = {f.name: arrow_type(f.dtype) for f in req.fields}
-    lo = int(labels.t_us.min()) - view.ttl_us if view.ttl_us is not None else None
-    data = _read(spark, req.partition_files(LAST_VALUES, lo, int(labels.t_us.max())), req)
+    lo = bounds.lo - view.ttl_us if view.ttl_us is not None else None
+    data = _read(spark, req.partition_files(LAST_VALUES, lo, bounds.hi), req)
     if data is None:
-        return None, lambda _: {c: pa.nulls(n, types[c]) for c in names}
+        return None
     data = (data.select(*keys, _micros(F.col(EVENT_TS)).alias(_T), *names)
             .where(F.col(_T).isNotNull() & _all_present(keys)))
     union = (label_frame.select(_ROW, *keys, _T, F.lit(0).alias(_KIND),
@@ -119,8 +208,7 @@ def _last_values(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSe
     ok = F.col("_q_found").isNotNull()
     if view.ttl_us is not None:
         ok = ok & (F.col("_q_found.ts") >= F.col(_T) - F.lit(view.ttl_us))
-    result = result.select(_ROW, *[F.when(ok, F.col(f"_q_found.{c}")).alias(prefix + c) for c in names])
-    return result, lambda table: {c: pc.cast(table[prefix + c].combine_chunks(), types[c]) for c in names}
+    return result.select(_ROW, *[F.when(ok, F.col(f"_q_found.{c}")).alias(prefix + c) for c in names])
 
 
 def _all_present(keys: list[str]) -> Any:
@@ -137,7 +225,7 @@ def _spark_type(kind: pa.DataType) -> str:
             pa.timestamp("us", tz="UTC"): "timestamp"}[kind]
 
 
-def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
+def _windows(spark: Any, req: ViewRequest, label_frame: Any, bounds: Bounds,
              prefix: str) -> tuple[Any, Decoder]:
     from pyspark.sql import functions as F
 
@@ -147,13 +235,13 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
     kinds = {c: partial_kinds([a.fn for a in aggs if a.column == c]) for c in columns}
     dtypes = {a.column: a.input_dtype for a in aggs}
     windows = sorted({a.window_us for a in aggs})
-    floors = labels.t_us - labels.t_us % tile
-    lo, hi = int(floors.min()) - windows[-1], int(floors.max())
+    first, last = bounds.lo - bounds.lo % tile, bounds.hi - bounds.hi % tile  # the labels' tiles, floor_g(t)
+    lo, hi = first - windows[-1], last
     labelled = label_frame.withColumn(_TILE, F.col(_T) - F.pmod(F.col(_T), F.lit(tile)))
 
     tiles = _read(spark, req.partition_files(TILES, lo, hi), req)
     frames = [_tile_windows(tiles, labelled, req, windows, lo, hi, prefix) if tiles is not None else None,
-              _head(spark, req, labelled, tile, int(floors.min()), int(labels.t_us.max()), prefix)]
+              _head(spark, req, labelled, tile, first, bounds.hi, prefix)]
     present = [f for f in frames if f is not None]
     result = None
     if present:
@@ -162,7 +250,7 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
             result = result.join(frame, on=_ROW, how="left")  # both hold every label row
 
     def decode(table: pa.Table) -> dict[str, pa.Array]:
-        names = set(table.column_names)
+        names, n = set(table.column_names), table.num_rows
         out: dict[str, pa.Array] = {}
         for window in windows:
             for column in columns:
@@ -170,8 +258,8 @@ def _windows(spark: Any, req: ViewRequest, label_frame: Any, labels: LabelSet,
                 if not wanted:
                     continue
                 kind, dtype = kinds[column], dtypes[column]
-                whole = _merged(table, names, f"{prefix}t{window}_{column}", kind, dtype, labels.n)
-                head = _merged(table, names, f"{prefix}h_{column}", kind, dtype, labels.n)
+                whole = _merged(table, names, f"{prefix}t{window}_{column}", kind, dtype, n)
+                head = _merged(table, names, f"{prefix}h_{column}", kind, dtype, n)
                 out.update(finalize(wanted, combine(whole, head)))
         return out
 

@@ -197,11 +197,12 @@ HEAVY_MODULES: dict[str, frozenset[str]] = {
                         "test_edges_nan", "test_edges_time", "test_offline_object_store_cluster",
                         "test_pit_backfill", "test_pit_spark", "test_serving_log_readers", "test_spark_sessions",
                         "test_spark_training_sets"}),
-    "flink": frozenset({"test_contract_paths", "test_demo_kafka", "test_kafka_parse_flink", "test_readme",
+    "flink": frozenset({"test_contract_paths", "test_demo_kafka", "test_kafka_event_time", "test_kafka_parse_flink", "test_readme",
                         "test_redis_sink_jvm", "test_streaming_cluster", "test_streaming_crash", "test_streaming_e2e",
-                        "test_streaming_kafka", "test_streaming_kafka_sql", "test_streaming_unbounded"}),
-    "kafka": frozenset({"test_demo_kafka", "test_embedded_kafka", "test_kafka_fresh_job", "test_streaming_kafka",
-                        "test_streaming_kafka_sql"}),
+                        "test_streaming_kafka", "test_streaming_kafka_inflight", "test_streaming_kafka_sql",
+                        "test_streaming_unbounded", "test_kafka_security"}),
+    "kafka": frozenset({"test_demo_kafka", "test_embedded_kafka", "test_kafka_event_time", "test_kafka_fresh_job", "test_streaming_kafka",
+                        "test_streaming_kafka_inflight", "test_streaming_kafka_sql", "test_kafka_security"}),
     "airflow": frozenset({"test_dags", "test_loop_airflow", "test_loop_celery", "test_loop_standalone",
                           "test_monitoring_airflow"}),
     "training": frozenset({"test_artifact_store_s3", "test_drift_reference", "test_loop_state", "test_models_training",
@@ -221,7 +222,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The longest modules (a full run's --durations, grouped), longest first. Under xdist (`make test` runs two
 # workers, whole modules each) they are handed out first, so no long module starts last and runs alone.
-LONGEST_FIRST = ("test_loop_airflow", "test_readme", "test_streaming_kafka", "test_streaming_cluster",
+LONGEST_FIRST = ("test_loop_airflow", "test_readme", "test_streaming_kafka", "test_streaming_kafka_inflight",
+                 "test_streaming_cluster",
                  "test_loop_celery", "test_streaming_crash", "test_streaming_e2e", "test_loop_standalone",
                  "test_streaming_unbounded", "test_offline_object_store_cluster", "test_backfill_spark_standalone",
                  "test_loop_faults", "test_cbpe_nannyml", "test_dags", "test_streaming_kafka_sql", "test_redis_sink_jvm")

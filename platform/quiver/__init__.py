@@ -7,6 +7,7 @@ Heavy engines (pyspark, duckdb, torch, …) are imported lazily by the functions
 import typing as _typing
 
 from quiver.catalog.definitions import (
+    KAFKA_TIMESTAMP,
     Aggregation,
     Check,
     Contract,
@@ -62,7 +63,7 @@ def __getattr__(name: str) -> _typing.Any:
 
 __version__ = "0.1.0"
 
-__all__ = [
+__all__ = [  # noqa: RUF022  (plain sorted order, pinned by tests/unit/test_public_api.py)
     "Aggregation",
     "Bool",
     "Catalog",
@@ -77,6 +78,7 @@ __all__ = [
     "Field",
     "Float64",
     "Int64",
+    "KAFKA_TIMESTAMP",
     "OnDemandFeatureView",
     "QuiverError",
     "RequestSource",

@@ -8,6 +8,7 @@ the one nested key: it reads into `Config.spark_master` / `Config.spark_conf`, t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -19,6 +20,14 @@ import yaml
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.types import is_identifier
+from quiver.kafka_properties import (
+    flink_properties,
+    kafka_property_values,
+    librdkafka_settings,
+    parse_kafka_properties_env,
+    resolve_secrets,
+    setting_text,
+)
 
 CONFIG_FILE = "quiver.yaml"
 CONFIG_ENV = "QUIVER_CONFIG"
@@ -42,6 +51,40 @@ class SparkSettings:
 
 
 @dataclass(frozen=True)
+class KafkaSettings:
+    """How Quiver reaches the project's Kafka (quiver.yaml's `kafka:` section): the brokers, any Kafka client
+    property (Java names, e.g. security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location;
+    secrets resolved from the environment) and the prefix of the consumer groups the stream job commits to."""
+
+    bootstrap: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    group_prefix: str = ""  # empty: quiver.<project>
+
+    def __post_init__(self) -> None:
+        # A plain dict copy, checked as quiver.yaml's are: settings built in code get the same refusals.
+        object.__setattr__(self, "properties", kafka_property_values(self.properties, "Kafka settings"))
+
+    def flink_properties(self) -> dict[str, str]:
+        """The properties for Flink's Kafka SQL connector (`properties.<key>` of each source table): the Java
+        names, Kafka's class names under the connector's shaded prefix (quiver.kafka_properties)."""
+        return flink_properties(self.properties)
+
+    def client_config(self) -> dict[str, str]:
+        """The properties as librdkafka settings (the Python clients: offsets, --fresh, the demo producer),
+        without bootstrap.servers; a QuiverError saying what to give where a property has no equivalent."""
+        return librdkafka_settings(self.properties)
+
+    @property
+    def security_protocol(self) -> str:
+        return self.properties.get("security.protocol", "PLAINTEXT").upper()
+
+    def group(self, project: str, source: str) -> str:
+        """The consumer group of one source's stream: `<prefix>.<source>`, by default `quiver.<project>.<source>`,
+        so two projects (or environments) with a source of the same name never share offsets."""
+        return f"{self.group_prefix or 'quiver.' + project}.{source}"
+
+
+@dataclass(frozen=True)
 class Config:
     """Settings of one Quiver project."""
 
@@ -60,6 +103,9 @@ class Config:
     spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
     flink_jobmanager: str = ""  # REST host:port of a Flink session cluster for `quiver stream`; empty: embedded
     kafka_bootstrap: str = ""  # Kafka brokers of the stream bindings' topics (wins over the catalog's); empty: theirs
+    # Kafka client properties (quiver.yaml: kafka: {properties: {…}}) and the consumer groups' prefix
+    kafka_properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    kafka_group_prefix: str = ""
     redis_timeout_s: float = 1.0
     api_key: str = ""  # feature server key (better: QUIVER_API_KEY in the environment)
     # The closed loop (dags/, pipelines/loop*.py): which model it watches, how much history a retrain uses,
@@ -93,6 +139,15 @@ class Config:
     def spark(self) -> SparkSettings:
         """The Spark master and the user's `spark.*` settings, as one value for the engines."""
         return SparkSettings(self.spark_master, self.spark_conf)
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        """The brokers, client properties and group prefix, as one value for the stream job and its clients.
+        `${NAME}` in a property is filled in from the environment here, not when the file is read: the pods that
+        share one quiver.yaml but never reach Kafka need not carry its secrets."""
+        where = f"{self.root / CONFIG_FILE}: kafka.properties"
+        return KafkaSettings(self.kafka_bootstrap, resolve_secrets(self.kafka_properties, where),
+                             self.kafka_group_prefix)
 
     @property
     def catalog_dir(self) -> Path:
@@ -130,6 +185,9 @@ _KEYS = {f.name for f in fields(Config)} - {"root"}
 _FLOAT_KEYS = {f.name for f in fields(Config) if f.type in ("float", float)}
 _SPARK_SECTION = {"master": "spark_master", "conf": "spark_conf"}  # the `spark:` section's keys → Config fields
 SPARK_CONF_ENV = _ENV_PREFIX + "SPARK_CONF"
+# the `kafka:` section's keys → Config fields
+_KAFKA_SECTION = {"bootstrap": "kafka_bootstrap", "properties": "kafka_properties", "group_prefix": "kafka_group_prefix"}
+KAFKA_PROPERTIES_ENV = _ENV_PREFIX + "KAFKA_PROPERTIES"
 
 
 # Set while a CLI command runs (quiver.cli.user_errors): a command without a project must refuse, not
@@ -201,17 +259,23 @@ def load_config(path: str | Path | None = None, *, require_project: bool | None 
             raise QuiverError(f"{config_path}: expected a mapping of settings at the top level")
         values.update(loaded)
         _read_spark_section(config_path, values)
+        _read_kafka_section(config_path, values)
     elif explicit:
         raise QuiverError(f"config file {config_path}{named_by} does not exist")
     for key in _KEYS:
         env = os.environ.get(_ENV_PREFIX + key.upper())
         if env is not None:
             # QUIVER_SPARK_CONF overrides the file's Spark settings key by key; others replace the value.
-            values[key] = {**values.get(key, {}), **parse_spark_conf_env(env)} if key == "spark_conf" else env
+            if key == "spark_conf":
+                values[key] = {**values.get(key, {}), **parse_spark_conf_env(env)}
+            elif key == "kafka_properties":
+                values[key] = {**values.get(key, {}), **parse_kafka_properties_env(env, KAFKA_PROPERTIES_ENV)}
+            else:
+                values[key] = env
     unknown = set(values) - _KEYS
     if unknown:
         raise QuiverError(f"{config_path}: unknown setting(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"known: {', '.join(sorted(_KEYS | {'spark'}))}")
+                          f"known: {', '.join(sorted(_KEYS | {'spark', 'kafka'}))}")
     for key, value in values.items():
         values[key] = _typed(config_path, key, value)
     config = Config(root=config_path.resolve().parent, **values)
@@ -228,8 +292,8 @@ def load_config(path: str | Path | None = None, *, require_project: bool | None 
 
 def _typed(config_path: Path, key: str, value: Any) -> Any:
     # YAML and the environment both hand in loose types; a wrong one must be a clear error, not a crash later.
-    if key == "spark_conf":
-        return value  # checked where it was read (_read_spark_section, parse_spark_conf_env)
+    if key in ("spark_conf", "kafka_properties"):
+        return value  # checked where it was read (_read_*_section, parse_*_env)
     if key in _FLOAT_KEYS:
         try:
             if isinstance(value, bool):
@@ -273,6 +337,41 @@ def _read_spark_section(config_path: Path, values: dict[str, Any]) -> None:
         values[flat] = value
 
 
+def _read_kafka_section(config_path: Path, values: dict[str, Any]) -> None:
+    """Fold the file's `kafka:` section (bootstrap, properties, group_prefix) into the flat keys it stands for;
+    the flat spelling keeps working, and the two may not disagree."""
+    if "kafka_properties" in values:
+        values["kafka_properties"] = kafka_property_values(values["kafka_properties"],
+                                                           f"{config_path}: kafka_properties")
+    section = values.pop("kafka", None)
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise QuiverError(f"{config_path}: kafka must be a mapping with bootstrap, properties and/or group_prefix, "
+                          f"got {section!r}")
+    unknown = set(section) - set(_KAFKA_SECTION)
+    if unknown:
+        raise QuiverError(f"{config_path}: kafka: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"known: {', '.join(sorted(_KAFKA_SECTION))}")
+    for name, flat in _KAFKA_SECTION.items():
+        if name not in section:
+            continue
+        value = section[name]
+        if name == "properties":
+            value = kafka_property_values(value, f"{config_path}: kafka.properties")
+        elif value is None:
+            value = ""
+        elif not isinstance(value, str):
+            raise QuiverError(f"{config_path}: kafka.{name} must be a string, got {value!r}")
+        if name == "group_prefix" and value and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+            raise QuiverError(f"{config_path}: kafka.group_prefix {value!r} may hold only letters, digits, '.', "
+                              "'_' and '-'")
+        if flat in values and values[flat] != value:
+            raise QuiverError(f"{config_path}: {flat} ({values[flat]!r}) and kafka.{name} ({section[name]!r}) "
+                              f"differ; keep one, kafka.{name}")
+        values[flat] = value
+
+
 def spark_conf_values(raw: Any, where: str) -> dict[str, str]:
     """`raw` (a mapping of `spark.*` keys to scalars, from YAML or code) as Spark settings, every value a string
     as Spark reads it (true/false in lower case); a QuiverError naming `where` and the key otherwise."""
@@ -286,12 +385,7 @@ def spark_conf_values(raw: Any, where: str) -> dict[str, str]:
             raise QuiverError(f"{where}: {key!r} is not a Spark setting (Spark's keys start with 'spark.')")
         if key == "spark.master":
             raise QuiverError(f"{where}: spark.master belongs in the spark section's master key, not in its conf")
-        if isinstance(value, bool):
-            conf[key] = "true" if value else "false"
-        elif isinstance(value, (str, int, float)):
-            conf[key] = str(value)
-        else:
-            raise QuiverError(f"{where}: {key} must be a string, a number or true/false, got {value!r}")
+        conf[key] = setting_text(value, where, key)
     return conf
 
 

@@ -7,7 +7,7 @@ import uuid
 
 from quiver import Aggregation, Entity, FeatureView, Source, StreamBinding
 from quiver.catalog.validate import build_catalog
-from quiver.compile.flink import kafka_group
+from quiver.config import KafkaSettings
 from quiver.streaming.kafka_broker import KafkaBroker, committed_offsets, create_topic, produce
 from quiver.streaming.topics import TopicProgress
 
@@ -37,12 +37,15 @@ def test_a_fresh_job_forgets_the_offsets_an_earlier_job_committed(kafka_broker: 
     source = Source("tx", "unused", timestamp_field="ts", stream=StreamBinding(kafka_topic=topic))
     spend = FeatureView("spend", [user], source, aggregations=[Aggregation("amount", "sum", "1h")])
     catalog = build_catalog([user, source, spend], schema_reader=lambda s: dict(COLUMNS))
-    bootstrap, group = kafka_broker.bootstrap, kafka_group("tx")
+    bootstrap = kafka_broker.bootstrap
+    kafka = KafkaSettings(bootstrap)
+    group = kafka.group("fresh", "tx")
+    assert group == "quiver.fresh.tx"  # scoped by project: another project's source "tx" has its own
     create_topic(bootstrap, topic, 3)
     produce(bootstrap, topic, [(str(i).encode(), b'{"ts_us": 1, "user_id": %d}' % i) for i in range(30)])
     commit_to_end(bootstrap, topic, group, 3)
 
-    progress = TopicProgress(catalog, ["tx"], bootstrap)
+    progress = TopicProgress(catalog, ["tx"], kafka, "fresh")
     try:
         progress.mark_ends()
         assert progress.caught_up()  # what a fresh job saw before: done before it started

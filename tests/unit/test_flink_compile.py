@@ -87,7 +87,8 @@ def test_mini_batch_is_allowed_locally_but_never_with_the_watermark_split() -> N
     assert ("table.exec.mini-batch.enabled", "true") in local.settings
     assert ("table.exec.mini-batch.allow-latency", "500 ms") in local.settings
     cat = catalog(stream=StreamBinding(kafka_topic="tx-events"))
-    kafka = compile_flink(cat, FlinkTarget(inbox={}, sink_root="file:///s", kafka=True, mini_batch_ms=500))
+    kafka = compile_flink(cat, FlinkTarget(inbox={}, sink_root="file:///s", kafka=True, kafka_bootstrap="k:9092",
+                                           mini_batch_ms=500))
     assert ("table.exec.mini-batch.enabled", "false") in kafka.settings
     assert "CURRENT_WATERMARK(`__rowtime`)" in kafka.script()
 
@@ -117,7 +118,7 @@ def test_reserved_stream_names_are_refused() -> None:
 
 
 def test_kafka_needs_a_topic_and_renders_the_connector() -> None:
-    kafka = FlinkTarget(inbox={}, sink_root="file:///sinks", kafka=True)
+    kafka = FlinkTarget(inbox={}, sink_root="file:///sinks", kafka=True, kafka_bootstrap="k:9092")
     with pytest.raises(QuiverError, match="no kafka_topic"):
         compile_flink(catalog(), kafka)
     cat = catalog(stream=StreamBinding(kafka_topic="tx-events", kafka_bootstrap_servers="k:9092"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,7 @@ def test_late_future_and_bad_lines_leave_the_stream_with_their_reason(tmp_path: 
     write(stream, "a.jsonl", ['{"ts_us": 100000000, "user_id": 1, "amount": 1.0}',
                               '{"ts_us": 50000000, "user_id": 2, "amount": 2.0, "cat": "late"}',
                               '{"ts_us": 99000000, "amount": 3.0}',
-                              f'{{"ts_us": {int(NOW * S) + 1}, "user_id": 3, "amount": 4.0}}',
+                              f'{{"ts_us": {int(NOW * S) + 301 * S}, "user_id": 3, "amount": 4.0}}',
                               '{"ts_us": 99500000, "user_id": 4, "amount": NaN}',
                               "garbage"])
     result = feeder(stream, paths).feed()
@@ -203,3 +204,19 @@ def test_a_pass_that_fails_half_way_changes_nothing_and_its_retry_finds_the_same
     assert result.late == {"tx": 0} and result.lines == {"tx": 2}
     [lines] = batch_lines(paths)
     assert [json.loads(line)["user_id"] for line in lines[:-1]] == [1, 2]
+
+
+def test_future_tolerance_is_the_sources_unless_the_run_sets_one(tmp_path: Path) -> None:
+    """A producer whose clock runs a second (or four minutes) fast loses nothing: the default tolerance is the
+    source's max_future (5 minutes); a run's --max-future-ms overrides every source's."""
+    lines = [f'{{"ts_us": {int(NOW * S) + ahead * S}, "user_id": {i}, "amount": 1.0}}'
+             for i, ahead in enumerate((1, 240, 301))]
+    fed = {}
+    for name, kwargs, feed in (("default", {}, FEED), ("strict", {}, replace(FEED, max_future_us=0)),
+                               ("run", {"max_future_ms": 500_000}, FEED)):
+        stream, paths = tmp_path / name / "stream", StreamPaths.at(tmp_path / name / "state")
+        write(stream, "a.jsonl", lines)
+        result = Feeder({"tx": stream}, paths, {"tx": feed}, paths.root / "late", clock=lambda: NOW,
+                        **kwargs).feed()  # type: ignore[arg-type]
+        fed[name] = (result.lines["tx"], result.future["tx"])
+    assert fed == {"default": (2, 1), "strict": (0, 3), "run": (3, 0)}

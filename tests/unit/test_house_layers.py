@@ -14,7 +14,7 @@ from tests.unit.test_house_imports import import_graph
 
 # Bottom first. The stores: offline below online (online reads offline tiles to materialize) below streaming
 # (the stream writes the online store and leaves late events for the offline backfill).
-LAYERS = ("quiver.catalog", "quiver.artifacts", "quiver.config", "quiver.metrics", "quiver.jars", "quiver",
+LAYERS = ("quiver.catalog", "quiver.artifacts", "quiver.kafka_properties", "quiver.config", "quiver.metrics", "quiver.jars", "quiver",
           "quiver.compile", "quiver.offline", "quiver.online", "quiver.streaming", "quiver.registry",
           "quiver.models", "quiver.serving", "quiver.monitoring", "quiver.composition", "quiver.pipelines",
           "quiver.ui", "quiver.cli",

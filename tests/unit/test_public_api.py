@@ -23,6 +23,7 @@ PUBLIC = [
     "Field",
     "Float64",
     "Int64",
+    "KAFKA_TIMESTAMP",
     "OnDemandFeatureView",
     "QuiverError",
     "RequestSource",

@@ -28,11 +28,11 @@ def spec(path: str = "", topic: str = "", servers: str = "") -> StreamSpec:
 
 
 @pytest.mark.parametrize(("binding", "bootstrap", "kafka", "brokers"), [
-    (spec(path="in"), "", False, "localhost:9092"),
+    (spec(path="in"), "", False, ""),
     (spec(path="in"), "b:9092", False, "b:9092"),  # no topic: files, whatever brokers are known
-    (spec(topic="t"), "", True, "localhost:9092"),  # only a topic: Kafka, as before
+    (spec(topic="t"), "", True, ""),  # only a topic: Kafka, as before, but no silent localhost:9092 (refused)
     (spec(topic="t", servers="s:9092"), "b:9092", True, "b:9092"),  # the config's brokers win
-    (spec(path="in", topic="t"), "", False, "localhost:9092"),  # both, no brokers known: the files
+    (spec(path="in", topic="t"), "", False, ""),  # both, no brokers known: the files
     (spec(path="in", topic="t"), "b:9092", True, "b:9092"),  # both, brokers configured: the topic
     (spec(path="in", topic="t", servers="s:9092"), "", True, "s:9092"),  # both, the binding's own brokers
 ])

@@ -177,7 +177,7 @@ CASES = [
     Case("stream_without_path_or_topic", 's = Source("s", "data/tx", stream=StreamBinding())  # <-\n',
          "source", "s", "stream binding needs a local path or a kafka_topic"),
     Case("stream_unknown_format", 's = Source("s", "data/tx", stream=StreamBinding(path="in", format="avro"))  # <-\n',
-         "source", "s", "stream format 'avro' is not json or csv"),
+         "source", "s", "stream format 'avro': the stream reads JSON records only"),
     Case("stream_watermark_garbage",
          's = Source("s", "data/tx", stream=StreamBinding(path="in", watermark_delay="soon"))  # <-\n',
          "source", "s", "watermark_delay: not a duration"),

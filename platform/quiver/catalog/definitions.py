@@ -85,7 +85,18 @@ class StreamBinding:
 
     A binding may name both. `quiver stream` reads the topic when brokers are known — `kafka_bootstrap` in
     quiver.yaml (or QUIVER_KAFKA_BOOTSTRAP), which wins, or `kafka_bootstrap_servers` here — and otherwise
-    the files at `path`. A binding with a topic and no path always reads Kafka (localhost:9092 by default).
+    the files at `path`. A binding with a topic and no path needs brokers (it is refused without).
+
+    Event time (Kafka records): by default the JSON fields `ts_us` (epoch µs) or `ts_ms` (epoch ms), what
+    Quiver's producers write. `event_time` names another field, read as `event_time_format`: `epoch_s`,
+    `epoch_ms`, `epoch_us` (numbers; seconds and milliseconds may have a fraction) or `iso8601` (text with a
+    zone: `2026-12-07T10:15:00.250+01:00`, `...Z`); or `KAFKA_TIMESTAMP` for the record's own timestamp.
+    `max_future`: how far after the job's clock an event time may lie and still be served online (a producer
+    whose clock runs fast); later events take the batch route (the offline store's late events).
+    `idle_timeout`: how long a partition of the topic may stay silent before the watermark moves on without it
+    (default: the job's, a minute). `watermark_alignment`: the most the job lets this source's partitions (and
+    every other aligned source) run ahead of the slowest, pausing the fast ones (Flink's watermark alignment);
+    None: no alignment.
     """
 
     path: str = ""
@@ -94,6 +105,15 @@ class StreamBinding:
     kafka_bootstrap_servers: str = ""
     watermark_delay: timedelta | str = "5s"
     allowed_lateness: timedelta | str = "0s"
+    event_time: str = ""
+    event_time_format: str = "epoch_us"
+    max_future: timedelta | str = "5m"
+    idle_timeout: timedelta | str | None = None
+    watermark_alignment: timedelta | str | None = None
+
+
+KAFKA_TIMESTAMP = "$kafka.timestamp"  # StreamBinding.event_time: the Kafka record's own timestamp
+EVENT_TIME_FORMATS = ("epoch_s", "epoch_ms", "epoch_us", "iso8601")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from quiver.catalog.definitions import Location
 
@@ -33,6 +33,14 @@ class StreamSpec:
     kafka_bootstrap_servers: str
     watermark_delay_us: int
     allowed_lateness_us: int
+    event_time: str = ""  # "" : ts_us / ts_ms; a JSON field; or definitions.KAFKA_TIMESTAMP
+    event_time_format: str = "epoch_us"
+    max_future_us: int = 300_000_000
+    idle_timeout_us: int = 0  # 0: the job's default
+    watermark_alignment_us: int = 0  # 0: no alignment
+    # Left out of the canonical dict at their defaults: a catalog that sets none keeps its version hash.
+    OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("event_time", "event_time_format", "max_future_us",
+                                                  "idle_timeout_us", "watermark_alignment_us")
 
     def reads_kafka(self, bootstrap: str = "") -> bool:
         """Whether the stream job reads this binding's Kafka topic rather than the files at its path: it does
@@ -41,8 +49,9 @@ class StreamSpec:
         return bool(self.kafka_topic) and (not self.path or bool(bootstrap or self.kafka_bootstrap_servers))
 
     def brokers(self, bootstrap: str = "") -> str:
-        """The brokers of the topic: the config's `bootstrap` wins over the binding's, then localhost:9092."""
-        return bootstrap or self.kafka_bootstrap_servers or "localhost:9092"
+        """The brokers of the topic: the config's `bootstrap` wins over the binding's. Empty when neither names
+        any (the runner refuses such a job: a silent localhost:9092 would read the wrong cluster or none)."""
+        return bootstrap or self.kafka_bootstrap_servers
 
 
 CHECK_RULES = ("not_null", "finite", "min", "max", "one_of", "future")  # the order a row's reason is taken in
@@ -321,6 +330,8 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
             continue  # no contract: the dict (and hash) of a catalog from before contracts existed
         if name == "mode" and spec.mode == "pandas":
             continue  # likewise, a catalog from before on-demand views had modes
+        if name in getattr(spec, "OMIT_AT_DEFAULT", ()) and getattr(spec, name) == spec.__dataclass_fields__[name].default:
+            continue
         out[name] = _plain(getattr(spec, name))
     return out
 

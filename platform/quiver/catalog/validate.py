@@ -15,6 +15,8 @@ from typing import Any
 from quiver.catalog.aggregations import AGG_FUNCTIONS, accepts
 from quiver.catalog.contracts import contract_spec
 from quiver.catalog.definitions import (
+    EVENT_TIME_FORMATS,
+    KAFKA_TIMESTAMP,
     Aggregation,
     Entity,
     FeatureService,
@@ -211,7 +213,7 @@ def _source_spec(problems: _Problems, source: Source, reader: SchemaReader) -> S
     for column in columns:
         if not is_identifier(column):
             problems.add("source", source.name, loc, f"column {column!r} is not a plain identifier")
-    stream = _stream_spec(problems, source, source.stream) if source.stream else None
+    stream = _stream_spec(problems, source, source.stream, set(columns)) if source.stream else None
     contract = None
     if source.contract is not None:
         where = getattr(source.contract, "location", loc)
@@ -222,16 +224,49 @@ def _source_spec(problems: _Problems, source: Source, reader: SchemaReader) -> S
                       source.description, source.owner, tuple(sorted(source.tags.items())), loc, contract)
 
 
-def _stream_spec(problems: _Problems, source: Source, stream: StreamBinding) -> StreamSpec | None:
+def _stream_spec(problems: _Problems, source: Source, stream: StreamBinding, columns: set[str]) -> StreamSpec | None:
     loc = source.location
     if not stream.path and not stream.kafka_topic:
         problems.add("source", source.name, loc, "stream binding needs a local path or a kafka_topic")
-    if stream.format not in ("json", "csv"):
-        problems.add("source", source.name, loc, f"stream format {stream.format!r} is not json or csv")
+    if stream.format != "json":  # the feeder and the Kafka parser read JSON objects, one per line or record
+        problems.add("source", source.name, loc, f"stream format {stream.format!r}: the stream reads JSON records "
+                                                 f"only (format='json')")
     delay = _duration_or_zero(problems, source, "watermark_delay", stream.watermark_delay)
     late = _duration_or_zero(problems, source, "allowed_lateness", stream.allowed_lateness)
+    future = _duration_or_zero(problems, source, "max_future", stream.max_future)
+    idle = _duration_or_zero(problems, source, "idle_timeout", stream.idle_timeout or "0s")
+    align = _duration_or_zero(problems, source, "watermark_alignment", stream.watermark_alignment or "0s")
+    _check_event_time(problems, source, stream, columns)
     return StreamSpec(stream.path, stream.format, stream.kafka_topic, stream.kafka_bootstrap_servers,
-                      to_micros(delay), to_micros(late))
+                      to_micros(delay), to_micros(late), stream.event_time, stream.event_time_format,
+                      to_micros(future), to_micros(idle), to_micros(align))
+
+
+def _check_event_time(problems: _Problems, source: Source, stream: StreamBinding, columns: set[str]) -> None:
+    """What the Kafka parser can read as event time: refused here, with the definition's file:line, rather than
+    every record quarantined once the job runs."""
+    def add(message: str) -> None:
+        problems.add("source", source.name, source.location, message)
+
+    if stream.event_time_format not in EVENT_TIME_FORMATS:
+        add(f"event_time_format {stream.event_time_format!r} is not one of {', '.join(EVENT_TIME_FORMATS)}")
+    if not stream.event_time:
+        if stream.event_time_format != "epoch_us":
+            add("event_time_format needs event_time (the field it reads); the default fields are ts_us and ts_ms")
+        return
+    if stream.path:
+        add(f"event_time {stream.event_time!r} applies to Kafka records; stream files carry ts_us (or ts_ms) as "
+            f"Quiver's producer writes them: drop path or event_time")
+    if stream.event_time == KAFKA_TIMESTAMP:
+        if stream.event_time_format != "epoch_us":
+            add("event_time_format does not apply to KAFKA_TIMESTAMP (the record's timestamp is epoch ms)")
+        return
+    if not stream.event_time.isidentifier():
+        add(f"event_time {stream.event_time!r} must be a top-level JSON field name (letters, digits, _) or "
+            f"KAFKA_TIMESTAMP")
+    elif stream.event_time in columns and stream.event_time != source.timestamp_field:
+        add(f"event_time {stream.event_time!r} is another column of the source; the event time is the source's "
+            f"timestamp_field ({source.timestamp_field!r}): name the record field that holds it")
 
 
 def _duration_or_zero(problems: _Problems, source: Source, what: str, value: object) -> timedelta:

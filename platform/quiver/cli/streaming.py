@@ -71,6 +71,7 @@ def print_flink_job(config_path: Path | None, catalog_dir: Path | None, view: st
 
     from quiver.cli.common import open_project
     from quiver.compile.flink import FlinkTarget, compile_flink, streamed_views
+    from quiver.streaming.options import kafka_target
     from quiver.streaming.paths import StreamPaths
 
     cfg, cat = open_project(config_path, catalog_dir)
@@ -81,7 +82,7 @@ def print_flink_job(config_path: Path | None, catalog_dir: Path | None, view: st
     bindings = [cat.sources[s].stream for s in sources]
     kafka = bool(bindings) and all(b is not None and b.reads_kafka(cfg.kafka_bootstrap) for b in bindings)
     target = FlinkTarget(inbox={s: paths.inbox(s).as_uri() for s in sources}, sink_root=paths.sinks.as_uri(),
-                         kafka=kafka, kafka_bootstrap=cfg.kafka_bootstrap)
+                         kafka=kafka, **kafka_target(cfg, sorted(sources), redact=True))
     script = compile_flink(cat, target, views).script()
     # Shown paths are relative to the project (the runner passes absolute file URIs to Flink itself).
     root_uri = Path(cfg.root).resolve().as_uri().rstrip("/") + "/"
@@ -108,8 +109,11 @@ def register(app: typer.Typer) -> None:
         checkpoint_interval_ms: Annotated[int, typer.Option(help="checkpoint (and Redis load) interval")] = 1000,
         state_backend: Annotated[str, typer.Option(help="rocksdb or hashmap")] = "rocksdb",
         mini_batch_ms: Annotated[int, typer.Option(help="mini-batch aggregation latency (0: off)")] = 0,
-        max_future_ms: Annotated[int, typer.Option(help="events dated later than arrival + this take the "
-                                                        "batch route")] = 0,
+        max_future_ms: Annotated[int | None, typer.Option(help="events dated later than arrival + this take the "
+                                                               "batch route (default: each source's max_future, "
+                                                               "5 minutes unless set)")] = None,
+        startup: Annotated[str, typer.Option(help="Kafka, a job with no checkpoint to restore: earliest, latest, "
+                                                  "group-offsets or timestamp:<epoch ms or ISO-8601>")] = "earliest",
         stream_retention_s: Annotated[float | None, typer.Option(help="delete fed and committed stream files "
                                                                        "older than this")] = None,
         jobmanager: Annotated[str | None, typer.Option(help="HOST:PORT of a Flink session cluster's REST "
@@ -129,7 +133,9 @@ def register(app: typer.Typer) -> None:
         cfg = load_config(config)
         args = ["--parallelism", str(parallelism), "--checkpoint-interval-ms", str(checkpoint_interval_ms),
                 "--state-backend", state_backend, "--mini-batch-ms", str(mini_batch_ms),
-                "--max-future-ms", str(max_future_ms), "--log-level", log_level.upper()]
+                "--startup", startup, "--log-level", log_level.upper()]
+        if max_future_ms is not None:
+            args += ["--max-future-ms", str(max_future_ms)]
         if stream_retention_s is not None:
             args += ["--stream-retention-s", str(stream_retention_s)]
         if config:

@@ -181,6 +181,9 @@ def _settings(catalog: Catalog, views: Sequence[ViewSpec], target: FlinkTarget) 
         settings += [("table.exec.mini-batch.allow-latency", f"{target.mini_batch_ms} ms"),
                      ("table.exec.mini-batch.size", str(target.mini_batch_size))]
     settings.append(("table.exec.state.ttl", f"{state_ttl_ms(catalog, views)} ms"))
+    # Operator ids from the plan, not from the chained graph: chaining changes with the parallelism, and a
+    # savepoint restored at another parallelism must find every operator's state (it failed without this).
+    settings.append(("table.exec.uid.generation", "ALWAYS"))
     if target.kafka:  # watermarks per partition; an idle one is skipped after this long
         settings.append(("table.exec.source.idle-timeout", f"{target.kafka_idle_ms} ms"))
     return tuple(settings) + tuple(target.extra_settings)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from quiver.catalog.errors import QuiverError
+from quiver.config import KafkaSettings
 
 TIME_FIELD: Final = "ts_us"  # the stream's event time: epoch microseconds
 LEGACY_TIME_FIELD: Final = "ts_ms"  # older producers: epoch milliseconds
@@ -47,10 +48,13 @@ class FlinkTarget:
     sink_root: str
     monitor_interval_ms: int = 200
     roll_interval_ms: int = 500
-    max_future_ms: int = 0
+    max_future_ms: int | None = None  # None: each source's StreamBinding.max_future
     kafka: bool = False
     kafka_bootstrap: str = ""  # overrides every binding's kafka_bootstrap_servers (config `kafka_bootstrap`)
     kafka_idle_ms: int = 60_000  # a partition silent this long stops holding the watermark back
+    kafka_properties: tuple[tuple[str, str], ...] = ()  # Kafka client properties (security, …) of every source
+    kafka_groups: Mapping[str, str] = field(default_factory=dict)  # source → its consumer group
+    kafka_startup: str = "earliest"  # earliest, latest, group-offsets or timestamp:<epoch ms>
     mini_batch_ms: int = 0
     mini_batch_size: int = 20_000
     extra_settings: tuple[tuple[str, str], ...] = ()
@@ -77,9 +81,10 @@ def sink_table(kind: str, name: str) -> str:
     return f"{kind}__{name}"
 
 
-def kafka_group(source: str) -> str:
-    """The consumer group whose committed offsets record how far the job has read `source`'s topic."""
-    return f"quiver-{source}"
+def kafka_group(target: FlinkTarget, source: str) -> str:
+    """The consumer group whose committed offsets record how far the job has read `source`'s topic: the
+    target's (config `KafkaSettings.group`: `quiver.<project>.<source>`), never shared by another project."""
+    return target.kafka_groups.get(source) or KafkaSettings().group("default", source)
 
 
 def view_sink(target: FlinkTarget, kind: str, view: str) -> list[tuple[str, str]]:

@@ -181,6 +181,11 @@ class SessionCluster:
         except (urllib.error.URLError, OSError, ValueError, KeyError):
             return []
 
+    def add_taskmanager(self) -> int:
+        """One more TaskManager (a replacement for a lost one), stopped with the rest; returns its index."""
+        self._taskmanagers.append(self.start_taskmanager(len(self._taskmanagers)))
+        return len(self._taskmanagers) - 1
+
     def wait_for_taskmanagers(self, count: int, timeout_s: float = 180.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

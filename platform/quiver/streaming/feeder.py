@@ -16,8 +16,9 @@ Because it sees every line in order, the feeder also does what would otherwise c
 * **split** late events: the watermark is the greatest event time fed so far minus the source's
   watermark delay; an event at or before `watermark - allowed_lateness` is late. The rule is exact and
   deterministic (it is kept in the manifests, so it survives restarts);
-* **hold back** future-dated events (event time after the feeder's clock + `max_future_ms`, 0 by
-  default): online state never holds an event dated after its arrival, so it cannot hide older last values.
+* **hold back** future-dated events (event time after the feeder's clock + the source's `max_future`, 5
+  minutes by default, or the run's `--max-future-ms`): online state never holds an event dated far after its
+  arrival, so it cannot hide older last values; a producer whose clock runs a little fast loses nothing.
 
 Late and future-dated events are written as Parquet (the source's columns and its event-time column) to
 `<offline root>/_late_events/<source>/date=…/`, where the next batch backfill reads them with the
@@ -86,6 +87,7 @@ class SourceFeed:
     watermark_delay_us: int
     allowed_lateness_us: int
     contract: ContractSpec | None = None
+    max_future_us: int = 300_000_000  # event times beyond the clock + this take the batch route
 
     @property
     def schema(self) -> pa.Schema:
@@ -110,7 +112,7 @@ def source_feeds(catalog: Catalog, views: Sequence[ViewSpec]) -> dict[str, Sourc
                 columns.setdefault(column, dtype)
         out[name] = SourceFeed(name, tuple(columns.items()), tuple((v.name, tuple(v.key_names)) for v in of),
                                source.timestamp_field, stream.watermark_delay_us, stream.allowed_lateness_us,
-                               source.contract)
+                               source.contract, stream.max_future_us)
     return out
 
 
@@ -133,14 +135,15 @@ class Feeder:
     """Moves new stream files of each source into its inbox as checked, time-ordered batches."""
 
     def __init__(self, streams: Mapping[str, Path], paths: StreamPaths, feeds: Mapping[str, SourceFeed],
-                 late: Path | OfflineStore, max_future_ms: int = 0, max_batch_bytes: int = _MAX_BATCH_BYTES,
+                 late: Path | OfflineStore, max_future_ms: int | None = None, max_batch_bytes: int = _MAX_BATCH_BYTES,
                  clock: Callable[[], float] = time.time, stream_retention_s: float | None = None):
         """`late`: where late and future-dated events go: the offline store (its `_late_events/`, a folder or
-        an object store), or a folder of their own."""
+        an object store), or a folder of their own. `max_future_ms`: the run's future tolerance for every source;
+        None: each source's own (`SourceFeed.max_future_us`)."""
         self.streams = {name: Path(p) for name, p in streams.items()}
         self.paths, self.feeds = paths, dict(feeds)
         self.late = late if isinstance(late, OfflineStore) else Path(late)
-        self.max_future_us = max_future_ms * 1000
+        self.max_future_us = None if max_future_ms is None else max_future_ms * 1000
         self.max_batch_bytes = max_batch_bytes
         self.clock = clock
         self.stream_retention_s = stream_retention_s
@@ -275,7 +278,8 @@ class Feeder:
             np.empty(0, np.int64)
         now_us = int(self.clock() * 1e6)
         refused = self._refuse(feed, table, now_us, lines, rows, origin, files, quarantine, counts)
-        future = ~refused & (ts > now_us + self.max_future_us)
+        tolerance = feed.max_future_us if self.max_future_us is None else self.max_future_us
+        future = ~refused & (ts > now_us + tolerance)
         # A refused row neither moves the watermark nor counts as late: it is not an event of the source.
         watermark, late = late_mask(ts, future | refused, watermark_max, feed)
         on_time = ~(late | future | refused)

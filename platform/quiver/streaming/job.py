@@ -15,6 +15,7 @@ import gc
 import hashlib
 import json
 import logging
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,9 +45,14 @@ class JobOptions:
 SAVEPOINTS = "savepoints"  # under the checkpoint folder: savepoints of runs stopped with one
 
 
+# Source options that never change what the state means: client settings (a rotated password, a new truststore),
+# the consumer group the offsets are also committed to, and where a job with no state starts. The brokers stay in.
+_NOT_STATE = re.compile(r"^\s*'(properties\.(?!bootstrap\.servers')[^']*|scan\.startup\.[^']*)' = .*$\n?", re.M)
+
+
 def job_hash(job: FlinkJob) -> str:
     """Identity of a job's state layout: checkpoints of another hash are never restored."""
-    return hashlib.sha256(job.script().encode()).hexdigest()[:16]
+    return hashlib.sha256(_NOT_STATE.sub("", job.script()).encode()).hexdigest()[:16]
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:

@@ -1,9 +1,11 @@
 """A local single-node Kafka broker (KRaft: broker and controller in one JVM) for tests and laptops.
 
 Started from the jars `make setup` fetches (`build/jars/kafka-broker/`, Kafka 4.1) with its own folder,
-ports and log directory, on loopback only, no authentication: like the embedded Redis, it is a stand-in for
-the team's cluster, never a production deployment. `KafkaBroker` is the handle tests use to start, stop,
-kill and restart it. Topic helpers (create, produce keyed JSON records, end offsets) use confluent-kafka.
+ports and log directory, on loopback only: like the embedded Redis, it is a stand-in for the team's cluster,
+never a production deployment. `KafkaBroker` is the handle tests use to start, stop, kill and restart it;
+tests that need security give it SASL users and TLS files (`make_test_certificates`) for extra listeners.
+Topic helpers (create, produce keyed JSON records, end offsets) and `check_cluster` (one clear line when
+the project's Kafka refuses or does not answer) use confluent-kafka with the project's `KafkaSettings`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,19 +23,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from quiver.catalog.errors import QuiverError
+from quiver.config import KafkaSettings
 from quiver.jars import KAFKA_BROKER, bundle_jars
 
 T = TypeVar("T")
 _RDKAFKA_LOG = logging.getLogger("quiver.kafka.client")
+# check_cluster's client: every retry logs its failure, and the one line it raises says it all.
+_QUIET = logging.Logger("quiver.kafka.check")  # not in the logging tree: nothing propagates
+_QUIET.addHandler(logging.NullHandler())
 _HEAP = "-Xmx512m"  # a test broker holds little; the default (¼ of RAM) would crowd Spark and Flink
 
 
 class BrokerError(QuiverError):
     """The local broker could not start or answer."""
+
+
+class KafkaUnreachable(QuiverError):
+    """The project's Kafka refused Quiver's client (authentication, TLS) or nobody answered in time."""
 
 
 def free_port() -> int:
@@ -41,14 +53,52 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _properties(directory: Path, port: int, controller_port: int, partitions: int) -> str:
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a test TLS setup: the CA that signed the broker's certificate, and the broker's keystore
+    (its private key, unencrypted PKCS#8, then its certificate and the CA's), which Kafka reads as
+    `ssl.keystore.type=PEM`."""
+
+    ca: Path
+    keystore: Path
+
+
+def make_test_certificates(directory: Path, name: str = "ca") -> TlsFiles:
+    """A fresh CA (`<name>.pem`) and a broker certificate it signed for 127.0.0.1 and localhost, made with
+    openssl (for tests: nothing here is protected). A second call with another `name` gives a CA the first
+    broker's certificate does not chain to (an untrusted certificate)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca, key = directory / f"{name}.key", directory / f"{name}.pem", directory / f"{name}-broker.key"
+    csr, cert = directory / f"{name}-broker.csr", directory / f"{name}-broker.pem"
+    san = directory / f"{name}-san.cnf"
+    san.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for command in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "7",
+         "-subj", f"/CN=Quiver test CA {name}"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=localhost"],
+        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "7",
+         "-extfile", san],
+    ):
+        done = subprocess.run(["openssl", *map(str, command)], capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            raise BrokerError(f"openssl {command[0]} failed: {done.stderr.strip()[-500:]}")
+    keystore = directory / f"{name}-broker-keystore.pem"
+    keystore.write_text(key.read_text() + cert.read_text() + ca.read_text())
+    return TlsFiles(ca=ca, keystore=keystore)
+
+
+def _properties(directory: Path, port: int, controller_port: int, partitions: int,
+                secured: Mapping[str, int], sasl_users: Mapping[str, str], tls: TlsFiles | None) -> str:
+    listeners = {"PLAINTEXT": port, **secured}
     settings = {
         "process.roles": "broker,controller", "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": ",".join([*(f"{name}://127.0.0.1:{p}" for name, p in listeners.items()),
+                               f"CONTROLLER://127.0.0.1:{controller_port}"]),
+        "advertised.listeners": ",".join(f"{name}://127.0.0.1:{p}" for name, p in listeners.items()),
+        "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": ",".join(f"{name}:{name}" for name in (*listeners, "CONTROLLER")
+                                                   if name != "CONTROLLER") + ",CONTROLLER:PLAINTEXT",
         "log.dirs": str(directory / "data"), "num.partitions": str(partitions),
         # One node: every internal topic with one replica, and no wait before the first rebalance.
         "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
@@ -57,6 +107,15 @@ def _properties(directory: Path, port: int, controller_port: int, partitions: in
         # Flink's exactly-once Kafka sinks hold transactions up to the checkpoint interval; allow an hour.
         "transaction.max.timeout.ms": "3600000",
     }
+    if sasl_users:  # PLAIN over SASL_PLAINTEXT (and SASL_SSL): the users and their passwords, in the broker's JAAS
+        users = " ".join(f'user_{user}="{password}"' for user, password in sasl_users.items())
+        settings["sasl.enabled.mechanisms"] = "PLAIN"
+        for listener in ("sasl_plaintext", "sasl_ssl"):
+            settings[f"listener.name.{listener}.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};")
+    if tls is not None:
+        settings.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls.keystore),
+                         "ssl.client.auth": "none"})
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
@@ -74,16 +133,33 @@ class KafkaBroker:
     comes back at the same address with the same topics and offsets."""
 
     def __init__(self, directory: Path, port: int | None = None, controller_port: int | None = None,
-                 partitions: int = 4) -> None:
+                 partitions: int = 4, sasl_users: Mapping[str, str] | None = None,
+                 tls: TlsFiles | None = None) -> None:
+        """`sasl_users` (user → password) adds a SASL_PLAINTEXT listener (mechanism PLAIN), `tls` an SSL one,
+        both a SASL_SSL one, each on its own loopback port (`bootstrap_for`); PLAINTEXT stays for the rest."""
         self.dir = directory
         self.port = port or free_port()
         self.controller_port = controller_port or free_port()
         self.partitions = partitions
+        self.sasl_users = dict(sasl_users or {})
+        self.tls = tls
+        protocols = [*(["SASL_PLAINTEXT"] if self.sasl_users else []), *(["SSL"] if tls else []),
+                     *(["SASL_SSL"] if self.sasl_users and tls else [])]
+        self.secured_ports = {protocol: free_port() for protocol in protocols}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def bootstrap_for(self, protocol: str) -> str:
+        """The address of the listener speaking `protocol` (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL)."""
+        if protocol == "PLAINTEXT":
+            return self.bootstrap
+        if protocol not in self.secured_ports:
+            raise BrokerError(f"this broker has no {protocol} listener (it has PLAINTEXT"
+                              f"{''.join(', ' + p for p in self.secured_ports)})")
+        return f"127.0.0.1:{self.secured_ports[protocol]}"
 
     @property
     def log_file(self) -> Path:
@@ -110,7 +186,8 @@ class KafkaBroker:
     def command(self) -> list[str]:
         """Write the config (formatting the log directory on first use); the command that runs the broker."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(_properties(self.dir, self.port, self.controller_port, self.partitions))
+        self.config_file.write_text(_properties(self.dir, self.port, self.controller_port, self.partitions,
+                                                self.secured_ports, self.sasl_users, self.tls))
         self._format(self.config_file)
         return self._java("kafka.Kafka", str(self.config_file))
 
@@ -201,18 +278,78 @@ def _retrying(call: Callable[[], T], timeout: float = 60.0) -> T:
             time.sleep(0.5)
 
 
-def admin_config(bootstrap: str) -> dict[str, Any]:
-    """Client settings: librdkafka's own log lines go to Python logging (not straight to stderr)."""
-    return {"bootstrap.servers": bootstrap, "logger": _RDKAFKA_LOG}
+def admin_config(bootstrap: str, kafka: KafkaSettings | None = None) -> dict[str, Any]:
+    """Client settings: the project's Kafka properties as librdkafka reads them (security, …), and librdkafka's
+    own log lines to Python logging (not straight to stderr)."""
+    return {**(kafka.client_config() if kafka is not None else {}), "bootstrap.servers": bootstrap,
+            "logger": _RDKAFKA_LOG}
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def check_cluster(bootstrap: str, kafka: KafkaSettings | None = None, timeout_s: float = 10.0) -> None:
+    """Ask `bootstrap` for its metadata with the project's settings, once, before anything else talks to it: a
+    KafkaUnreachable with one line saying why (authentication failed, a TLS handshake failed, nobody answered)
+    within `timeout_s`, where librdkafka itself would retry for ever and only log."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    kafka = kafka or KafkaSettings()
+    for key, path in kafka.client_config().items():  # librdkafka's own words for a missing file are obscure
+        if key.endswith(".location") and not Path(path).is_file():
+            raise KafkaUnreachable(f"Kafka at {bootstrap}: {path} ({key} from kafka.properties) is not a file")
+    errors: list[KafkaError] = []
+    try:
+        settings: dict[str, Any] = {**admin_config(bootstrap, kafka), "logger": _QUIET, "error_cb": errors.append}
+        admin = AdminClient(settings)
+    except KafkaException as exc:  # a setting librdkafka refuses (an unknown name, a missing CA file)
+        error = exc.args[0] if exc.args else exc
+        raise KafkaUnreachable(f"Kafka at {bootstrap}: the client settings were refused: "
+                               f"{error.str() if isinstance(error, KafkaError) else error}") from None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:  # short slices: an authentication or TLS failure shows in `errors` long before the deadline
+            admin.list_topics(timeout=max(0.05, min(0.5, deadline - time.monotonic())))
+            return
+        except KafkaException:
+            admin.poll(0)  # serves error_cb
+        refused = next((e for e in errors if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)), None)
+        if refused is not None:
+            raise KafkaUnreachable(_refusal(bootstrap, kafka, refused.code() == KafkaError._SSL, refused.str()))
+        if time.monotonic() >= deadline:
+            transport = [e.str() for e in errors if e.code() == KafkaError._TRANSPORT]
+            raise KafkaUnreachable(f"Kafka at {bootstrap}: no broker answered within {timeout_s:g} s (security.protocol "
+                                   f"{kafka.security_protocol})" + (f": {_reason(transport[-1])}" if transport else ""))
+
+
+def _reason(text: str) -> str:
+    """librdkafka's error text without the broker's address in front and the connection state behind."""
+    text = re.sub(r"^\S+://\S+/(bootstrap|\d+): ", "", text)
+    return re.sub(r" \(after \d+ms in state \w+(, \d+ identical error\(s\) suppressed)?\)$", "", text)
+
+
+def _refusal(bootstrap: str, kafka: KafkaSettings, tls: bool, text: str) -> str:
+    reason = _reason(text)
+    if not tls:
+        client = kafka.client_config()
+        mechanism = client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "GSSAPI"
+        user = client.get("sasl.username")
+        reason = reason.removeprefix("SASL authentication error: ")
+        return (f"Kafka at {bootstrap}: authentication failed (SASL {mechanism}"
+                f"{f' as {user!r}' if user else ''}): {reason}")
+    if "certificate verify failed" in reason:
+        trusted = kafka.client_config().get("ssl.ca.location") or "the system's CA certificates"
+        detail = reason.partition(": broker certificate could not be verified")[0].removeprefix("SSL handshake failed: ")
+        return (f"Kafka at {bootstrap}: TLS handshake failed: the broker's certificate is not trusted by {trusted} "
+                f"({detail})")
+    return f"Kafka at {bootstrap}: TLS handshake failed: {reason.removeprefix('SSL handshake failed: ')}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, kafka: KafkaSettings | None = None) -> None:
     """Create `topic` with `partitions` partitions (an existing topic with as many is fine)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient(admin_config(bootstrap))
+    admin = AdminClient(admin_config(bootstrap, kafka))
     future = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
     try:
         future.result(timeout=30)
@@ -224,13 +361,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
             raise BrokerError(f"topic {topic!r} exists with {have} partitions, not {partitions}") from exc
 
 
-def fresh_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
+def fresh_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0,
+                kafka: KafkaSettings | None = None) -> None:
     """`topic`, empty, with `partitions` partitions: an existing one is deleted first, and with it the offsets
     consumer groups committed on it (a fresh job's progress must not start from an old job's)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(admin_config(bootstrap))
+    admin = AdminClient(admin_config(bootstrap, kafka))
     deadline = time.monotonic() + timeout
     if topic in admin.list_topics(timeout=10).topics:
         try:
@@ -243,7 +381,7 @@ def fresh_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60
             time.sleep(0.2)
     while True:
         try:
-            return create_topic(bootstrap, topic, partitions)
+            return create_topic(bootstrap, topic, partitions, kafka)
         except BrokerError:  # marked for deletion still, on a slow broker
             if time.monotonic() > deadline:
                 raise
@@ -252,13 +390,13 @@ def fresh_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]],
             settings: Mapping[str, Any] | None = None,
-            partition_of: Callable[[bytes | None], int] | None = None) -> int:
+            partition_of: Callable[[bytes | None], int] | None = None, kafka: KafkaSettings | None = None) -> int:
     """Send (key, value) records, idempotently (no duplicates on retries), and wait until all are
     acknowledged; returns how many. A record that could not be delivered raises, never vanishes.
     Records go to the partition of their key's hash, or `partition_of(key)`."""
     from confluent_kafka import Producer
 
-    producer = Producer({**admin_config(bootstrap), "enable.idempotence": True, "linger.ms": 20,
+    producer = Producer({**admin_config(bootstrap, kafka), "enable.idempotence": True, "linger.ms": 20,
                          "compression.type": "lz4", **(settings or {})})
     failed: list[str] = []
 
@@ -293,12 +431,13 @@ class TopicOffsets:
     status pass once a second would otherwise connect to every broker anew each time). It never subscribes
     or commits, so it never joins the group it reads; calls from several threads take turns."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str | None = None,
+                 kafka: KafkaSettings | None = None) -> None:
         from confluent_kafka import Consumer
 
         self.topic = topic
         self._lock = threading.Lock()
-        self._consumer = Consumer({**admin_config(bootstrap), "enable.auto.commit": False,
+        self._consumer = Consumer({**admin_config(bootstrap, kafka), "enable.auto.commit": False,
                                    "group.id": group or f"quiver-offsets-{uuid.uuid4().hex}"})
 
     def _partitions(self) -> list[int]:
@@ -329,22 +468,22 @@ class TopicOffsets:
             self._consumer.close()
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, kafka: KafkaSettings | None = None) -> dict[int, int]:
     """partition → the offset after its last record (one query; `TopicOffsets` for repeated ones)."""
-    offsets = TopicOffsets(bootstrap, topic)
+    offsets = TopicOffsets(bootstrap, topic, kafka=kafka)
     try:
         return offsets.ends()
     finally:
         offsets.close()
 
 
-def forget_group(bootstrap: str, group: str) -> None:
+def forget_group(bootstrap: str, group: str, kafka: KafkaSettings | None = None) -> None:
     """Delete consumer `group` and the offsets it committed (a group never created is fine). A Flink job's
     Kafka source assigns its partitions itself and never joins the group, so a stopped job leaves it empty."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(admin_config(bootstrap))  # held while waiting: the future dies with its client
+    admin = AdminClient(admin_config(bootstrap, kafka))  # held while waiting: the future dies with its client
     try:
         _retrying(lambda: admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=60))
     except KafkaException as exc:
@@ -353,9 +492,9 @@ def forget_group(bootstrap: str, group: str) -> None:
             raise BrokerError(f"deleting consumer group {group!r} on {bootstrap}: {exc}") from exc
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+def committed_offsets(bootstrap: str, group: str, topic: str, kafka: KafkaSettings | None = None) -> dict[int, int]:
     """partition → the offset `group` committed (-1 where none; one query, `TopicOffsets` for repeated ones)."""
-    offsets = TopicOffsets(bootstrap, topic, group)
+    offsets = TopicOffsets(bootstrap, topic, group, kafka)
     try:
         return offsets.committed()
     finally:

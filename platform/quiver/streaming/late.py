@@ -6,7 +6,9 @@ than the allowed lateness, or dated after its arrival) as Parquet under
     <offline root>/_late_events/<source>/date=<UTC day>/upto-<batch>.parquet
 
 with the source's columns and its event-time column, on the offline store wherever it lives (a folder, or
-an object store: one PUT per file). `OfflineStore.late_event_files` lists them; the batch backfill
+an object store: one PUT per file). On the Kafka route the job splits late records off itself, and the
+loader moves each file it commits to `…/date=<UTC day>/kafka-<sink file>.parquet`, with the same columns
+and types (`quiver.streaming.late_kafka`). `OfflineStore.late_event_files` lists them; the batch backfill
 reads them together with the source's own files, so the next backfill of their days puts them in the
 offline store (and the next materialization in Redis): no event that reached the stream is lost.
 """

@@ -1,4 +1,5 @@
-"""Committed Flink change files → the online store, vectorised; markers, late and quarantine logs → counts.
+"""Committed Flink change files → the online store, vectorised; markers, late and quarantine logs → counts;
+the Kafka job's late records → the offline store's `_late_events/` (`quiver.streaming.late_kafka`).
 
 Flink writes each view's updating result as `debezium-json` change rows (`op` "c" = the new value of a
 tile or of an entity's last value, "d" = the value it replaces) and makes a file visible only when the
@@ -23,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,7 +37,11 @@ from quiver.online.base import OnlineStore
 from quiver.online.redis_store import RedisOnlineStore
 from quiver.streaming.paths import StreamPaths, visible_files
 
+if TYPE_CHECKING:
+    from quiver.streaming.late_kafka import KafkaLateStore
+
 log = logging.getLogger(__name__)
+_STORED = "/_stored"  # counts.json: `late/<source>/_stored`, the rows of late files moved to the offline store
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -69,9 +74,9 @@ def _read_changes(view: ViewSpec, files: Sequence[Path], marks: bool) -> tuple[p
     if new_values is not None:  # Flink's own shape: parse only the new values, as flat objects
         if not new_values:
             return _typed(view, schema.empty_table()), True
-        return _typed(view, _read_json(_non_finite_as_numbers(new_values, floats), schema)), True
+        return _typed(view, _read_json(non_finite_as_numbers(new_values, floats), schema)), True
     after = pa.struct(list(schema))
-    table = _read_json(_non_finite_as_numbers(blob, floats), pa.schema([("after", after), ("op", pa.string())]))
+    table = _read_json(non_finite_as_numbers(blob, floats), pa.schema([("after", after), ("op", pa.string())]))
     table = table.filter(pc.equal(table.column("op"), "c"))
     rows = table.column("after").combine_chunks()
     if isinstance(rows, pa.ChunkedArray):  # an empty filter result keeps zero chunks
@@ -116,7 +121,7 @@ def _with_keys(view: ViewSpec, table: pa.Table) -> pa.Table:
     return table if valid is None else table.filter(valid)
 
 
-def _non_finite_as_numbers(blob: bytes, floats: Sequence[str]) -> bytes:
+def non_finite_as_numbers(blob: bytes, floats: Sequence[str]) -> bytes:
     """Flink's JSON writer spells NaN and ±Infinity as strings ("NaN"); pyarrow reads the bare tokens.
 
     Only `"<float field>":"NaN"` is rewritten: a string value cannot hold that text unescaped."""
@@ -156,6 +161,7 @@ class LoadStats:
     last_load_at: float | None = None
     newest_event_us: dict[str, int] = field(default_factory=dict)
     late: dict[str, int] = field(default_factory=dict)
+    late_files_stored: int = 0  # the Kafka job's late files moved to the offline store by this loader
     quarantined: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -164,7 +170,8 @@ class LoadStats:
                 "general_reads": self.general_reads,
                 "first_load_at": self.first_load_at,
                 "last_load_at": self.last_load_at, "newest_event_us": dict(self.newest_event_us),
-                "late": dict(self.late), "quarantined": {k: dict(v) for k, v in self.quarantined.items()}}
+                "late": dict(self.late), "late_files_stored": self.late_files_stored,
+                "quarantined": {k: dict(v) for k, v in self.quarantined.items()}}
 
 
 class Loader:
@@ -172,10 +179,15 @@ class Loader:
 
     With `direct_markers` (source → the Redis SET the JVM sink fills), the job writes tiles and last values
     to Redis itself: the loader then only follows the markers there, the newest event time per view and
-    the late and quarantine logs."""
+    the late and quarantine logs.
+
+    With `late_store` (the Kafka route), each committed late file goes to the offline store and is then
+    deleted; its rows stay counted (`counts.json` keeps a total per source)."""
 
     def __init__(self, views: Sequence[ViewSpec], sources: Sequence[str], store: OnlineStore, paths: StreamPaths,
-                 marking: Sequence[str] = (), direct_markers: Mapping[str, str] | None = None):
+                 marking: Sequence[str] = (), direct_markers: Mapping[str, str] | None = None,
+                 late_store: KafkaLateStore | None = None):
+        self.late_store = late_store
         self.direct = direct_markers is not None
         self.direct_markers = dict(direct_markers or {})
         self.views = list(views)
@@ -186,6 +198,7 @@ class Loader:
         self.stats = LoadStats()
         self.markers: set[str] = self._read_markers()  # inbox batches whose end marker is committed
         self._counted: dict[str, dict[str, Any]] = self._read_counts()
+        self._fold_stored()
         self._recount()
 
     # ----- change files → online store -----
@@ -238,20 +251,49 @@ class Loader:
     # ----- markers, late and quarantine logs → counts -----
 
     def count_logs(self) -> bool:
-        """Count rows of new late / quarantine files (kept as logs); returns whether anything changed."""
+        """Count rows of new late / quarantine files (kept as logs; late files go to the offline store with a
+        `late_store`); returns whether anything changed."""
         changed = False
         for source in self.sources:
             for kind in ("late", "quarantine"):
                 for path in visible_files(self.paths.sink(kind, source)):
                     key = f"{kind}/{source}/{path.name}"
+                    if kind == "late" and self.late_store is not None:
+                        changed |= self._store_late(source, key, path)
+                        continue
                     if key in self._counted:
                         continue
                     self._counted[key] = _count_file(kind, path)
                     changed = True
         if changed:
+            self._fold_stored()
             self._recount()
             self._write_counts()
         return changed
+
+    def _store_late(self, source: str, key: str, path: Path) -> bool:
+        """One committed late file → the offline store, counted, then deleted. Each step may be repeated after a
+        crash: the store's objects are named after the file (rewritten, never doubled), a file is counted once."""
+        assert self.late_store is not None
+        try:
+            rows = self.late_store.store_file(source, path)
+        except OSError as exc:  # the store is unreachable: the file stays, the next poll retries it
+            log.warning("late records of %s: %s stays for the next poll: %s", source, path.name, exc)
+            return False
+        if not self._counted.get(key, {}).get("stored"):
+            self._counted[key] = {"rows": rows, "stored": True}
+            self._write_counts()  # before the file goes: its rows must stay counted
+        path.unlink(missing_ok=True)
+        self.stats.late_files_stored += 1
+        return True
+
+    def _fold_stored(self) -> None:
+        """Counts of late files already moved to the offline store → one total per source, so `counts.json`
+        stays small over a long run."""
+        for key in [k for k, v in self._counted.items() if v.get("stored") and not k.endswith(_STORED)
+                    and not (self.paths.sinks / k).exists()]:
+            total = self._counted.setdefault(key.rsplit("/", 1)[0] + _STORED, {"rows": 0, "stored": True})
+            total["rows"] = int(total["rows"]) + int(self._counted.pop(key)["rows"])
 
     def _take_markers(self, table: pa.Table) -> pa.Table:
         """Record the marker rows' batches (persisted before the files go) and drop the column."""
@@ -320,7 +362,8 @@ class Loader:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return {}
-        return {k: v for k, v in data.items() if (self.paths.sinks / k).exists()}
+        # A log file removed by hand is forgotten; late files moved to the offline store stay counted.
+        return {k: v for k, v in data.items() if v.get("stored") or (self.paths.sinks / k).exists()}
 
     def _write_counts(self) -> None:
         path = self.paths.root / "counts.json"

@@ -3,7 +3,7 @@
     <state>/inbox/<source>/upto-<last stream file>   time-ordered batches the Flink job reads
     <state>/sinks/tiles/<view>/part-*                change files committed by Flink on checkpoints,
     <state>/sinks/last/<view>/part-*                 loaded into the online store, then deleted
-    <state>/sinks/late/<source>/part-*               late-events log (JSON lines: ts_ms + typed columns)
+    <state>/sinks/late/<source>/part-*               Kafka: late and future records, stored in _late_events/
     <state>/sinks/quarantine/<source>/*              quarantined rows with their reason (kept)
     <state>/checkpoints/<job id>/chk-<n>/            Flink checkpoints (the latest one is restored)
     <state>/job.json                                 what the checkpoints belong to (job SQL hash, mode)

@@ -35,7 +35,6 @@ from quiver.catalog.ir import Catalog
 from quiver.compile.flink import FlinkJob, FlinkTarget, compile_flink, streamed_views
 from quiver.config import Config
 from quiver.jars import REDIS_SINK, bundle_jars, has_bundle
-from quiver.offline.layout import LATE_DIR
 from quiver.offline.store import store_for
 from quiver.online.base import OnlineStore, OnlineStoreError
 from quiver.online.cluster_wire import CLUSTER_SCHEMES
@@ -55,11 +54,13 @@ from quiver.streaming.job import (
     restore_point,
     submit,
 )
+from quiver.streaming.late_kafka import KafkaLateStore, forget_on_fresh, late_layouts, move_committed
 from quiver.streaming.loader import Loader
 from quiver.streaming.options import (
     StreamOptions,
     default_state_dir,
     kafka_job_jars,
+    kafka_target,
     options_from_args,
     parse_args,
 )
@@ -87,7 +88,7 @@ class StreamRunner:
         # A Kafka job needs the connector and our jar (its record parser); the Redis sink is in our jar too.
         jars = kafka_job_jars() if self.kafka else []
         self.jars = jars + [j for j in (bundle_jars(REDIS_SINK) if self.redis_url else []) if j not in jars]
-        self.topics = TopicProgress(self.catalog, self.sources, config.kafka_bootstrap) if self.kafka else None
+        self.topics = TopicProgress(self.catalog, self.sources, config.kafka, config.project) if self.kafka else None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the feeder thread updates the status the loader thread writes
         self._feed_lock = threading.Lock()  # feeding and retiring batches change the same inbox
@@ -154,7 +155,8 @@ class StreamRunner:
                              monitor_interval_ms=self.options.monitor_interval_ms,
                              roll_interval_ms=self.options.roll_interval_ms,
                              max_future_ms=self.options.max_future_ms, kafka=self.kafka,
-                             kafka_bootstrap=self.config.kafka_bootstrap, mini_batch_ms=self.options.mini_batch_ms,
+                             **kafka_target(self.config, self.sources, self.options.startup),
+                             mini_batch_ms=self.options.mini_batch_ms,
                              extra_settings=self.options.table_settings, view_sinks=self._view_sinks())
         return compile_flink(self.catalog, target, [v.name for v in self.views])
 
@@ -179,9 +181,14 @@ class StreamRunner:
 
     def run(self) -> int:
         """Run until the job finishes (bounded) or stop() is called; returns a process exit code."""
+        if self.topics is not None:  # a refused login or an absent cluster: one line now, not a job that retries
+            self.topics.check()
         restore = None if self.options.fresh else restore_point(self.paths, self.job)
         if restore is None:
             self._start_fresh()
+        elif self.kafka and self.options.startup != "earliest":
+            log.warning("--startup %s applies to a job with no state: this one resumes from the offsets in %s "
+                        "(--fresh starts it anew)", self.options.startup, restore)
         record_job(self.paths, self.job, self.options.bounded)
         self._status["restored_from"] = str(restore) if restore else None
         feeder = Feeder(self.streams, self.paths, source_feeds(self.catalog, self.views),
@@ -199,7 +206,8 @@ class StreamRunner:
         if restore is None and isinstance(store, RedisOnlineStore):
             for key in (self.direct_markers() or {}).values():  # an earlier job's batch names may come again
                 store.remove_members(key, sorted(store.set_members(key)))
-        loader = Loader(self.views, self.sources, store, self.paths, self.marking_views(), self.direct_markers())
+        loader = Loader(self.views, self.sources, store, self.paths, self.marking_views(), self.direct_markers(),
+                        late_store=self._late_store())
         publisher = MetricsPublisher()
         threads = [threading.Thread(target=self._load_loop, args=(loader, publisher, feeder), name="loader",
                                     daemon=True)]
@@ -313,14 +321,18 @@ class StreamRunner:
         """Forget every trace of an earlier job: its checkpoints, inbox, change files and logs, and the offsets
         its Kafka consumer group committed."""
         clear_checkpoints(self.paths)
+        # Late records are replayed (written again) by the file route and by a Kafka job reading its topics from
+        # the start; any other start keeps them, the committed late files of the last job included.
+        replayed = not self.kafka or self.options.startup == "earliest"
+        late_store = self._late_store()
+        if late_store is not None and not replayed:
+            move_committed(late_store, self.paths, self.sources)
         for folder in (self.paths.root / "inbox", self.paths.sinks):
             shutil.rmtree(folder, ignore_errors=True)
         for name in ("counts.json", "markers.json"):
             (self.paths.root / name).unlink(missing_ok=True)
-        offline = store_for(self.config)
-        for source in self.streams:  # the replay writes them again
-            offline.delete_tree(offline.path(LATE_DIR, source))
-        if self.topics is not None:
+        forget_on_fresh(store_for(self.config), self.sources, replayed, self.options.startup)
+        if self.topics is not None and self.options.startup != "group-offsets":  # that start reads them
             self.topics.forget_commits()
 
     def _open_store(self) -> OnlineStore:
@@ -392,6 +404,12 @@ class StreamRunner:
                 raise
             log.error("loader: %s (the change files stay for the next run)", exc)
         publisher.publish(self._late(loader), loader.stats.newest_event_us)
+
+    def _late_store(self) -> KafkaLateStore | None:
+        """Kafka: where the job's late records go (the offline store's `_late_events/`, like the feeder's)."""
+        if not self.kafka:
+            return None
+        return KafkaLateStore(store_for(self.config), late_layouts(self.catalog, self.views))
 
     def _late(self, loader: Loader) -> dict[str, int]:
         """Late events per source: the feeder's split (local files) plus the job's late sink (Kafka)."""

@@ -1,6 +1,6 @@
 """How far the streaming job has read its Kafka topics: the offsets it committed against the topics' ends.
 
-The job's Kafka source commits each partition's offset to the consumer group (`compile.flink.kafka_group`)
+The job's Kafka source commits each partition's offset to its consumer group (`KafkaSettings.group`)
 when a checkpoint completes, that is once every record before it is in the job's state and its sinks
 have flushed. So committed offsets are a durable "read and written up to here": a bounded run is done
 when they reach the ends it saw at start, and `end - committed` is the lag the status reports.
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.ir import Catalog
-from quiver.compile.flink import kafka_group
-from quiver.streaming.kafka_broker import TopicOffsets, forget_group
+from quiver.config import KafkaSettings
+from quiver.streaming.kafka_broker import TopicOffsets, check_cluster, forget_group
 
 
 def _ask(topic: Topic, query: Callable[[], dict[int, int]]) -> dict[int, int]:
@@ -39,18 +39,20 @@ class TopicProgress:
     """The topics of `sources`, the ends a bounded run must reach, and the job's committed offsets; one
     consumer per topic, opened on first use and kept until `close`."""
 
-    def __init__(self, catalog: Catalog, sources: Sequence[str], bootstrap: str = "") -> None:
+    def __init__(self, catalog: Catalog, sources: Sequence[str], kafka: KafkaSettings, project: str) -> None:
         self.topics: list[Topic] = []
         for source in sources:
             stream = catalog.sources[source].stream
             assert stream is not None and stream.kafka_topic
-            self.topics.append(Topic(source, stream.kafka_topic, stream.brokers(bootstrap), kafka_group(source)))
+            self.topics.append(Topic(source, stream.kafka_topic, stream.brokers(kafka.bootstrap),
+                                     kafka.group(project, source)))
+        self.kafka = kafka  # the client properties (security) every client below uses
         self.goal: dict[str, dict[int, int]] = {}
         self._offsets: dict[str, TopicOffsets] = {}
 
     def _of(self, topic: Topic) -> TopicOffsets:
         if topic.source not in self._offsets:
-            self._offsets[topic.source] = TopicOffsets(topic.bootstrap, topic.topic, topic.group)
+            self._offsets[topic.source] = TopicOffsets(topic.bootstrap, topic.topic, topic.group, self.kafka)
         return self._offsets[topic.source]
 
     def mark_ends(self) -> dict[str, int]:
@@ -62,7 +64,13 @@ class TopicProgress:
         """A fresh job (empty state, reading from the earliest offsets) must not inherit an earlier job's
         committed offsets: a bounded run would count itself caught up before it read a record."""
         for t in self.topics:
-            forget_group(t.bootstrap, t.group)
+            forget_group(t.bootstrap, t.group, self.kafka)
+
+    def check(self, timeout_s: float = 10.0) -> None:
+        """Each cluster answers with the project's settings: else a QuiverError with one line (authentication,
+        TLS, nobody there), before any client retries for ever."""
+        for bootstrap in sorted({t.bootstrap for t in self.topics}):
+            check_cluster(bootstrap, self.kafka, timeout_s)
 
     def committed(self) -> dict[str, dict[int, int]]:
         # A partition the group never committed reads as a negative sentinel: nothing read yet.

@@ -2,20 +2,24 @@
 SET 'table.local-time-zone' = 'UTC';
 SET 'table.exec.mini-batch.enabled' = 'false';
 SET 'table.exec.state.ttl' = '90300500 ms';
+SET 'table.exec.uid.generation' = 'ALWAYS';
 SET 'table.exec.source.idle-timeout' = '60000 ms';
 
 CREATE TEMPORARY SYSTEM FUNCTION IF NOT EXISTS quiver_parse AS 'dev.quiver.jvm.parse.ParseRecord' LANGUAGE JAVA;
 
 CREATE TABLE `src__clicks` (
   `line` STRING,
-  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN (quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` <= (UNIX_TIMESTAMP() + 1) * 1000000 + 0 THEN ((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` - MOD(MOD((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us`, 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
+  `__rowtime` AS TO_TIMESTAMP_LTZ(CASE WHEN (quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` <= (UNIX_TIMESTAMP() + 1) * 1000000 + 300000000 THEN ((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us` - MOD(MOD((quiver_parse(`line`, 'user_id:int64,qty:int64,amount:float64,cat:string')).`__ts_us`, 1000) + 1000, 1000)) / 1000 ELSE 0 END, 3),
   WATERMARK FOR `__rowtime` AS `__rowtime` - INTERVAL '0 00:00:00.500' DAY TO SECOND(3)
 ) WITH (
   'connector' = 'kafka',
   'topic' = 'clicks',
   'properties.bootstrap.servers' = 'kafka:9092',
-  'properties.group.id' = 'quiver-clicks',
-  'scan.startup.mode' = 'earliest-offset',
+  'properties.group.id' = 'quiver.golden.clicks',
+  'scan.startup.mode' = 'timestamp',
+  'scan.startup.timestamp-millis' = '1796638500000',
+  'properties.security.protocol' = 'SASL_SSL',
+  'properties.sasl.mechanism' = 'SCRAM-SHA-512',
   'format' = 'raw'
 );
 
@@ -36,8 +40,8 @@ SELECT
       WHEN `amount` < CAST('0.0' AS DOUBLE) OR (`amount` IS NOT NULL AND CASE WHEN ABS(`amount`) >= 0 THEN 0 ELSE 1 END = 1) THEN 'min:amount'
       WHEN `cat` NOT IN ('a', 'b') THEN 'one_of:cat'
       WHEN `__ts_us` < CAST(1793491200000000 AS BIGINT) THEN 'min:ts'
-      WHEN NOT (`__ts_us` <= (UNIX_TIMESTAMP() + 1) * 1000000 + 0) THEN 'event_ts_in_future'
-    END AS `__problem`
+    END AS `__problem`,
+  `__ts_us` IS NOT NULL AND NOT (`__ts_us` <= (UNIX_TIMESTAMP() + 1) * 1000000 + 300000000) AS `__future`
 FROM (
   SELECT
     `line`,
@@ -55,7 +59,7 @@ CREATE TEMPORARY VIEW `clicks__events` AS
 SELECT *
 FROM `clicks__parsed`
 WHERE `__problem` IS NULL
-  AND NOT (CURRENT_WATERMARK(`__rowtime`) IS NOT NULL AND `__rowtime` <= CURRENT_WATERMARK(`__rowtime`) - INTERVAL '0 01:00:00.000' DAY TO SECOND(3));
+  AND NOT (`__future` OR (CURRENT_WATERMARK(`__rowtime`) IS NOT NULL AND `__rowtime` <= CURRENT_WATERMARK(`__rowtime`) - INTERVAL '0 01:00:00.000' DAY TO SECOND(3)));
 
 CREATE TABLE `late__clicks` (
   `ts_us` BIGINT,
@@ -111,7 +115,7 @@ EXECUTE STATEMENT SET BEGIN
     `cat`
   FROM `clicks__parsed`
   WHERE `__problem` IS NULL
-    AND CURRENT_WATERMARK(`__rowtime`) IS NOT NULL AND `__rowtime` <= CURRENT_WATERMARK(`__rowtime`) - INTERVAL '0 01:00:00.000' DAY TO SECOND(3);
+    AND (`__future` OR (CURRENT_WATERMARK(`__rowtime`) IS NOT NULL AND `__rowtime` <= CURRENT_WATERMARK(`__rowtime`) - INTERVAL '0 01:00:00.000' DAY TO SECOND(3)));
   INSERT INTO `quarantine__clicks`
   SELECT
     `__problem` AS `reason`,

@@ -2,6 +2,7 @@
 SET 'table.local-time-zone' = 'UTC';
 SET 'table.exec.mini-batch.enabled' = 'false';
 SET 'table.exec.state.ttl' = '87002000 ms';
+SET 'table.exec.uid.generation' = 'ALWAYS';
 
 CREATE TABLE `src__events` (
   `ts_us` BIGINT,

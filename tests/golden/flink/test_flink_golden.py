@@ -22,7 +22,9 @@ COLUMNS = {"user_id": "int64", "merchant_id": "int64", "amount": "float64", "qty
 UPDATE = os.environ.get("QUIVER_UPDATE_GOLDEN") == "1"
 LOCAL = FlinkTarget(inbox={"events": "file:///srv/quiver/stream/inbox/events"},
                     sink_root="file:///srv/quiver/stream/sinks")
-KAFKA = FlinkTarget(inbox={}, sink_root="file:///srv/quiver/stream/sinks", kafka=True)
+KAFKA = FlinkTarget(inbox={}, sink_root="file:///srv/quiver/stream/sinks", kafka=True,
+                    kafka_properties=(("security.protocol", "SASL_SSL"), ("sasl.mechanism", "SCRAM-SHA-512")),
+                    kafka_groups={"clicks": "quiver.golden.clicks"}, kafka_startup="timestamp:1796638500000")
 
 
 def golden_catalog() -> Catalog:

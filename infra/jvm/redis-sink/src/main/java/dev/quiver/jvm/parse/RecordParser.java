@@ -25,7 +25,8 @@ import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonToken;
  *
  * The reason is the first of: unparseable_json (not a JSON object), null_event_ts (neither ts_us nor ts_ms),
  * bad_type:ts_us, bad_type:ts_ms, bad_type:&lt;col&gt; in column order; contract checks and the future check stay in
- * SQL. {@code tsUs} is {@code COALESCE(TRY_CAST(ts_us AS BIGINT), TRY_CAST(ts_ms AS BIGINT) * 1000)}, set for every
+ * SQL. A spec that names its time field reads only that field ({@link EventTime}: null_event_ts when it is missing,
+ * bad_type:&lt;field&gt; when unreadable); a spec whose time is outside the record reads none ({@code tsUs} null). {@code tsUs} is {@code COALESCE(TRY_CAST(ts_us AS BIGINT), TRY_CAST(ts_ms AS BIGINT) * 1000)}, set for every
  * parseable record (the rowtime of a record with a problem still feeds the watermark, as before).
  *
  * <p>Not thread-safe: one instance per function instance. One streaming pass over the line; no regex.
@@ -59,16 +60,27 @@ final class RecordParser {
             reason = UNPARSEABLE;
             return;
         }
-        Long us = toLong(raw[0]);
-        Long ms = toLong(raw[1]);
-        tsUs = us != null ? us : ms != null ? Long.valueOf(ms * 1000) : null;
         reason = null;
-        if (raw[0] == null && raw[1] == null) {
-            reason = NULL_EVENT_TS;
-        } else if (raw[0] != null && !canonical(raw[0], us)) {
-            reason = BAD_TS_US;
-        } else if (raw[1] != null && !canonical(raw[1], ms)) {
-            reason = BAD_TS_MS;
+        if (spec.timeMode == RecordSpec.TimeMode.DEFAULT) {
+            Long us = toLong(raw[0]);
+            Long ms = toLong(raw[1]);
+            tsUs = us != null ? us : ms != null ? Long.valueOf(ms * 1000) : null;
+            if (raw[0] == null && raw[1] == null) {
+                reason = NULL_EVENT_TS;
+            } else if (raw[0] != null && !canonical(raw[0], us)) {
+                reason = BAD_TS_US;
+            } else if (raw[1] != null && !canonical(raw[1], ms)) {
+                reason = BAD_TS_MS;
+            }
+        } else if (spec.timeMode == RecordSpec.TimeMode.FIELD) {
+            if (raw[0] == null) {
+                reason = NULL_EVENT_TS;
+            } else {
+                tsUs = EventTime.micros(raw[0], spec.timeFormat);
+                if (tsUs == null) {
+                    reason = spec.badTime;
+                }
+            }
         }
         for (int i = 0; i < values.length; i++) {
             String text = raw[2 + i];

@@ -141,3 +141,40 @@ def test_event_time_from_an_iso_field_and_from_the_record_timestamp(tmp_path: Pa
     later = run_job(tmp_path, kafka_broker, ["stamped_qty"], f"timestamp:{new}", "from_new")
     assert sums(later, "stamped_qty") == {2: (2, 12.0)}
 
+
+
+PLAN = '''
+import sys
+sys.path[:0] = [{platform!r}]
+from pyflink.table import EnvironmentSettings, TableEnvironment
+from quiver import Aggregation, Entity, FeatureView, Source, StreamBinding
+from quiver.catalog.validate import build_catalog
+from quiver.compile.flink import FlinkTarget, compile_flink
+user = Entity("user", ["user_id"])
+tx = Source("tx", "tx", timestamp_field="ts", stream=StreamBinding(kafka_topic="tx", kafka_bootstrap_servers="k:1",
+            idle_timeout="15s", watermark_alignment="30s"))
+view = FeatureView("spend", [user], tx, aggregations=[Aggregation("qty", "sum", "1d")], tile="1h")
+cat = build_catalog([user, tx, view], schema_reader=lambda s: {{"user_id": "int64", "qty": "int64", "ts": "timestamp"}})
+job = compile_flink(cat, FlinkTarget(inbox={{}}, sink_root="file:///tmp/unused", kafka=True))
+env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+env.get_config().set("pipeline.jars", {jars!r})
+for key, value in job.settings:
+    env.get_config().set(key, value)
+for statement in job.statements:
+    env.execute_sql(statement)
+print(next(line for line in env.explain_sql(job.inserts[0]).splitlines() if "TableSourceScan" in line))
+'''
+
+
+def test_a_sources_idleness_and_watermark_alignment_reach_flinks_kafka_scan(tmp_path: Path) -> None:
+    """Flink's planner takes the binding's own idle timeout (over the job's minute) and puts the source in the
+    alignment group with its max drift: the optimized plan's scan, planned on real Flink with the connector."""
+    if not STREAM_PYTHON.exists():
+        pytest.fail(f"streaming virtualenv missing ({STREAM_PYTHON}): run `make setup`", pytrace=False)
+    script = tmp_path / "plan.py"
+    jars = ";".join(p.resolve().as_uri() for p in kafka_job_jars())
+    script.write_text(PLAN.format(platform=str(REPO / "platform"), jars=jars))
+    out = subprocess.run([str(STREAM_PYTHON), str(script)], capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    assert out.returncode == 0, out.stderr[-4000:]
+    scan = out.stdout.strip().splitlines()[-1]
+    assert "idletimeout=[15000]" in scan and "watermarkAlignment=[quiver, PT30S" in scan, scan[-400:]

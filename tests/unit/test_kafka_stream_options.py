@@ -12,6 +12,7 @@ import pytest
 from quiver import KAFKA_TIMESTAMP, Aggregation, Entity, FeatureView, Source, StreamBinding
 from quiver.catalog.errors import CatalogError, QuiverError
 from quiver.catalog.ir import Catalog
+from quiver.catalog.loader import catalog_from_dict
 from quiver.catalog.validate import build_catalog
 from quiver.compile.flink import FlinkTarget, compile_flink
 from quiver.compile.flink_sources import startup_options
@@ -131,7 +132,11 @@ def test_idleness_and_watermark_alignment_per_source() -> None:
 def test_new_binding_options_at_their_defaults_keep_the_catalogs_version() -> None:
     stream = catalog().sources["tx"].stream
     assert stream is not None and stream.max_future_us == 300_000_000
-    assert "max_future_us" not in catalog().to_dict()["source"]["tx"]["stream"]
+    # Exactly the keys a catalog had before these options: its version hash (and what the registry stores) holds.
+    assert set(catalog().to_dict()["source"]["tx"]["stream"]) == {
+        "path", "format", "kafka_topic", "kafka_bootstrap_servers", "watermark_delay_us", "allowed_lateness_us"}
+    stored = catalog(max_future="1m", event_time="at")
+    assert catalog_from_dict(stored.to_dict()).to_dict() == stored.to_dict()  # what the registry reads back
     assert catalog(max_future="1m").to_dict()["source"]["tx"]["stream"]["max_future_us"] == 60_000_000
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from quiver.catalog.definitions import Location
@@ -325,7 +325,7 @@ class Catalog:
 def spec_to_dict(spec: Any) -> dict[str, Any]:
     """One definition as plain JSON data, without its location."""
     out: dict[str, Any] = {}
-    for name in spec.__dataclass_fields__:
+    for name in (f.name for f in fields(spec)):  # fields(): the instance fields, not a ClassVar
         if name in ("location", "udf") or (name == "contract" and spec.contract is None):
             continue  # no contract: the dict (and hash) of a catalog from before contracts existed
         if name == "mode" and spec.mode == "pandas":

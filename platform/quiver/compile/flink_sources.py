@@ -133,7 +133,8 @@ def kafka_source_ddl(source: SourceSpec, columns: Sequence[tuple[str, str]], tar
     ts = _event_us(source, columns)
     ms = f"({ts} - MOD(MOD({ts}, 1000) + 1000, 1000)) / 1000"  # floor to the watermark's ms
     # Unusable or future times get rowtime 0: one bad far-future record cannot push the watermark ahead
-    # and make every later record late; the parse step quarantines them.
+    # and make every later record late; the parsed view quarantines the unusable and sends the future ones
+    # to the batch route.
     lines = [f"{q(LINE)} STRING"]
     if stream.event_time == KAFKA_TIMESTAMP:
         lines.append(f"{q(RECORD_TIMESTAMP)} TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL")

@@ -21,6 +21,7 @@ import yaml
 from quiver.catalog.errors import QuiverError
 from quiver.catalog.types import is_identifier
 from quiver.kafka_properties import (
+    env_pairs,
     flink_properties,
     kafka_property_values,
     librdkafka_settings,
@@ -392,15 +393,7 @@ def spark_conf_values(raw: Any, where: str) -> dict[str, str]:
 def parse_spark_conf_env(text: str) -> dict[str, str]:
     """QUIVER_SPARK_CONF's value: `key=value` entries separated by commas (a value holding a comma, such as a
     list of jars, belongs in quiver.yaml)."""
-    pairs: dict[str, str] = {}
-    for entry in (e.strip() for e in text.split(",")):
-        if not entry:
-            continue
-        key, sep, value = entry.partition("=")
-        if not sep:
-            raise QuiverError(f"{SPARK_CONF_ENV}: {entry!r} is not key=value (entries are key=value separated by "
-                              f"commas, e.g. spark.sql.shuffle.partitions=64,spark.executor.memory=8g)")
-        pairs[key.strip()] = value.strip()
+    pairs = env_pairs(text, SPARK_CONF_ENV, "spark.sql.shuffle.partitions=64,spark.executor.memory=8g")
     return spark_conf_values(pairs, SPARK_CONF_ENV)
 
 

@@ -82,6 +82,13 @@ def setting_text(value: Any, where: str, key: str) -> str:
 def parse_kafka_properties_env(text: str, variable: str) -> dict[str, str]:
     """QUIVER_KAFKA_PROPERTIES's value: `key=value` entries separated by commas (the value is everything after
     the first `=`, so a JAAS line fits; a value holding a comma belongs in quiver.yaml)."""
+    return kafka_property_values(env_pairs(text, variable, "security.protocol=SASL_SSL,sasl.mechanism=SCRAM-SHA-512"),
+                                 variable)
+
+
+def env_pairs(text: str, variable: str, example: str) -> dict[str, str]:
+    """An environment variable's `key=value` entries separated by commas (the value is everything after the
+    first `=`); a QuiverError naming `variable`, with `example`, for an entry without one."""
     pairs: dict[str, str] = {}
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
@@ -89,9 +96,9 @@ def parse_kafka_properties_env(text: str, variable: str) -> dict[str, str]:
         key, sep, value = entry.partition("=")
         if not sep:
             raise QuiverError(f"{variable}: {entry!r} is not key=value (entries are key=value separated by commas, "
-                              "e.g. security.protocol=SASL_SSL,sasl.mechanism=SCRAM-SHA-512)")
+                              f"e.g. {example})")
         pairs[key.strip()] = value.strip()
-    return kafka_property_values(pairs, variable)
+    return pairs
 
 
 def resolve_secrets(properties: Mapping[str, str], where: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
@@ -314,28 +314,16 @@ def _read_spark_section(config_path: Path, values: dict[str, Any]) -> None:
     spelling keeps working, and the two may not disagree."""
     if "spark_conf" in values:
         values["spark_conf"] = spark_conf_values(values["spark_conf"], f"{config_path}: spark_conf")
-    section = values.pop("spark", None)
-    if section is None:
-        return
-    if not isinstance(section, dict):
-        raise QuiverError(f"{config_path}: spark must be a mapping with master and/or conf, got {section!r}")
-    unknown = set(section) - set(_SPARK_SECTION)
-    if unknown:
-        raise QuiverError(f"{config_path}: spark: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"known: {', '.join(sorted(_SPARK_SECTION))}")
-    for name, flat in _SPARK_SECTION.items():
-        if name not in section:
-            continue
-        value = section[name]
+
+    def checked(name: str, value: Any) -> Any:
         if name == "conf":
-            value = spark_conf_values(value, f"{config_path}: spark.conf")
-        elif not isinstance(value, str) or not value.strip():
+            return spark_conf_values(value, f"{config_path}: spark.conf")
+        if not isinstance(value, str) or not value.strip():
             raise QuiverError(f"{config_path}: spark.master must be a Spark master URL such as local[2] or "
                               f"spark://host:7077, got {value!r}")
-        if flat in values and values[flat] != value:
-            raise QuiverError(f"{config_path}: {flat} ({values[flat]!r}) and spark.{name} ({section[name]!r}) "
-                              f"differ; keep one, spark.{name}")
-        values[flat] = value
+        return value
+
+    _fold_section(config_path, values, "spark", _SPARK_SECTION, "master and/or conf", checked)
 
 
 def _read_kafka_section(config_path: Path, values: dict[str, Any]) -> None:
@@ -344,32 +332,43 @@ def _read_kafka_section(config_path: Path, values: dict[str, Any]) -> None:
     if "kafka_properties" in values:
         values["kafka_properties"] = kafka_property_values(values["kafka_properties"],
                                                            f"{config_path}: kafka_properties")
-    section = values.pop("kafka", None)
-    if section is None:
-        return
-    if not isinstance(section, dict):
-        raise QuiverError(f"{config_path}: kafka must be a mapping with bootstrap, properties and/or group_prefix, "
-                          f"got {section!r}")
-    unknown = set(section) - set(_KAFKA_SECTION)
-    if unknown:
-        raise QuiverError(f"{config_path}: kafka: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-                          f"known: {', '.join(sorted(_KAFKA_SECTION))}")
-    for name, flat in _KAFKA_SECTION.items():
-        if name not in section:
-            continue
-        value = section[name]
+
+    def checked(name: str, value: Any) -> Any:
         if name == "properties":
-            value = kafka_property_values(value, f"{config_path}: kafka.properties")
-        elif value is None:
-            value = ""
-        elif not isinstance(value, str):
+            return kafka_property_values(value, f"{config_path}: kafka.properties")
+        if value is None:
+            return ""
+        if not isinstance(value, str):
             raise QuiverError(f"{config_path}: kafka.{name} must be a string, got {value!r}")
         if name == "group_prefix" and value and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
             raise QuiverError(f"{config_path}: kafka.group_prefix {value!r} may hold only letters, digits, '.', "
                               "'_' and '-'")
+        return value
+
+    _fold_section(config_path, values, "kafka", _KAFKA_SECTION, "bootstrap, properties and/or group_prefix",
+                  checked)
+
+
+def _fold_section(config_path: Path, values: dict[str, Any], section_name: str, keys: Mapping[str, str],
+                  expected: str, checked: Callable[[str, Any], Any]) -> None:
+    """Move the file's `section_name:` mapping into the flat keys its `keys` name (section key → Config field),
+    each value through `checked`; a flat key the file also sets must agree with its section spelling."""
+    section = values.pop(section_name, None)
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise QuiverError(f"{config_path}: {section_name} must be a mapping with {expected}, got {section!r}")
+    unknown = set(section) - set(keys)
+    if unknown:
+        raise QuiverError(f"{config_path}: {section_name}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"known: {', '.join(sorted(keys))}")
+    for name, flat in keys.items():
+        if name not in section:
+            continue
+        value = checked(name, section[name])
         if flat in values and values[flat] != value:
-            raise QuiverError(f"{config_path}: {flat} ({values[flat]!r}) and kafka.{name} ({section[name]!r}) "
-                              f"differ; keep one, kafka.{name}")
+            raise QuiverError(f"{config_path}: {flat} ({values[flat]!r}) and {section_name}.{name} "
+                              f"({section[name]!r}) differ; keep one, {section_name}.{name}")
         values[flat] = value
 
 
